@@ -1,0 +1,75 @@
+/* tierproxy's configuration: INI file (libinih), then command-line flags, then
+ * TIERPROXY_<SECTION>_<KEY> environment variables, each overriding the one before. */
+#pragma once
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "proxy/netaddr.h"
+#include "proxy/ratelimit_headers.h"
+
+enum store_kind { STORE_MEMORY = 0, STORE_REDIS };
+
+struct proxy_config {
+    /* [proxy] */
+    char *listen_host;             /* "127.0.0.1" */
+    uint16_t listen_port;          /* 8080 */
+    char **upstreams;              /* "http://127.0.0.1:3000", without trailing slash */
+    size_t n_upstreams;
+    int workers;                   /* resolved: 0 in the file becomes the number of cores */
+    int64_t connect_timeout_ms;
+    int64_t upstream_timeout_ms;
+    int64_t max_body_bytes;
+    struct cidr *trusted_proxies;
+    size_t n_trusted_proxies;
+    char **exempt_paths;
+    size_t n_exempt_paths;
+    /* [admin] */
+    char *admin_host;              /* NULL when the admin listener is off */
+    uint16_t admin_port;
+    /* [auth] */
+    char *key_header;              /* "Authorization" */
+    char *anonymous_plan;          /* NULL when keyless requests get 401 */
+    bool forward_key;
+    /* [plans] */
+    char *db;
+    int64_t refresh_ms;
+    /* [limits] */
+    enum store_kind store;
+    char *redis_url;
+    char *key_prefix;
+    bool rate_fail_open;           /* on_store_error = open */
+    bool concurrency_fail_open;    /* concurrency_on_store_error = open */
+    int64_t lease_ttl_ms;
+    enum header_style headers;
+    /* [log] */
+    char *access_log;              /* NULL = off, "-" = stdout, else a path */
+    char *log_level;               /* "debug" | "info" | "warn" | "error" */
+    /* where it came from, for reload */
+    char *config_path;             /* NULL when no -c */
+};
+
+enum config_action {
+    CONFIG_RUN = 0,
+    CONFIG_CHECK,      /* --check */
+    CONFIG_VERSION,    /* --version */
+    CONFIG_HELP,       /* --help */
+};
+
+/* Builds the configuration from defaults, the file named by -c (if any), argv and envp.
+ * Returns 0 with *cfg filled and *paction set; -EINVAL with one line in err naming the
+ * file, line and key (or the flag or variable) for bad input; 2 for a usage error
+ * (unknown flag), with the usage line in err. On failure *cfg is left empty. */
+int config_load(int argc, char **argv, char **envp, struct proxy_config *cfg,
+                enum config_action *paction, char *err, size_t errlen);
+
+/* Re-reads cfg->config_path with the same argv and envp into *fresh (for SIGHUP).
+ * Same returns as config_load. */
+int config_reload(const struct proxy_config *current, int argc, char **argv, char **envp,
+                  struct proxy_config *fresh, char *err, size_t errlen);
+
+/* Frees everything config_load allocated and zeroes *cfg. */
+void config_free(struct proxy_config *cfg);
+
+/* The usage text for --help. */
+const char *config_usage(void);

@@ -1,0 +1,25 @@
+/* IPv4/IPv6 addresses and CIDR ranges, for trusted_proxies. */
+#pragma once
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/socket.h>
+
+struct cidr {
+    int family;             /* AF_INET or AF_INET6 */
+    uint8_t addr[16];
+    unsigned prefix_len;
+};
+
+/* Parses "10.0.0.0/8", "::1/128" or a bare address (full-length prefix).
+ * Returns 0 or -EINVAL. */
+int cidr_parse(const char *text, struct cidr *out);
+
+/* True when the socket address lies in one of the n ranges. IPv4-mapped IPv6 addresses
+ * match IPv4 ranges. */
+bool cidr_match_sockaddr(const struct cidr *ranges, size_t n, const struct sockaddr *sa);
+
+/* Same, for an address in text form (from X-Forwarded-For). False for unparsable text. */
+bool cidr_match_text(const struct cidr *ranges, size_t n, const char *text, size_t len);
+
+/* Writes the address (without port) of sa as text. Returns buf, or "" when unknown. */
+const char *sockaddr_to_text(const struct sockaddr *sa, char *buf, size_t buflen);

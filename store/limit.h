@@ -1,0 +1,52 @@
+/* Limit rules and per-rule verdicts: the vocabulary shared by the catalog, the limiter
+ * stores and the proxy. Pure data and parsers; no I/O. */
+#pragma once
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+enum limit_algorithm {
+    LIMIT_SLIDING_LOG = 0,   /* exact: at most rate+burst admitted in any WINDOW */
+    LIMIT_SLIDING_WINDOW,    /* two fixed windows, previous one weighted by overlap */
+    LIMIT_TOKEN_BUCKET,      /* capacity rate+burst, refills rate per window */
+    LIMIT_FIXED_WINDOW,      /* counter reset at each multiple of window */
+};
+
+/* Largest (rate + burst) * window_ms accepted, so that every store (Redis Lua numbers are
+ * doubles) computes in exact integers. */
+#define LIMIT_MAX_PRODUCT ((int64_t)1 << 52)
+
+/* One rate rule as a store applies it. `id` is the catalog's limit id: it names the state
+ * in the store, is never reused, and is kept by export/import so a fleet agrees on it. */
+struct limit_rule {
+    int64_t id;
+    enum limit_algorithm algorithm;
+    int64_t rate;        /* requests per window, >= 1 */
+    int64_t burst;       /* extra requests on top of rate, >= 0 */
+    int64_t window_ms;   /* >= 1 */
+};
+
+/* A store's answer for one rule. */
+struct limit_verdict {
+    bool allowed;
+    int64_t limit;       /* rate + burst */
+    int64_t remaining;   /* requests still allowed after this one (0 when rejected) */
+    int64_t reset_ms;    /* ms until one more request would be allowed (0: one is allowed now) */
+};
+
+/* Returns the algorithm's name as tierctl spells it ("sliding-log", ...). */
+const char *limit_algorithm_name(enum limit_algorithm algorithm);
+
+/* Parses "sliding-log" etc. into *palgorithm. Returns 0, or -EINVAL for an unknown name. */
+int limit_algorithm_parse(const char *text, enum limit_algorithm *palgorithm);
+
+/* Parses N/WINDOW: "100/min", "10/15s", "3000/1min", "5/h", "1000/day".
+ * Returns 0 with *pcount and *pwindow_ms set, or -EINVAL (bad syntax, zero or negative,
+ * or too large: count * window_ms must stay under LIMIT_MAX_PRODUCT). */
+int limit_rate_parse(const char *text, int64_t *pcount, int64_t *pwindow_ms);
+
+/* Writes the canonical text of a rate ("100/min", "10/15s") into buf. Returns buf. */
+char *limit_rate_format(int64_t count, int64_t window_ms, char *buf, size_t buflen);
+
+/* Checks that a rule's numbers are in range. Returns 0 or -EINVAL. */
+int limit_rule_validate(const struct limit_rule *rule);

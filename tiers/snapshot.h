@@ -1,0 +1,92 @@
+/* An immutable in-memory copy of the catalog (plans, limits, users, keys) that the proxy
+ * serves from, and the watcher that rebuilds it off the serving threads when the SQLite
+ * file changes. Nothing here runs SQL on the request path. */
+#pragma once
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "store/limit.h"
+
+#define TIER_KEY_HASH_LEN 32   /* SHA-256 */
+
+enum tier_limit_kind {
+    TIER_LIMIT_RATE = 0,
+    TIER_LIMIT_CONCURRENCY,    /* amount = at most N in flight */
+    TIER_LIMIT_WS_MESSAGES,    /* rule = client-to-upstream messages per connection */
+};
+
+struct tier_limit {
+    int64_t id;                    /* catalog limit id */
+    enum tier_limit_kind kind;
+    struct limit_rule rule;        /* rate and ws-messages: the rule; concurrency: rule.rate = N */
+    bool has_route;
+    char route_method[16];         /* "*" = any method */
+    const char *route_prefix;      /* owned by the snapshot */
+    size_t route_prefix_len;
+    const char *name;              /* for RateLimit headers: "<plan>" for the plan-wide rate
+                                      limit, "<plan>-<id>" otherwise; owned by the snapshot */
+};
+
+struct tier_plan {
+    int64_t id;
+    const char *name;
+    bool shadow;
+    const struct tier_limit *limits;
+    size_t n_limits;
+};
+
+struct tier_user {
+    const char *id;
+    const struct tier_plan *plan;
+};
+
+struct snapshot;
+
+/* Looks up an API key as presented by a client (hashes it with SHA-256).
+ * Returns the key's user, or NULL for an unknown or revoked key. Pointers stay valid
+ * while the caller holds the snapshot. */
+const struct tier_user *snapshot_find_key(const struct snapshot *snap, const char *key, size_t key_len);
+
+/* Returns the plan with that name, or NULL. */
+const struct tier_plan *snapshot_find_plan(const struct snapshot *snap, const char *name);
+
+size_t snapshot_user_count(const struct snapshot *snap);
+size_t snapshot_key_count(const struct snapshot *snap);
+
+/* Selects the limits that apply to METHOD PATH: every route-less limit of the plan, plus
+ * the route limits of the longest matching route prefix (a method-specific route beats
+ * "* /same-prefix"). Writes up to max pointers into out and returns how many apply
+ * (which may exceed max; the caller passes a large enough array). */
+size_t tier_plan_select(const struct tier_plan *plan, const char *method, const char *path,
+                        size_t path_len, const struct tier_limit **out, size_t max);
+
+/* Loads a snapshot straight from the catalog file (read-only). Returns 0 and sets *psnap
+ * (refcount 1), or a negative errno with a reason in err. */
+int snapshot_load(const char *db_path, struct snapshot **psnap, char *err, size_t errlen);
+
+/* Reference counting: a snapshot is freed when its last holder releases it. */
+struct snapshot *snapshot_ref(struct snapshot *snap);
+void snapshot_unref(struct snapshot *snap);
+
+/* The watcher: loads the first snapshot synchronously, then a background thread polls
+ * PRAGMA data_version every refresh_ms and publishes a rebuilt snapshot when it changed.
+ * A failed rebuild keeps the previous snapshot. */
+struct snapshot_watch;
+
+/* Returns 0 and sets *pwatch, or a negative errno with a reason in err. */
+int snapshot_watch_start(const char *db_path, int refresh_ms, struct snapshot_watch **pwatch,
+                         char *err, size_t errlen);
+void snapshot_watch_stop(struct snapshot_watch *watch);
+
+/* Cheap (one atomic load): changes whenever a new snapshot is published. */
+uint64_t snapshot_watch_generation(const struct snapshot_watch *watch);
+
+/* Returns a new reference to the current snapshot; the caller unrefs it. */
+struct snapshot *snapshot_watch_acquire(struct snapshot_watch *watch);
+
+/* True when the last poll reached the catalog (for /health). */
+bool snapshot_watch_healthy(const struct snapshot_watch *watch);
+
+/* Milliseconds the last rebuild took (for logs and the note). */
+double snapshot_watch_last_build_ms(const struct snapshot_watch *watch);
