@@ -1,1 +1,558 @@
-/* placeholder: being written */
+#include "proxy/forward.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include <event2/event.h>
+
+#include "proxy/config.h"
+#include "proxy/netaddr.h"
+#include "proxy/respond.h"
+#include "proxy/worker.h"
+
+/* Upstream bytes held per request before curl is paused until the client reads. */
+#define RESP_BUFFER_HIGH (256 * 1024)
+#define RESP_BUFFER_LOW (64 * 1024)
+
+struct curl_sock {
+    struct worker *w;
+    curl_socket_t fd;
+    struct event *ev;
+};
+
+static void check_finished(struct worker *w);
+
+static void on_curl_event(evutil_socket_t fd, short what, void *arg)
+{
+    struct curl_sock *cs = arg;
+    struct worker *w = cs->w;
+    int action = ((what & EV_READ) ? CURL_CSELECT_IN : 0) | ((what & EV_WRITE) ? CURL_CSELECT_OUT : 0);
+    int running;
+    curl_multi_socket_action(w->multi, fd, action, &running);
+    check_finished(w);
+}
+
+static int on_curl_socket(CURL *easy, curl_socket_t fd, int what, void *userp, void *socketp)
+{
+    struct worker *w = userp;
+    struct curl_sock *cs = socketp;
+    if (what == CURL_POLL_REMOVE) {
+        if (cs != NULL) {
+            event_free(cs->ev);
+            free(cs);
+        }
+        curl_multi_assign(w->multi, fd, NULL);
+        return 0;
+    }
+    if (cs == NULL) {
+        cs = calloc(1, sizeof(*cs));
+        if (cs == NULL)
+            return -1;
+        cs->w = w;
+        cs->fd = fd;
+        curl_multi_assign(w->multi, fd, cs);
+    } else {
+        event_free(cs->ev);
+    }
+    short kind = EV_PERSIST | ((what & CURL_POLL_IN) ? EV_READ : 0) | ((what & CURL_POLL_OUT) ? EV_WRITE : 0);
+    cs->ev = event_new(w->base, fd, kind, on_curl_event, cs);
+    if (cs->ev == NULL)
+        return -1;
+    event_add(cs->ev, NULL);
+    return 0;
+}
+
+static void on_curl_timer(evutil_socket_t fd, short what, void *arg)
+{
+    struct worker *w = arg;
+    int running;
+    curl_multi_socket_action(w->multi, CURL_SOCKET_TIMEOUT, 0, &running);
+    check_finished(w);
+}
+
+static int on_curl_timer_set(CURLM *multi, long timeout_ms, void *userp)
+{
+    struct worker *w = userp;
+    if (timeout_ms < 0) {
+        evtimer_del(w->curl_timer);
+        return 0;
+    }
+    struct timeval tv = { .tv_sec = timeout_ms / 1000, .tv_usec = (timeout_ms % 1000) * 1000 };
+    evtimer_add(w->curl_timer, &tv);
+    return 0;
+}
+
+int forward_init(struct worker *w)
+{
+    w->multi = curl_multi_init();
+    w->curl_timer = evtimer_new(w->base, on_curl_timer, w);
+    w->curl_share = curl_share_init();
+    if (w->multi == NULL || w->curl_timer == NULL || w->curl_share == NULL)
+        return -ENOMEM;
+    curl_share_setopt(w->curl_share, CURLSHOPT_SHARE, CURL_LOCK_DATA_DNS);
+    curl_multi_setopt(w->multi, CURLMOPT_SOCKETFUNCTION, on_curl_socket);
+    curl_multi_setopt(w->multi, CURLMOPT_SOCKETDATA, w);
+    curl_multi_setopt(w->multi, CURLMOPT_TIMERFUNCTION, on_curl_timer_set);
+    curl_multi_setopt(w->multi, CURLMOPT_TIMERDATA, w);
+    /* Keep enough idle upstream connections for every client connection's reuse. */
+    curl_multi_setopt(w->multi, CURLMOPT_MAXCONNECTS, 1024L);
+    return 0;
+}
+
+void forward_destroy(struct worker *w)
+{
+    if (w->multi != NULL)
+        curl_multi_cleanup(w->multi);
+    if (w->curl_share != NULL)
+        curl_share_cleanup(w->curl_share);
+    if (w->curl_timer != NULL)
+        event_free(w->curl_timer);
+    w->multi = NULL;
+    w->curl_share = NULL;
+    w->curl_timer = NULL;
+}
+
+/* The transfer is over (finished, failed or cut short): tell the client side. */
+static void upstream_finished(struct request *r, CURLcode result)
+{
+    r->upstream_done = true;
+    r->upstream_result = result;
+    if (r->upstream_timer != NULL)
+        evtimer_del(r->upstream_timer);
+    if (r->mhd_done)
+        return;
+    if (!r->upstream_head_done) {
+        bool slow = r->timed_out || result == CURLE_OPERATION_TIMEDOUT;
+        request_set_pending(r, slow ? MHD_HTTP_GATEWAY_TIMEOUT : MHD_HTTP_BAD_GATEWAY,
+                            respond_error(slow ? "upstream_timeout" : "upstream_unavailable"));
+    } else if (r->reader_waiting) {
+        request_wake(r);
+    }
+}
+
+static void check_finished(struct worker *w)
+{
+    /* Handles are removed after the info_read loop, never inside curl's callbacks. */
+    CURL *done[64];
+    CURLcode results[64];
+    size_t n;
+    do {
+        n = 0;
+        CURLMsg *msg;
+        int left;
+        while (n < 64 && (msg = curl_multi_info_read(w->multi, &left)) != NULL) {
+            if (msg->msg != CURLMSG_DONE)
+                continue;
+            done[n] = msg->easy_handle;
+            results[n] = msg->data.result;
+            n++;
+        }
+        for (size_t i = 0; i < n; i++) {
+            struct request *r = NULL;
+            curl_easy_getinfo(done[i], CURLINFO_PRIVATE, (char **)&r);
+            curl_multi_remove_handle(w->multi, done[i]);
+            upstream_finished(r, results[i]);
+        }
+    } while (n == 64);
+}
+
+static void on_upstream_timeout(evutil_socket_t fd, short what, void *arg)
+{
+    struct request *r = arg;
+    if (r->upstream_done)
+        return;
+    r->timed_out = true;
+    curl_multi_remove_handle(r->w->multi, r->easy);
+    upstream_finished(r, CURLE_OPERATION_TIMEDOUT);
+}
+
+static void arm_upstream_timer(struct request *r)
+{
+    int64_t ms = r->w->cfg->upstream_timeout_ms;
+    struct timeval tv = { .tv_sec = (time_t)(ms / 1000), .tv_usec = (suseconds_t)((ms % 1000) * 1000) };
+    evtimer_add(r->upstream_timer, &tv);
+}
+
+/* Response headers that describe the upstream connection, not the message. */
+static bool is_hop_by_hop(const char *name, size_t len)
+{
+    static const char *const hop[] = { "connection", "keep-alive", "proxy-connection", "proxy-authenticate",
+                                       "proxy-authorization", "te", "trailer", "transfer-encoding", "upgrade" };
+    for (size_t i = 0; i < sizeof(hop) / sizeof(hop[0]); i++)
+        if (strlen(hop[i]) == len && strncasecmp(hop[i], name, len) == 0)
+            return true;
+    return false;
+}
+
+static int add_resp_header(struct request *r, const char *name, size_t name_len, const char *value, size_t value_len)
+{
+    if (r->n_resp_headers == r->cap_resp_headers) {
+        size_t cap = r->cap_resp_headers ? r->cap_resp_headers * 2 : 16;
+        if (cap > 512)
+            return -E2BIG;
+        struct response_header *grown = realloc(r->resp_headers, cap * sizeof(*grown));
+        if (grown == NULL)
+            return -ENOMEM;
+        r->resp_headers = grown;
+        r->cap_resp_headers = cap;
+    }
+    char *n = strndup(name, name_len);
+    char *v = strndup(value, value_len);
+    if (n == NULL || v == NULL) {
+        free(n);
+        free(v);
+        return -ENOMEM;
+    }
+    r->resp_headers[r->n_resp_headers].name = n;
+    r->resp_headers[r->n_resp_headers].value = v;
+    r->n_resp_headers++;
+    return 0;
+}
+
+static void clear_resp_headers(struct request *r)
+{
+    for (size_t i = 0; i < r->n_resp_headers; i++) {
+        free(r->resp_headers[i].name);
+        free(r->resp_headers[i].value);
+    }
+    r->n_resp_headers = 0;
+    r->resp_content_length = -1;
+}
+
+static size_t on_upstream_header(char *line, size_t size, size_t nitems, void *userdata)
+{
+    struct request *r = userdata;
+    size_t len = size * nitems;
+    if (r->mhd_done)
+        return 0;
+    if (len >= 5 && memcmp(line, "HTTP/", 5) == 0) {
+        /* A new response head: an interim 1xx may come before the final one. */
+        clear_resp_headers(r);
+        const char *sp = memchr(line, ' ', len);
+        long status = 0;
+        if (sp != NULL && (size_t)(sp - line) + 4 <= len) {
+            for (int i = 1; i <= 3; i++) {
+                char c = sp[i];
+                if (c < '0' || c > '9') {
+                    status = 0;
+                    break;
+                }
+                status = status * 10 + (c - '0');
+            }
+        }
+        if (status < 100 || status > 599)
+            return 0;
+        r->upstream_status = status;
+        return len;
+    }
+    while (len > 0 && (line[len - 1] == '\r' || line[len - 1] == '\n'))
+        len--;
+    if (len == 0) {
+        if (r->upstream_status >= 200 && !r->upstream_head_done) {
+            r->upstream_head_done = true;
+            arm_upstream_timer(r);
+            struct MHD_Response *resp = forward_make_response(r);
+            if (resp == NULL)
+                return 0;
+            request_set_pending(r, (unsigned)r->upstream_status, resp);
+        }
+        return size * nitems;
+    }
+    if (line[0] == ' ' || line[0] == '\t')
+        return size * nitems; /* obsolete line folding: dropped, as RFC 9112 allows */
+    const char *colon = memchr(line, ':', len);
+    if (colon == NULL)
+        return size * nitems;
+    size_t name_len = (size_t)(colon - line);
+    const char *value = colon + 1;
+    size_t value_len = len - name_len - 1;
+    while (value_len > 0 && (*value == ' ' || *value == '\t')) {
+        value++;
+        value_len--;
+    }
+    if (is_hop_by_hop(line, name_len))
+        return size * nitems;
+    if (name_len == 14 && strncasecmp(line, "content-length", 14) == 0) {
+        char buf[32];
+        if (value_len == 0 || value_len >= sizeof(buf))
+            return 0;
+        memcpy(buf, value, value_len);
+        buf[value_len] = '\0';
+        char *end;
+        errno = 0;
+        long long n = strtoll(buf, &end, 10);
+        if (errno != 0 || *end != '\0' || n < 0)
+            return 0;
+        r->resp_content_length = n;
+        return size * nitems;
+    }
+    if (add_resp_header(r, line, name_len, value, value_len) < 0)
+        return 0;
+    return size * nitems;
+}
+
+static size_t on_upstream_body(char *data, size_t size, size_t nmemb, void *userdata)
+{
+    struct request *r = userdata;
+    size_t len = size * nmemb;
+    if (r->mhd_done)
+        return 0;
+    if (r->resp_body.len >= RESP_BUFFER_HIGH) {
+        r->curl_paused = true;
+        return CURL_WRITEFUNC_PAUSE;
+    }
+    if (bytebuf_append(&r->resp_body, data, len) < 0)
+        return 0;
+    arm_upstream_timer(r);
+    if (r->reader_waiting)
+        request_wake(r);
+    return len;
+}
+
+static ssize_t read_response_body(void *cls, uint64_t pos, char *buf, size_t max)
+{
+    struct request *r = cls;
+    if (r->resp_body.len > 0) {
+        size_t n = r->resp_body.len < max ? r->resp_body.len : max;
+        memcpy(buf, r->resp_body.data + r->resp_body.off, n);
+        bytebuf_consume(&r->resp_body, n);
+        if (r->curl_paused && r->resp_body.len < RESP_BUFFER_LOW && !r->upstream_done) {
+            r->curl_paused = false;
+            curl_easy_pause(r->easy, CURLPAUSE_CONT);
+        }
+        return (ssize_t)n;
+    }
+    if (r->upstream_done)
+        return r->upstream_result == CURLE_OK ? MHD_CONTENT_READER_END_OF_STREAM : MHD_CONTENT_READER_END_WITH_ERROR;
+    /* Nothing to send yet: sleep until curl brings more, instead of being polled. */
+    r->reader_waiting = true;
+    if (!r->suspended) {
+        MHD_suspend_connection(r->conn);
+        r->suspended = true;
+    }
+    return 0;
+}
+
+struct MHD_Response *forward_make_response(struct request *r)
+{
+    bool bodiless = strcmp(r->method, "HEAD") == 0 || r->upstream_status == 204 || r->upstream_status == 304;
+    uint64_t size = r->resp_content_length >= 0 ? (uint64_t)r->resp_content_length : MHD_SIZE_UNKNOWN;
+    struct MHD_Response *resp;
+    if (bodiless && size == MHD_SIZE_UNKNOWN)
+        resp = MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT);
+    else
+        resp = MHD_create_response_from_callback(size, 16 * 1024, read_response_body, r, NULL);
+    if (resp == NULL)
+        return NULL;
+    for (size_t i = 0; i < r->n_resp_headers; i++)
+        MHD_add_response_header(resp, r->resp_headers[i].name, r->resp_headers[i].value);
+    respond_add_ratelimit_headers(r, resp);
+    return resp;
+}
+
+/* Request headers that must not travel on to the upstream. */
+struct header_filter {
+    struct request *r;
+    const char *key_header;       /* NULL when the key is forwarded */
+    const char *connection_tokens;
+    bool trusted_peer;
+    bool saw_accept, saw_content_type;
+    const char *xff;              /* the client's X-Forwarded-For, when trusted */
+    int failed;
+};
+
+static bool named_in_connection(const char *tokens, const char *name)
+{
+    if (tokens == NULL)
+        return false;
+    size_t name_len = strlen(name);
+    const char *p = tokens;
+    while (*p != '\0') {
+        while (*p == ' ' || *p == '\t' || *p == ',')
+            p++;
+        const char *start = p;
+        while (*p != '\0' && *p != ',' && *p != ' ' && *p != '\t')
+            p++;
+        if ((size_t)(p - start) == name_len && strncasecmp(start, name, name_len) == 0)
+            return true;
+    }
+    return false;
+}
+
+static int append_header(struct curl_slist **list, const char *name, const char *value)
+{
+    size_t need = strlen(name) + strlen(value) + 3;
+    char stack[512];
+    char *line = need <= sizeof(stack) ? stack : malloc(need);
+    if (line == NULL)
+        return -ENOMEM;
+    /* curl drops "Name:" with an empty value; "Name;" sends it empty. */
+    if (value[0] == '\0')
+        snprintf(line, need, "%s;", name);
+    else
+        snprintf(line, need, "%s: %s", name, value);
+    struct curl_slist *grown = curl_slist_append(*list, line);
+    if (line != stack)
+        free(line);
+    if (grown == NULL)
+        return -ENOMEM;
+    *list = grown;
+    return 0;
+}
+
+static enum MHD_Result copy_request_header(void *cls, enum MHD_ValueKind kind, const char *name, const char *value)
+{
+    struct header_filter *f = cls;
+    size_t len = strlen(name);
+    if (is_hop_by_hop(name, len) || named_in_connection(f->connection_tokens, name))
+        return MHD_YES;
+    if (strcasecmp(name, "Content-Length") == 0 || strcasecmp(name, "Expect") == 0)
+        return MHD_YES;
+    if (len >= 7 && strncasecmp(name, "X-Tier-", 7) == 0)
+        return MHD_YES;
+    if (f->key_header != NULL && strcasecmp(name, f->key_header) == 0)
+        return MHD_YES;
+    if (strcasecmp(name, "X-Forwarded-For") == 0) {
+        if (f->trusted_peer)
+            f->xff = value;
+        return MHD_YES;
+    }
+    if (!f->trusted_peer && (strcasecmp(name, "X-Forwarded-Proto") == 0 || strcasecmp(name, "X-Forwarded-Host") == 0))
+        return MHD_YES;
+    if (strcasecmp(name, "Accept") == 0)
+        f->saw_accept = true;
+    if (strcasecmp(name, "Content-Type") == 0)
+        f->saw_content_type = true;
+    if (append_header(&f->r->upstream_headers, name, value ? value : "") < 0)
+        f->failed = 1;
+    return MHD_YES;
+}
+
+static int build_upstream_headers(struct request *r)
+{
+    const struct proxy_config *cfg = r->w->cfg;
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(r->conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+    const struct sockaddr *peer = ci != NULL ? ci->client_addr : NULL;
+    char peer_text[64] = "";
+    if (peer != NULL)
+        sockaddr_to_text(peer, peer_text, sizeof(peer_text));
+
+    struct header_filter f = {
+        .r = r,
+        .key_header = cfg->forward_key ? NULL : cfg->key_header,
+        .connection_tokens = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "Connection"),
+        .trusted_peer = peer != NULL && cidr_match_sockaddr(cfg->trusted_proxies, cfg->n_trusted_proxies, peer),
+    };
+    MHD_get_connection_values(r->conn, MHD_HEADER_KIND, copy_request_header, &f);
+    if (f.failed)
+        return -ENOMEM;
+
+    char xff[1024];
+    if (f.xff != NULL && f.xff[0] != '\0')
+        snprintf(xff, sizeof(xff), "%s, %s", f.xff, peer_text);
+    else
+        snprintf(xff, sizeof(xff), "%s", peer_text);
+    int rc = append_header(&r->upstream_headers, "X-Forwarded-For", xff);
+    if (rc == 0 && !(f.trusted_peer && MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "X-Forwarded-Proto")))
+        rc = append_header(&r->upstream_headers, "X-Forwarded-Proto", "http");
+    const char *host = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "Host");
+    if (rc == 0 && host != NULL && !(f.trusted_peer && MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "X-Forwarded-Host")))
+        rc = append_header(&r->upstream_headers, "X-Forwarded-Host", host);
+    if (rc == 0 && r->plan != NULL) {
+        rc = append_header(&r->upstream_headers, "X-Tier-User", r->user_id);
+        if (rc == 0)
+            rc = append_header(&r->upstream_headers, "X-Tier-Plan", r->plan->name);
+    }
+    /* Keep curl from adding headers the client did not send. */
+    if (rc == 0) {
+        struct curl_slist *grown = curl_slist_append(r->upstream_headers, "Expect:");
+        rc = grown ? (r->upstream_headers = grown, 0) : -ENOMEM;
+    }
+    if (rc == 0 && !f.saw_accept) {
+        struct curl_slist *grown = curl_slist_append(r->upstream_headers, "Accept:");
+        rc = grown ? (r->upstream_headers = grown, 0) : -ENOMEM;
+    }
+    if (rc == 0 && !f.saw_content_type) {
+        struct curl_slist *grown = curl_slist_append(r->upstream_headers, "Content-Type:");
+        rc = grown ? (r->upstream_headers = grown, 0) : -ENOMEM;
+    }
+    return rc;
+}
+
+void forward_start(struct request *r)
+{
+    struct worker *w = r->w;
+    const struct proxy_config *cfg = w->cfg;
+    const char *upstream = cfg->upstreams[w->upstream_next++ % cfg->n_upstreams];
+
+    r->resp_content_length = -1;
+    r->upstream_timer = evtimer_new(w->base, on_upstream_timeout, r);
+    r->easy = curl_easy_init();
+    if (r->easy == NULL || r->upstream_timer == NULL || build_upstream_headers(r) < 0)
+        goto fail;
+
+    CURL *e = r->easy;
+    curl_easy_setopt(e, CURLOPT_URL, upstream);
+    curl_easy_setopt(e, CURLOPT_REQUEST_TARGET, r->raw_uri);
+    curl_easy_setopt(e, CURLOPT_PATH_AS_IS, 1L);
+    curl_easy_setopt(e, CURLOPT_HTTP_VERSION, (long)CURL_HTTP_VERSION_1_1);
+    curl_easy_setopt(e, CURLOPT_PRIVATE, r);
+    curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(e, CURLOPT_SHARE, w->curl_share);
+    curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, (long)cfg->connect_timeout_ms);
+    curl_easy_setopt(e, CURLOPT_HEADERFUNCTION, on_upstream_header);
+    curl_easy_setopt(e, CURLOPT_HEADERDATA, r);
+    curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, on_upstream_body);
+    curl_easy_setopt(e, CURLOPT_WRITEDATA, r);
+    curl_easy_setopt(e, CURLOPT_HTTPHEADER, r->upstream_headers);
+
+    const char *m = r->method;
+    bool has_body = r->body.len > 0 || strcmp(m, "POST") == 0 || strcmp(m, "PUT") == 0 || strcmp(m, "PATCH") == 0;
+    if (strcmp(m, "HEAD") == 0) {
+        curl_easy_setopt(e, CURLOPT_NOBODY, 1L);
+    } else if (has_body) {
+        curl_easy_setopt(e, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)r->body.len);
+        curl_easy_setopt(e, CURLOPT_POSTFIELDS, r->body.len > 0 ? r->body.data + r->body.off : "");
+        if (strcmp(m, "POST") != 0)
+            curl_easy_setopt(e, CURLOPT_CUSTOMREQUEST, m);
+    } else if (strcmp(m, "GET") != 0) {
+        curl_easy_setopt(e, CURLOPT_CUSTOMREQUEST, m);
+    }
+
+    arm_upstream_timer(r);
+    r->phase = PHASE_FORWARDING;
+    if (curl_multi_add_handle(w->multi, e) != CURLM_OK)
+        goto fail;
+    return;
+fail:
+    request_set_pending(r, MHD_HTTP_BAD_GATEWAY, respond_error("upstream_unavailable"));
+}
+
+void forward_abort(struct request *r)
+{
+    if (r->easy != NULL && !r->upstream_done && r->phase >= PHASE_FORWARDING) {
+        curl_multi_remove_handle(r->w->multi, r->easy);
+        r->upstream_done = true;
+        r->upstream_result = CURLE_ABORTED_BY_CALLBACK;
+    }
+}
+
+void forward_release(struct request *r)
+{
+    forward_abort(r);
+    if (r->easy != NULL)
+        curl_easy_cleanup(r->easy);
+    r->easy = NULL;
+    curl_slist_free_all(r->upstream_headers);
+    r->upstream_headers = NULL;
+    clear_resp_headers(r);
+    free(r->resp_headers);
+    r->resp_headers = NULL;
+    bytebuf_free(&r->resp_body);
+    if (r->upstream_timer != NULL)
+        event_free(r->upstream_timer);
+    r->upstream_timer = NULL;
+}

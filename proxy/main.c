@@ -1,1 +1,144 @@
-int main(void) { return 2; }
+/* tierproxy: the daemon. Loads the configuration and the catalog, starts one event-loop
+ * worker per core on a shared port, and waits for signals. */
+#include <errno.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <curl/curl.h>
+#include <event2/thread.h>
+
+#include "proxy/config.h"
+#include "proxy/worker.h"
+#include "store/limiter.h"
+#include "tiers/snapshot.h"
+
+#define TIERPROXY_VERSION "0.1.0"
+
+static int check_catalog(const struct proxy_config *cfg)
+{
+    char err[512];
+    struct snapshot *snap = NULL;
+    if (snapshot_load(cfg->db, &snap, err, sizeof(err)) < 0) {
+        fprintf(stderr, "tierproxy: catalog %s: %s\n", cfg->db, err);
+        return 1;
+    }
+    int rc = 0;
+    if (cfg->anonymous_plan != NULL && snapshot_find_plan(snap, cfg->anonymous_plan) == NULL) {
+        fprintf(stderr, "tierproxy: [auth] anonymous_plan: no plan named \"%s\" in %s\n", cfg->anonymous_plan, cfg->db);
+        rc = 1;
+    }
+    if (rc == 0)
+        printf("tierproxy: configuration ok; catalog %s has %zu users and %zu keys\n", cfg->db,
+               snapshot_user_count(snap), snapshot_key_count(snap));
+    snapshot_unref(snap);
+    return rc;
+}
+
+static int serve(struct proxy_config *cfg)
+{
+    char err[512];
+    int status = 1;
+    struct snapshot_watch *catalog = NULL;
+    struct memory_store *memory = NULL;
+    struct worker *workers = NULL;
+    int started = 0;
+
+    /* Signals go to the main thread only, which waits for them with sigwait. */
+    sigset_t sigs;
+    sigemptyset(&sigs);
+    sigaddset(&sigs, SIGTERM);
+    sigaddset(&sigs, SIGINT);
+    sigaddset(&sigs, SIGHUP);
+    pthread_sigmask(SIG_BLOCK, &sigs, NULL);
+    signal(SIGPIPE, SIG_IGN);
+
+    if (check_catalog(cfg) != 0)
+        goto out;
+    if (snapshot_watch_start(cfg->db, (int)cfg->refresh_ms, &catalog, err, sizeof(err)) < 0) {
+        fprintf(stderr, "tierproxy: catalog %s: %s\n", cfg->db, err);
+        goto out;
+    }
+    if (cfg->store == STORE_MEMORY && (memory = memory_store_create()) == NULL) {
+        fprintf(stderr, "tierproxy: out of memory\n");
+        goto out;
+    }
+    struct proxy_shared shared = { .cfg = cfg, .catalog = catalog, .memory = memory };
+    workers = calloc((size_t)cfg->workers, sizeof(*workers));
+    if (workers == NULL)
+        goto out;
+    for (; started < cfg->workers; started++) {
+        if (worker_init(&workers[started], started, &shared, err, sizeof(err)) < 0 ||
+            worker_start(&workers[started]) < 0) {
+            fprintf(stderr, "tierproxy: %s\n", err);
+            worker_join_and_destroy(&workers[started]);
+            goto stop;
+        }
+    }
+    fprintf(stderr, "tierproxy %s: listening on %s:%u, %d workers, %s store, upstream %s%s\n", TIERPROXY_VERSION,
+            cfg->listen_host, (unsigned)cfg->listen_port, cfg->workers, cfg->store == STORE_REDIS ? "redis" : "memory",
+            cfg->upstreams[0], cfg->n_upstreams > 1 ? " (and others)" : "");
+
+    for (;;) {
+        int sig = 0;
+        if (sigwait(&sigs, &sig) != 0)
+            continue;
+        if (sig == SIGHUP) {
+            fprintf(stderr, "tierproxy: SIGHUP: configuration reload is not supported yet; keeping the running one\n");
+            continue;
+        }
+        fprintf(stderr, "tierproxy: %s: draining\n", sig == SIGTERM ? "SIGTERM" : "SIGINT");
+        break;
+    }
+    status = 0;
+stop:
+    for (int i = 0; i < started; i++)
+        worker_request_stop(&workers[i]);
+    for (int i = 0; i < started; i++)
+        worker_join_and_destroy(&workers[i]);
+out:
+    free(workers);
+    if (memory != NULL)
+        memory_store_destroy(memory);
+    if (catalog != NULL)
+        snapshot_watch_stop(catalog);
+    return status;
+}
+
+int main(int argc, char **argv, char **envp)
+{
+    struct proxy_config cfg;
+    enum config_action action;
+    char err[1024];
+    int rc = config_load(argc, argv, envp, &cfg, &action, err, sizeof(err));
+    if (rc == 2) {
+        fprintf(stderr, "%s\n", err);
+        return 2;
+    }
+    if (rc < 0) {
+        fprintf(stderr, "tierproxy: %s\n", err);
+        return 1;
+    }
+    int status = 0;
+    switch (action) {
+    case CONFIG_HELP:
+        fputs(config_usage(), stdout);
+        break;
+    case CONFIG_VERSION:
+        printf("tierproxy %s\n", TIERPROXY_VERSION);
+        break;
+    case CONFIG_CHECK:
+        status = check_catalog(&cfg);
+        break;
+    case CONFIG_RUN:
+        curl_global_init(CURL_GLOBAL_DEFAULT);
+        evthread_use_pthreads();
+        status = serve(&cfg);
+        curl_global_cleanup();
+        break;
+    }
+    config_free(&cfg);
+    return status;
+}

@@ -1,1 +1,232 @@
-/* placeholder: being written */
+/* RateLimit response headers: draft (RateLimit-Limit/-Remaining/-Reset/-Policy),
+ * ietf (draft-ietf-httpapi-ratelimit-headers-11 structured fields), x (X-RateLimit-*). */
+#include "proxy/ratelimit_headers.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
+
+/* Structured-field integers have at most 15 digits (RFC 8941 3.3.1). */
+#define SF_INT_MAX INT64_C(999999999999999)
+
+/* One ietf item ("name";q=...;w=...) and the whole list. Items that do not fit the list
+ * are left out of both headers. */
+#define ITEM_MAX 320
+#define LIST_MAX 2048
+
+int header_style_parse(const char *text, enum header_style *pstyle)
+{
+    static const struct {
+        const char *name;
+        enum header_style style;
+    } names[] = {
+        {"draft", HEADERS_DRAFT},
+        {"ietf", HEADERS_IETF},
+        {"x", HEADERS_X},
+        {"off", HEADERS_OFF},
+    };
+
+    if (text == NULL)
+        return -EINVAL;
+    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+        if (strcmp(text, names[i].name) == 0) {
+            if (pstyle)
+                *pstyle = names[i].style;
+            return 0;
+        }
+    }
+    return -EINVAL;
+}
+
+/* ceil(ms / 1000) for ms >= 0; 0 for negative ms. No overflow. */
+static int64_t ms_to_s_ceil(int64_t ms)
+{
+    if (ms <= 0)
+        return 0;
+    return ms / 1000 + (ms % 1000 != 0);
+}
+
+int64_t ratelimit_retry_after_s(int64_t reset_ms)
+{
+    int64_t s = ms_to_s_ceil(reset_ms);
+    return s < 1 ? 1 : s;
+}
+
+static int64_t clamp_nonneg(int64_t v, int64_t max)
+{
+    if (v < 0)
+        return 0;
+    return v > max ? max : v;
+}
+
+/* The item closest to running out: least remaining, then longest reset. */
+static const struct ratelimit_item *closest_item(const struct ratelimit_item *items, size_t n)
+{
+    const struct ratelimit_item *best = &items[0];
+    for (size_t i = 1; i < n; i++) {
+        const struct ratelimit_item *it = &items[i];
+        if (it->remaining < best->remaining ||
+            (it->remaining == best->remaining && it->reset_ms > best->reset_ms))
+            best = it;
+    }
+    return best;
+}
+
+/* snprintf that reports truncation: returns 0 when the whole text fit. */
+static int fmt_fits(int r, size_t size)
+{
+    return (r >= 0 && (size_t)r < size) ? 0 : -1;
+}
+
+static void render_draft(const struct ratelimit_item *it, header_add_fn *add, void *arg)
+{
+    char limit[24], remaining[24], reset[24], policy[64];
+    int64_t l = clamp_nonneg(it->limit, INT64_MAX);
+    int r1, r2, r3, r4;
+
+    r1 = snprintf(limit, sizeof(limit), "%" PRId64, l);
+    r2 = snprintf(remaining, sizeof(remaining), "%" PRId64, clamp_nonneg(it->remaining, l));
+    r3 = snprintf(reset, sizeof(reset), "%" PRId64, ms_to_s_ceil(it->reset_ms));
+    if (it->concurrency || it->window_ms <= 0)
+        r4 = snprintf(policy, sizeof(policy), "%" PRId64, l);
+    else
+        r4 = snprintf(policy, sizeof(policy), "%" PRId64 ";w=%" PRId64, l,
+                      ms_to_s_ceil(it->window_ms));
+    if (fmt_fits(r1, sizeof(limit)) || fmt_fits(r2, sizeof(remaining)) ||
+        fmt_fits(r3, sizeof(reset)) || fmt_fits(r4, sizeof(policy)))
+        return;
+    add(arg, "RateLimit-Limit", limit);
+    add(arg, "RateLimit-Remaining", remaining);
+    add(arg, "RateLimit-Reset", reset);
+    add(arg, "RateLimit-Policy", policy);
+}
+
+static void render_x(const struct ratelimit_item *it, int64_t now_unix_ms, header_add_fn *add,
+                     void *arg)
+{
+    char limit[24], remaining[24], reset[24];
+    int64_t l = clamp_nonneg(it->limit, INT64_MAX);
+    int64_t now = now_unix_ms < 0 ? 0 : now_unix_ms;
+    int64_t delta = it->reset_ms < 0 ? 0 : it->reset_ms;
+    int64_t at = delta > INT64_MAX - now ? INT64_MAX : now + delta;
+    int r1, r2, r3;
+
+    r1 = snprintf(limit, sizeof(limit), "%" PRId64, l);
+    r2 = snprintf(remaining, sizeof(remaining), "%" PRId64, clamp_nonneg(it->remaining, l));
+    r3 = snprintf(reset, sizeof(reset), "%" PRId64, ms_to_s_ceil(at));
+    if (fmt_fits(r1, sizeof(limit)) || fmt_fits(r2, sizeof(remaining)) ||
+        fmt_fits(r3, sizeof(reset)))
+        return;
+    add(arg, "X-RateLimit-Limit", limit);
+    add(arg, "X-RateLimit-Remaining", remaining);
+    add(arg, "X-RateLimit-Reset", reset);
+}
+
+/* Writes name as an sf-string ("...", with " and \ escaped). Characters an sf-string
+ * cannot hold (controls, non-ASCII) become '?'. Returns 0, or -1 when it does not fit. */
+static int sf_string(char *buf, size_t size, const char *name)
+{
+    size_t o = 0;
+    if (name == NULL)
+        name = "";
+    if (size < 3)
+        return -1;
+    buf[o++] = '"';
+    for (const unsigned char *p = (const unsigned char *)name; *p; p++) {
+        unsigned char c = *p;
+        if (c < 0x20 || c > 0x7e)
+            c = '?';
+        if (c == '"' || c == '\\') {
+            if (o + 2 >= size)
+                return -1;
+            buf[o++] = '\\';
+        }
+        if (o + 1 >= size)
+            return -1;
+        buf[o++] = (char)c;
+    }
+    if (o + 2 > size)
+        return -1;
+    buf[o++] = '"';
+    buf[o] = '\0';
+    return 0;
+}
+
+/* Appends ", item" (or "item" to an empty list). Returns 0, or -1 when it does not fit. */
+static int list_append(char *list, size_t size, size_t *plen, const char *item)
+{
+    size_t add = strlen(item) + (*plen ? 2 : 0);
+    if (*plen + add + 1 > size)
+        return -1;
+    if (*plen) {
+        memcpy(list + *plen, ", ", 2);
+        *plen += 2;
+    }
+    memcpy(list + *plen, item, strlen(item) + 1);
+    *plen += strlen(item);
+    return 0;
+}
+
+static void render_ietf(const struct ratelimit_item *items, size_t n, header_add_fn *add,
+                        void *arg)
+{
+    char policy[LIST_MAX], state[LIST_MAX];
+    size_t policy_len = 0, state_len = 0;
+
+    policy[0] = state[0] = '\0';
+    for (size_t i = 0; i < n; i++) {
+        const struct ratelimit_item *it = &items[i];
+        char name[ITEM_MAX / 2], pitem[ITEM_MAX], sitem[ITEM_MAX];
+        int64_t q = clamp_nonneg(it->limit, SF_INT_MAX);
+        int64_t r = clamp_nonneg(it->remaining, q);
+        int64_t t = clamp_nonneg(ms_to_s_ceil(it->reset_ms), SF_INT_MAX);
+        int rp, rs;
+
+        if (sf_string(name, sizeof(name), it->name))
+            continue;
+        if (it->concurrency)
+            rp = snprintf(pitem, sizeof(pitem), "%s;q=%" PRId64 ";qu=\"concurrent-requests\"",
+                          name, q);
+        else if (it->window_ms > 0)
+            rp = snprintf(pitem, sizeof(pitem), "%s;q=%" PRId64 ";w=%" PRId64, name, q,
+                          clamp_nonneg(ms_to_s_ceil(it->window_ms), SF_INT_MAX));
+        else
+            rp = snprintf(pitem, sizeof(pitem), "%s;q=%" PRId64, name, q);
+        rs = snprintf(sitem, sizeof(sitem), "%s;r=%" PRId64 ";t=%" PRId64, name, r, t);
+        if (fmt_fits(rp, sizeof(pitem)) || fmt_fits(rs, sizeof(sitem)))
+            continue;
+        /* Both headers carry the same items: add to both or to neither. */
+        if (policy_len + strlen(pitem) + 3 > sizeof(policy) ||
+            state_len + strlen(sitem) + 3 > sizeof(state))
+            break;
+        if (list_append(policy, sizeof(policy), &policy_len, pitem) ||
+            list_append(state, sizeof(state), &state_len, sitem))
+            break;
+    }
+    if (policy_len == 0)
+        return;
+    add(arg, "RateLimit-Policy", policy);
+    add(arg, "RateLimit", state);
+}
+
+void ratelimit_headers_render(enum header_style style, const struct ratelimit_item *items, size_t n,
+                              int64_t now_unix_ms, header_add_fn *add, void *arg)
+{
+    if (items == NULL || n == 0 || add == NULL)
+        return;
+    switch (style) {
+    case HEADERS_DRAFT:
+        render_draft(closest_item(items, n), add, arg);
+        break;
+    case HEADERS_IETF:
+        render_ietf(items, n, add, arg);
+        break;
+    case HEADERS_X:
+        render_x(closest_item(items, n), now_unix_ms, add, arg);
+        break;
+    case HEADERS_OFF:
+    default:
+        break;
+    }
+}

@@ -1,1 +1,383 @@
-/* placeholder: being written */
+#include "proxy/request.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "proxy/config.h"
+#include "proxy/forward.h"
+#include "proxy/netaddr.h"
+#include "proxy/respond.h"
+#include "proxy/worker.h"
+
+/* The largest selection of limits one request can meet (rate, concurrency, messages). */
+#define MAX_SELECTED 48
+
+int bytebuf_append(struct bytebuf *b, const void *src, size_t n)
+{
+    if (b->off > 0 && b->off + b->len + n > b->cap) {
+        memmove(b->data, b->data + b->off, b->len);
+        b->off = 0;
+    }
+    if (b->len + n > b->cap) {
+        size_t cap = b->cap ? b->cap : 4096;
+        while (cap < b->len + n)
+            cap *= 2;
+        char *grown = realloc(b->data, cap);
+        if (grown == NULL)
+            return -ENOMEM;
+        b->data = grown;
+        b->cap = cap;
+    }
+    memcpy(b->data + b->off + b->len, src, n);
+    b->len += n;
+    return 0;
+}
+
+void bytebuf_consume(struct bytebuf *b, size_t n)
+{
+    b->off += n;
+    b->len -= n;
+    if (b->len == 0)
+        b->off = 0;
+}
+
+void bytebuf_free(struct bytebuf *b)
+{
+    free(b->data);
+    memset(b, 0, sizeof(*b));
+}
+
+void *request_uri_logger(void *cls, const char *uri, struct MHD_Connection *conn)
+{
+    struct worker *w = cls;
+    struct request *r = calloc(1, sizeof(*r));
+    if (r == NULL)
+        return NULL;
+    r->raw_uri = strdup(uri);
+    if (r->raw_uri == NULL) {
+        free(r);
+        return NULL;
+    }
+    r->w = w;
+    r->conn = conn;
+    r->refs = 1;
+    r->started_ms = clock_mono_ms();
+    r->resp_content_length = -1;
+    w->active_requests++;
+    r->next = w->requests;
+    if (w->requests != NULL)
+        w->requests->prev = r;
+    w->requests = r;
+    return r;
+}
+
+void request_unref(struct request *r)
+{
+    if (--r->refs > 0)
+        return;
+    forward_release(r);
+    if (r->pending != NULL)
+        MHD_destroy_response(r->pending);
+    if (r->snap != NULL)
+        snapshot_unref(r->snap);
+    bytebuf_free(&r->body);
+    r->w->active_requests--;
+    if (r->prev != NULL)
+        r->prev->next = r->next;
+    else
+        r->w->requests = r->next;
+    if (r->next != NULL)
+        r->next->prev = r->prev;
+    free(r->raw_uri);
+    free(r);
+}
+
+void request_wake(struct request *r)
+{
+    if (r->mhd_done)
+        return;
+    r->reader_waiting = false;
+    if (r->suspended) {
+        r->suspended = false;
+        MHD_resume_connection(r->conn);
+    }
+    worker_kick_mhd(r->w);
+}
+
+void request_set_pending(struct request *r, unsigned status, struct MHD_Response *response)
+{
+    if (r->mhd_done || r->pending != NULL) {
+        if (response != NULL)
+            MHD_destroy_response(response);
+        return;
+    }
+    r->pending = response;
+    r->pending_status = status;
+    request_wake(r);
+}
+
+static void suspend(struct request *r)
+{
+    if (!r->suspended) {
+        r->suspended = true;
+        MHD_suspend_connection(r->conn);
+    }
+}
+
+static enum MHD_Result queue_pending(struct request *r)
+{
+    struct MHD_Response *resp = r->pending;
+    r->pending = NULL;
+    r->phase = PHASE_RESPONDING;
+    if (resp == NULL)
+        return MHD_NO;
+    enum MHD_Result ret = MHD_queue_response(r->conn, r->pending_status, resp);
+    MHD_destroy_response(resp);
+    return ret;
+}
+
+static enum MHD_Result queue_now(struct request *r, unsigned status, struct MHD_Response *resp)
+{
+    r->pending = resp;
+    r->pending_status = status;
+    return queue_pending(r);
+}
+
+static enum MHD_Result reject_unauthorized(struct request *r, const char *code)
+{
+    struct MHD_Response *resp = respond_error(code);
+    if (resp != NULL)
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer");
+    return queue_now(r, MHD_HTTP_UNAUTHORIZED, resp);
+}
+
+/* The API key the client presented, or NULL. */
+static const char *presented_key(struct request *r, size_t *plen)
+{
+    const struct proxy_config *cfg = r->w->cfg;
+    const char *value = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, cfg->key_header);
+    if (value == NULL)
+        return NULL;
+    if (strcasecmp(cfg->key_header, "Authorization") == 0) {
+        if (strncasecmp(value, "Bearer", 6) != 0 || (value[6] != ' ' && value[6] != '\t'))
+            return NULL;
+        value += 6;
+    }
+    while (*value == ' ' || *value == '\t')
+        value++;
+    size_t len = strlen(value);
+    while (len > 0 && (value[len - 1] == ' ' || value[len - 1] == '\t'))
+        len--;
+    if (len == 0)
+        return NULL;
+    *plen = len;
+    return value;
+}
+
+/* The client's address: the peer, or, when the peer is a trusted proxy, the right-most
+ * address of X-Forwarded-For that is not itself a trusted proxy. */
+static void client_address(struct request *r, char *buf, size_t buflen)
+{
+    const struct proxy_config *cfg = r->w->cfg;
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(r->conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+    buf[0] = '\0';
+    if (ci == NULL || ci->client_addr == NULL)
+        return;
+    sockaddr_to_text(ci->client_addr, buf, buflen);
+    if (!cidr_match_sockaddr(cfg->trusted_proxies, cfg->n_trusted_proxies, ci->client_addr))
+        return;
+    const char *xff = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "X-Forwarded-For");
+    if (xff == NULL)
+        return;
+    const char *end = xff + strlen(xff);
+    while (end > xff) {
+        const char *start = end;
+        while (start > xff && start[-1] != ',')
+            start--;
+        const char *a = start, *b = end;
+        while (a < b && (*a == ' ' || *a == '\t'))
+            a++;
+        while (b > a && (b[-1] == ' ' || b[-1] == '\t'))
+            b--;
+        if (b > a && (size_t)(b - a) < buflen) {
+            memcpy(buf, a, (size_t)(b - a));
+            buf[b - a] = '\0';
+            if (!cidr_match_text(cfg->trusted_proxies, cfg->n_trusted_proxies, a, (size_t)(b - a)))
+                return;
+        }
+        end = start > xff ? start - 1 : xff;
+    }
+}
+
+static void apply_verdict(struct request *r, const struct limiter_result *result)
+{
+    const struct proxy_config *cfg = r->w->cfg;
+    if (result->status != LIMITER_DECIDED) {
+        if (cfg->rate_fail_open)
+            forward_start(r);
+        else
+            request_set_pending(r, MHD_HTTP_SERVICE_UNAVAILABLE, respond_error("limiter_unavailable"));
+        return;
+    }
+    r->verdict = *result;
+    r->have_verdict = true;
+    if (result->allowed || r->plan->shadow) {
+        forward_start(r);
+        return;
+    }
+    struct MHD_Response *resp = respond_limited("rate_limit_exceeded", respond_retry_after_s(r));
+    if (resp != NULL)
+        respond_add_ratelimit_headers(r, resp);
+    request_set_pending(r, MHD_HTTP_TOO_MANY_REQUESTS, resp);
+}
+
+static void on_verdict(void *arg, const struct limiter_result *result)
+{
+    struct request *r = arg;
+    if (!r->mhd_done)
+        apply_verdict(r, result);
+    request_unref(r);
+}
+
+static bool is_exempt(const struct proxy_config *cfg, const char *path)
+{
+    for (size_t i = 0; i < cfg->n_exempt_paths; i++)
+        if (strncmp(path, cfg->exempt_paths[i], strlen(cfg->exempt_paths[i])) == 0)
+            return true;
+    return false;
+}
+
+/* The whole request is in: authenticate, check the limits, forward. */
+static enum MHD_Result decide(struct request *r, const char *path)
+{
+    struct worker *w = r->w;
+    const struct proxy_config *cfg = w->cfg;
+
+    if (is_exempt(cfg, path)) {
+        r->exempt = true;
+        forward_start(r);
+        goto started;
+    }
+
+    struct snapshot *snap = worker_snapshot(w);
+    if (snap == NULL)
+        return queue_now(r, MHD_HTTP_SERVICE_UNAVAILABLE, respond_error("catalog_unavailable"));
+    r->snap = snapshot_ref(snap);
+
+    size_t key_len = 0;
+    const char *key = presented_key(r, &key_len);
+    if (key != NULL) {
+        const struct tier_user *user = snapshot_find_key(r->snap, key, key_len);
+        if (user == NULL)
+            return reject_unauthorized(r, "invalid_api_key");
+        r->plan = user->plan;
+        r->user_id = user->id;
+        snprintf(r->subject, sizeof(r->subject), "u:%s", user->id);
+    } else if (cfg->anonymous_plan != NULL) {
+        r->plan = snapshot_find_plan(r->snap, cfg->anonymous_plan);
+        if (r->plan == NULL)
+            return reject_unauthorized(r, "missing_api_key");
+        char addr[64];
+        client_address(r, addr, sizeof(addr));
+        r->user_id = "anonymous";
+        snprintf(r->subject, sizeof(r->subject), "ip:%s", addr);
+    } else {
+        return reject_unauthorized(r, "missing_api_key");
+    }
+
+    const struct tier_limit *selected[MAX_SELECTED];
+    size_t n = tier_plan_select(r->plan, r->method, path, strlen(path), selected, MAX_SELECTED);
+    if (n > MAX_SELECTED)
+        n = MAX_SELECTED;
+    struct limit_rule rules[LIMITER_MAX_RULES];
+    for (size_t i = 0; i < n && r->n_rate_limits < LIMITER_MAX_RULES; i++) {
+        if (selected[i]->kind != TIER_LIMIT_RATE)
+            continue;
+        rules[r->n_rate_limits] = selected[i]->rule;
+        r->rate_limits[r->n_rate_limits++] = selected[i];
+    }
+    if (r->n_rate_limits == 0) {
+        forward_start(r);
+        goto started;
+    }
+
+    r->phase = PHASE_CHECKING;
+    r->refs++; /* the limiter's, until on_verdict */
+    int rc = limiter_check(w->limiter, r->subject, strlen(r->subject), rules, r->n_rate_limits, -1, on_verdict, r);
+    if (rc < 0) {
+        r->refs--;
+        struct limiter_result unavailable = { .status = LIMITER_UNAVAILABLE };
+        apply_verdict(r, &unavailable);
+    }
+started:
+    if (r->pending != NULL)
+        return queue_pending(r);
+    suspend(r);
+    return MHD_YES;
+}
+
+enum MHD_Result request_handle(void *cls, struct MHD_Connection *conn, const char *url, const char *method,
+                               const char *version, const char *upload_data, size_t *upload_data_size,
+                               void **req_cls)
+{
+    struct request *r = *req_cls;
+    if (r == NULL)
+        return MHD_NO;
+    const struct proxy_config *cfg = r->w->cfg;
+
+    switch (r->phase) {
+    case PHASE_HEAD: {
+        r->method = method;
+        r->phase = PHASE_BODY;
+        const char *cl = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
+        if (cl != NULL) {
+            char *end;
+            errno = 0;
+            long long n = strtoll(cl, &end, 10);
+            if (errno == 0 && *end == '\0' && n > cfg->max_body_bytes)
+                /* Answered before the body is read; MHD closes the connection after. */
+                return queue_now(r, MHD_HTTP_CONTENT_TOO_LARGE, respond_error("request_too_large"));
+        }
+        return MHD_YES;
+    }
+    case PHASE_BODY:
+        if (*upload_data_size > 0) {
+            if (!r->body_too_large) {
+                if ((int64_t)(r->body.len + *upload_data_size) > cfg->max_body_bytes) {
+                    r->body_too_large = true;
+                    bytebuf_free(&r->body);
+                } else if (bytebuf_append(&r->body, upload_data, *upload_data_size) < 0) {
+                    return MHD_NO;
+                }
+            }
+            *upload_data_size = 0;
+            return MHD_YES;
+        }
+        if (r->body_too_large)
+            return queue_now(r, MHD_HTTP_CONTENT_TOO_LARGE, respond_error("request_too_large"));
+        return decide(r, url);
+    case PHASE_CHECKING:
+    case PHASE_FORWARDING:
+        if (r->pending != NULL)
+            return queue_pending(r);
+        suspend(r);
+        return MHD_YES;
+    case PHASE_RESPONDING:
+        break;
+    }
+    return MHD_YES;
+}
+
+void request_completed(void *cls, struct MHD_Connection *conn, void **req_cls, enum MHD_RequestTerminationCode toe)
+{
+    struct request *r = *req_cls;
+    if (r == NULL)
+        return;
+    *req_cls = NULL;
+    r->mhd_done = true;
+    forward_abort(r);
+    request_unref(r);
+}

@@ -1,1 +1,76 @@
-/* placeholder: being written */
+#include "proxy/respond.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "proxy/config.h"
+#include "proxy/ratelimit_headers.h"
+#include "proxy/worker.h"
+
+static struct MHD_Response *json_response(const char *body, size_t len)
+{
+    struct MHD_Response *resp = MHD_create_response_from_buffer(len, (void *)body, MHD_RESPMEM_MUST_COPY);
+    if (resp != NULL)
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "application/json");
+    return resp;
+}
+
+struct MHD_Response *respond_error(const char *error_code)
+{
+    char body[128];
+    int n = snprintf(body, sizeof(body), "{\"error_code\":\"%s\"}", error_code);
+    return json_response(body, (size_t)n);
+}
+
+struct MHD_Response *respond_limited(const char *error_code, int64_t retry_after_s)
+{
+    const char *what = strcmp(error_code, "concurrency_limit_exceeded") == 0 ? "Concurrency limit exceeded"
+                                                                             : "Rate limit exceeded";
+    char body[256];
+    int n = snprintf(body, sizeof(body),
+                     "{\"error_code\":\"%s\",\"detail\":\"%s. Try again in %lld seconds.\",\"retry_after\":%lld}",
+                     error_code, what, (long long)retry_after_s, (long long)retry_after_s);
+    struct MHD_Response *resp = json_response(body, (size_t)n);
+    if (resp != NULL) {
+        char value[32];
+        snprintf(value, sizeof(value), "%lld", (long long)retry_after_s);
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_RETRY_AFTER, value);
+    }
+    return resp;
+}
+
+static void add_to_response(void *arg, const char *name, const char *value)
+{
+    MHD_add_response_header(arg, name, value);
+}
+
+void respond_add_ratelimit_headers(const struct request *r, struct MHD_Response *response)
+{
+    if (!r->have_verdict || r->verdict.status != LIMITER_DECIDED)
+        return;
+    struct ratelimit_item items[LIMITER_MAX_RULES];
+    size_t n = 0;
+    for (size_t i = 0; i < r->verdict.n && i < r->n_rate_limits; i++) {
+        const struct limit_verdict *v = &r->verdict.verdicts[i];
+        items[n++] = (struct ratelimit_item){
+            .name = r->rate_limits[i]->name,
+            .limit = v->limit,
+            .remaining = v->remaining,
+            .reset_ms = v->reset_ms,
+            .window_ms = r->rate_limits[i]->rule.window_ms,
+            .concurrency = false,
+        };
+    }
+    ratelimit_headers_render(r->w->cfg->headers, items, n, r->verdict.now_ms, add_to_response, response);
+}
+
+int64_t respond_retry_after_s(const struct request *r)
+{
+    int64_t wait_ms = 0;
+    for (size_t i = 0; i < r->verdict.n; i++) {
+        const struct limit_verdict *v = &r->verdict.verdicts[i];
+        if (!v->allowed && v->reset_ms > wait_ms)
+            wait_ms = v->reset_ms;
+    }
+    return ratelimit_retry_after_s(wait_ms);
+}

@@ -1,1 +1,263 @@
-/* placeholder: being written */
+#include "proxy/worker.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <event2/event.h>
+#include <microhttpd.h>
+
+#include "proxy/config.h"
+#include "proxy/forward.h"
+#include "proxy/request.h"
+#include "store/limiter.h"
+#include "tiers/snapshot.h"
+
+/* How long SIGTERM waits for in-flight requests. */
+#define DRAIN_MS 10000
+
+int64_t clock_mono_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+int64_t clock_unix_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static void schedule_mhd_timer(struct worker *w)
+{
+    MHD_UNSIGNED_LONG_LONG timeout_ms;
+    if (MHD_get_timeout(w->daemon, &timeout_ms) == MHD_YES) {
+        if (timeout_ms > 60000)
+            timeout_ms = 60000;
+        struct timeval tv = { .tv_sec = (time_t)(timeout_ms / 1000),
+                              .tv_usec = (suseconds_t)((timeout_ms % 1000) * 1000) };
+        evtimer_add(w->mhd_timer, &tv);
+    } else {
+        evtimer_del(w->mhd_timer);
+    }
+}
+
+static void run_mhd(struct worker *w)
+{
+    MHD_run(w->daemon);
+    schedule_mhd_timer(w);
+}
+
+static void on_mhd_io(evutil_socket_t fd, short what, void *arg)
+{
+    run_mhd(arg);
+}
+
+static void on_mhd_timer(evutil_socket_t fd, short what, void *arg)
+{
+    run_mhd(arg);
+}
+
+void worker_kick_mhd(struct worker *w)
+{
+    /* Runs MHD from the loop on its next turn, never from inside a curl or hiredis
+     * callback. */
+    static const struct timeval now = { 0, 0 };
+    evtimer_add(w->mhd_timer, &now);
+}
+
+struct snapshot *worker_snapshot(struct worker *w)
+{
+    uint64_t generation = snapshot_watch_generation(w->shared->catalog);
+    if (w->snap == NULL || generation != w->snap_generation) {
+        struct snapshot *fresh = snapshot_watch_acquire(w->shared->catalog);
+        if (fresh != NULL) {
+            if (w->snap != NULL)
+                snapshot_unref(w->snap);
+            w->snap = fresh;
+            w->snap_generation = generation;
+        }
+    }
+    return w->snap;
+}
+
+static void on_drain_timer(evutil_socket_t fd, short what, void *arg)
+{
+    struct worker *w = arg;
+    if (w->active_requests == 0 || clock_mono_ms() >= w->drain_deadline_ms) {
+        event_base_loopbreak(w->base);
+        return;
+    }
+    static const struct timeval tick = { 0, 50 * 1000 };
+    evtimer_add(w->drain_timer, &tick);
+}
+
+static void on_stop(evutil_socket_t fd, short what, void *arg)
+{
+    struct worker *w = arg;
+    if (w->stopping)
+        return;
+    w->stopping = true;
+    /* Stop accepting; the other workers' sockets keep the port open until they stop too. */
+    MHD_socket listen_fd = MHD_quiesce_daemon(w->daemon);
+    if (listen_fd != MHD_INVALID_SOCKET)
+        close(listen_fd);
+    w->drain_deadline_ms = clock_mono_ms() + DRAIN_MS;
+    on_drain_timer(-1, 0, w);
+}
+
+static int make_listen_addr(const struct proxy_config *cfg, struct sockaddr_storage *ss, int *pipv6)
+{
+    memset(ss, 0, sizeof(*ss));
+    struct sockaddr_in *in4 = (struct sockaddr_in *)ss;
+    struct sockaddr_in6 *in6 = (struct sockaddr_in6 *)ss;
+    if (inet_pton(AF_INET, cfg->listen_host, &in4->sin_addr) == 1) {
+        in4->sin_family = AF_INET;
+        in4->sin_port = htons(cfg->listen_port);
+        *pipv6 = 0;
+        return 0;
+    }
+    if (inet_pton(AF_INET6, cfg->listen_host, &in6->sin6_addr) == 1) {
+        in6->sin6_family = AF_INET6;
+        in6->sin6_port = htons(cfg->listen_port);
+        *pipv6 = 1;
+        return 0;
+    }
+    return -EINVAL;
+}
+
+int worker_init(struct worker *w, int index, const struct proxy_shared *shared, char *err, size_t errlen)
+{
+    memset(w, 0, sizeof(*w));
+    w->index = index;
+    w->shared = shared;
+    w->cfg = shared->cfg;
+    const struct proxy_config *cfg = w->cfg;
+
+    w->base = event_base_new();
+    if (w->base == NULL) {
+        snprintf(err, errlen, "cannot create an event loop");
+        return -ENOMEM;
+    }
+
+    struct sockaddr_storage addr;
+    int ipv6;
+    if (make_listen_addr(cfg, &addr, &ipv6) < 0) {
+        snprintf(err, errlen, "listen address \"%s\" is not an IP address", cfg->listen_host);
+        return -EINVAL;
+    }
+    unsigned flags = MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME;
+    if (ipv6)
+        flags |= MHD_USE_IPv6;
+    w->daemon = MHD_start_daemon(flags, 0, NULL, NULL, request_handle, w,
+                                 MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&addr,
+                                 MHD_OPTION_LISTENING_ADDRESS_REUSE, (unsigned)1,
+                                 MHD_OPTION_LISTEN_BACKLOG_SIZE, (unsigned)4096,
+                                 MHD_OPTION_URI_LOG_CALLBACK, request_uri_logger, (void *)w,
+                                 MHD_OPTION_NOTIFY_COMPLETED, request_completed, (void *)w,
+                                 MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)75,
+                                 MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(64 * 1024),
+                                 MHD_OPTION_END);
+    if (w->daemon == NULL) {
+        snprintf(err, errlen, "cannot listen on %s:%u (address in use, or not allowed)", cfg->listen_host,
+                 (unsigned)cfg->listen_port);
+        return -EADDRINUSE;
+    }
+    const union MHD_DaemonInfo *info = MHD_get_daemon_info(w->daemon, MHD_DAEMON_INFO_EPOLL_FD);
+    if (info == NULL) {
+        snprintf(err, errlen, "libmicrohttpd has no epoll fd");
+        return -EINVAL;
+    }
+    w->mhd_io = event_new(w->base, info->epoll_fd, EV_READ | EV_PERSIST, on_mhd_io, w);
+    w->mhd_timer = evtimer_new(w->base, on_mhd_timer, w);
+    w->stop_event = event_new(w->base, -1, 0, on_stop, w);
+    w->drain_timer = evtimer_new(w->base, on_drain_timer, w);
+    if (w->mhd_io == NULL || w->mhd_timer == NULL || w->stop_event == NULL || w->drain_timer == NULL ||
+        event_add(w->mhd_io, NULL) < 0) {
+        snprintf(err, errlen, "cannot register events");
+        return -ENOMEM;
+    }
+
+    if (forward_init(w) < 0) {
+        snprintf(err, errlen, "cannot set up libcurl");
+        return -ENOMEM;
+    }
+
+    if (cfg->store == STORE_REDIS) {
+        struct redis_store_options opts = {
+            .url = cfg->redis_url,
+            .key_prefix = cfg->key_prefix,
+            .command_timeout_ms = 0,
+        };
+        w->limiter = limiter_redis_create(w->base, &opts, err, errlen);
+    } else {
+        w->limiter = limiter_memory_create(shared->memory);
+        if (w->limiter == NULL)
+            snprintf(err, errlen, "cannot create the memory limiter");
+    }
+    if (w->limiter == NULL)
+        return -EINVAL;
+
+    worker_snapshot(w);
+    return 0;
+}
+
+static void *worker_main(void *arg)
+{
+    struct worker *w = arg;
+    run_mhd(w);
+    event_base_dispatch(w->base);
+    return NULL;
+}
+
+int worker_start(struct worker *w)
+{
+    int rc = pthread_create(&w->thread, NULL, worker_main, w);
+    return rc == 0 ? 0 : -rc;
+}
+
+void worker_request_stop(struct worker *w)
+{
+    event_active(w->stop_event, EV_TIMEOUT, 1);
+}
+
+void worker_join_and_destroy(struct worker *w)
+{
+    pthread_join(w->thread, NULL);
+    /* MHD cannot stop with suspended connections: wake them; their requests see the
+     * daemon going away and are freed by the completion callback. */
+    for (struct request *r = w->requests; r != NULL; r = r->next) {
+        forward_abort(r);
+        if (r->suspended) {
+            r->suspended = false;
+            MHD_resume_connection(r->conn);
+        }
+    }
+    if (w->daemon != NULL)
+        MHD_run(w->daemon);
+    /* Closing the daemon ends the remaining connections; their completion callbacks free
+     * requests, which may still hold curl handles and limiter replies. */
+    if (w->daemon != NULL)
+        MHD_stop_daemon(w->daemon);
+    if (w->limiter != NULL)
+        limiter_destroy(w->limiter);
+    forward_destroy(w);
+    if (w->snap != NULL)
+        snapshot_unref(w->snap);
+    if (w->mhd_io != NULL)
+        event_free(w->mhd_io);
+    if (w->mhd_timer != NULL)
+        event_free(w->mhd_timer);
+    if (w->stop_event != NULL)
+        event_free(w->stop_event);
+    if (w->drain_timer != NULL)
+        event_free(w->drain_timer);
+    if (w->base != NULL)
+        event_base_free(w->base);
+}

@@ -1,1 +1,357 @@
-/* placeholder: being written */
+/* The embedded limiter store: one process, shared by every worker thread.
+ *
+ * Subjects are spread over STRIPES independent stripes by a hash of the subject; each stripe
+ * has its own mutex and chained hash table, so threads working on different subjects rarely
+ * meet. A check locks the one stripe of its subject and holds it while deciding and
+ * recording every rule, which makes the check atomic.
+ *
+ * Memory stays bounded: every rule state knows from when it is equivalent to no state at
+ * all (algo_dead_ms); such states and subjects are dropped when their chain is walked, and
+ * each check also sweeps one more bucket of its stripe, so idle subjects go away as traffic
+ * flows. */
+#include "store/limiter_impl.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "store/algorithms.h"
+
+#define STRIPES 64            /* power of two */
+#define INITIAL_BUCKETS 16    /* per stripe, power of two */
+
+struct mem_slot {
+    int64_t id;
+    int64_t dead_ms;
+    struct algo_state st;
+};
+
+struct mem_entry {
+    struct mem_entry *next;
+    uint64_t hash;
+    int64_t dead_ms;          /* max over slots */
+    uint32_t nslots, cap;
+    struct mem_slot *slots;
+    size_t subject_len;
+    char subject[];
+};
+
+struct mem_stripe {
+    pthread_mutex_t lock;
+    struct mem_entry **buckets;
+    size_t nbuckets;
+    size_t count;
+    size_t sweep;             /* next bucket the incremental sweep visits */
+} __attribute__((aligned(64)));
+
+struct memory_store {
+    struct mem_stripe stripes[STRIPES];
+};
+
+struct memory_limiter {
+    struct limiter base;
+    struct memory_store *store;
+};
+
+static uint64_t hash_subject(const char *s, size_t len)
+{
+    uint64_t h = 1469598103934665603ULL;   /* FNV-1a, then a final mix */
+    for (size_t i = 0; i < len; i++) {
+        h ^= (unsigned char)s[i];
+        h *= 1099511628211ULL;
+    }
+    h ^= h >> 33;
+    h *= 0xff51afd7ed558ccdULL;
+    h ^= h >> 33;
+    return h;
+}
+
+static int64_t realtime_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static void entry_free(struct mem_entry *e)
+{
+    for (uint32_t i = 0; i < e->nslots; i++)
+        algo_state_clear(&e->slots[i].st);
+    free(e->slots);
+    free(e);
+}
+
+/* Drops the dead entries of one chain. */
+static void sweep_chain(struct mem_stripe *st, struct mem_entry **pp, int64_t now)
+{
+    while (*pp != NULL) {
+        struct mem_entry *e = *pp;
+        if (e->dead_ms <= now) {
+            *pp = e->next;
+            entry_free(e);
+            st->count--;
+        } else {
+            pp = &e->next;
+        }
+    }
+}
+
+static size_t bucket_of(const struct mem_stripe *st, uint64_t hash)
+{
+    return (size_t)(hash >> 8) & (st->nbuckets - 1);
+}
+
+/* Doubles the table when it got crowded (after a full sweep did not help). Best effort. */
+static void maybe_grow(struct mem_stripe *st, int64_t now)
+{
+    if (st->count <= st->nbuckets * 2)
+        return;
+    for (size_t i = 0; i < st->nbuckets; i++)
+        sweep_chain(st, &st->buckets[i], now);
+    if (st->count <= st->nbuckets)
+        return;
+    size_t nb = st->nbuckets * 2;
+    struct mem_entry **b = calloc(nb, sizeof(*b));
+    if (b == NULL)
+        return;
+    for (size_t i = 0; i < st->nbuckets; i++) {
+        struct mem_entry *e = st->buckets[i];
+        while (e != NULL) {
+            struct mem_entry *next = e->next;
+            size_t j = (size_t)(e->hash >> 8) & (nb - 1);
+            e->next = b[j];
+            b[j] = e;
+            e = next;
+        }
+    }
+    free(st->buckets);
+    st->buckets = b;
+    st->nbuckets = nb;
+    st->sweep = 0;
+}
+
+struct memory_store *memory_store_create(void)
+{
+    struct memory_store *store = aligned_alloc(64, sizeof(*store));   /* stripes are cache-line aligned */
+    if (store == NULL)
+        return NULL;
+    memset(store, 0, sizeof(*store));
+    for (size_t i = 0; i < STRIPES; i++) {
+        struct mem_stripe *st = &store->stripes[i];
+        st->buckets = calloc(INITIAL_BUCKETS, sizeof(*st->buckets));
+        if (st->buckets == NULL || pthread_mutex_init(&st->lock, NULL) != 0) {
+            free(st->buckets);
+            for (size_t j = 0; j < i; j++) {
+                free(store->stripes[j].buckets);
+                pthread_mutex_destroy(&store->stripes[j].lock);
+            }
+            free(store);
+            return NULL;
+        }
+        st->nbuckets = INITIAL_BUCKETS;
+    }
+    return store;
+}
+
+void memory_store_destroy(struct memory_store *store)
+{
+    if (store == NULL)
+        return;
+    for (size_t i = 0; i < STRIPES; i++) {
+        struct mem_stripe *st = &store->stripes[i];
+        for (size_t b = 0; b < st->nbuckets; b++) {
+            struct mem_entry *e = st->buckets[b];
+            while (e != NULL) {
+                struct mem_entry *next = e->next;
+                entry_free(e);
+                e = next;
+            }
+        }
+        free(st->buckets);
+        pthread_mutex_destroy(&st->lock);
+    }
+    free(store);
+}
+
+size_t memory_store_subjects(struct memory_store *store)
+{
+    size_t total = 0;
+    for (size_t i = 0; i < STRIPES; i++) {
+        pthread_mutex_lock(&store->stripes[i].lock);
+        total += store->stripes[i].count;
+        pthread_mutex_unlock(&store->stripes[i].lock);
+    }
+    return total;
+}
+
+static struct mem_slot *find_slot(struct mem_entry *e, int64_t id)
+{
+    if (e == NULL)
+        return NULL;
+    for (uint32_t i = 0; i < e->nslots; i++)
+        if (e->slots[i].id == id)
+            return &e->slots[i];
+    return NULL;
+}
+
+/* Drops the entry's dead rule states (they are equivalent to none). */
+static void prune_slots(struct mem_entry *e, int64_t now)
+{
+    uint32_t j = 0;
+    for (uint32_t i = 0; i < e->nslots; i++) {
+        if (e->slots[i].dead_ms <= now)
+            algo_state_clear(&e->slots[i].st);
+        else
+            e->slots[j++] = e->slots[i];
+    }
+    e->nslots = j;
+}
+
+/* Makes sure the subject has an entry with a slot for every rule. Returns the entry or
+ * NULL (-ENOMEM); on failure nothing that matters changed (at most an empty entry/slot was
+ * added, which is equivalent to none). */
+static struct mem_entry *ensure_slots(struct mem_stripe *st, struct mem_entry *e, uint64_t hash,
+                                      const char *subject, size_t subject_len,
+                                      const struct limit_rule *rules, size_t n)
+{
+    if (e == NULL) {
+        e = calloc(1, sizeof(*e) + subject_len);
+        if (e == NULL)
+            return NULL;
+        e->hash = hash;
+        e->dead_ms = INT64_MIN;
+        e->subject_len = subject_len;
+        memcpy(e->subject, subject, subject_len);
+        size_t b = bucket_of(st, hash);
+        e->next = st->buckets[b];
+        st->buckets[b] = e;
+        st->count++;
+    }
+    for (size_t i = 0; i < n; i++) {
+        if (find_slot(e, rules[i].id) != NULL)
+            continue;
+        if (e->nslots == e->cap) {
+            uint32_t cap = e->cap ? e->cap * 2 : 4;
+            struct mem_slot *s = realloc(e->slots, cap * sizeof(*s));
+            if (s == NULL)
+                return NULL;
+            e->slots = s;
+            e->cap = cap;
+        }
+        struct mem_slot *slot = &e->slots[e->nslots++];
+        slot->id = rules[i].id;
+        slot->dead_ms = INT64_MIN;
+        algo_state_init(&slot->st);
+    }
+    return e;
+}
+
+static int memory_check(struct limiter *limiter, const char *subject, size_t subject_len,
+                        const struct limit_rule *rules, size_t n, int64_t now_ms,
+                        limiter_done_fn *done, void *arg)
+{
+    struct memory_limiter *ml = (struct memory_limiter *)limiter;
+    int64_t now = now_ms >= 0 ? now_ms : realtime_ms();
+    uint64_t hash = hash_subject(subject, subject_len);
+    struct mem_stripe *st = &ml->store->stripes[hash & (STRIPES - 1)];
+
+    struct limiter_result result;
+    memset(&result, 0, sizeof(result));
+    result.status = LIMITER_DECIDED;
+    result.now_ms = now;
+    result.n = n;
+
+    struct algo_eval ev[LIMITER_MAX_RULES];
+    struct algo_state empty;
+    algo_state_init(&empty);
+    int r = 0;
+
+    pthread_mutex_lock(&st->lock);
+
+    /* Incremental sweep of one other bucket, then the subject's own chain. */
+    sweep_chain(st, &st->buckets[st->sweep], now);
+    st->sweep = (st->sweep + 1) & (st->nbuckets - 1);
+    size_t b = bucket_of(st, hash);
+    sweep_chain(st, &st->buckets[b], now);
+    struct mem_entry *e = st->buckets[b];
+    while (e != NULL && !(e->hash == hash && e->subject_len == subject_len &&
+                          memcmp(e->subject, subject, subject_len) == 0))
+        e = e->next;
+    if (e != NULL)
+        prune_slots(e, now);
+
+    bool all = true;
+    for (size_t i = 0; i < n; i++) {
+        struct mem_slot *slot = find_slot(e, rules[i].id);
+        algo_decide(slot ? &slot->st : &empty, &rules[i], now, &ev[i]);
+        all = all && ev[i].allowed;
+    }
+
+    if (all) {
+        if (e == NULL)
+            maybe_grow(st, now);
+        e = ensure_slots(st, e, hash, subject, subject_len, rules, n);
+        for (size_t i = 0; e != NULL && i < n; i++) {
+            r = algo_reserve(&find_slot(e, rules[i].id)->st, &rules[i], &ev[i]);
+            if (r != 0)
+                break;
+        }
+        if (e == NULL || r != 0) {
+            pthread_mutex_unlock(&st->lock);
+            return -ENOMEM;
+        }
+        int64_t dead = INT64_MIN;
+        for (size_t i = 0; i < e->nslots; i++)
+            if (e->slots[i].dead_ms > dead)
+                dead = e->slots[i].dead_ms;
+        for (size_t i = 0; i < n; i++) {
+            struct mem_slot *slot = find_slot(e, rules[i].id);
+            algo_commit(&slot->st, &rules[i], &ev[i]);
+            algo_verdict(&slot->st, &rules[i], &ev[i], &result.verdicts[i]);
+            slot->dead_ms = algo_dead_ms(&slot->st, &rules[i]);
+            if (slot->dead_ms > dead)
+                dead = slot->dead_ms;
+        }
+        e->dead_ms = dead;
+    } else {
+        for (size_t i = 0; i < n; i++) {
+            struct mem_slot *slot = find_slot(e, rules[i].id);
+            algo_verdict(slot ? &slot->st : &empty, &rules[i], &ev[i], &result.verdicts[i]);
+        }
+    }
+    pthread_mutex_unlock(&st->lock);
+
+    result.allowed = all;
+    done(arg, &result);
+    return 0;
+}
+
+static void memory_destroy(struct limiter *limiter)
+{
+    free(limiter);
+}
+
+static bool memory_available(const struct limiter *limiter)
+{
+    return true;
+}
+
+static const struct limiter_ops memory_ops = {
+    .check = memory_check,
+    .destroy = memory_destroy,
+    .available = memory_available,
+};
+
+struct limiter *limiter_memory_create(struct memory_store *store)
+{
+    if (store == NULL)
+        return NULL;
+    struct memory_limiter *ml = calloc(1, sizeof(*ml));
+    if (ml == NULL)
+        return NULL;
+    ml->base.ops = &memory_ops;
+    ml->store = store;
+    return &ml->base;
+}

@@ -1,1 +1,482 @@
-/* placeholder: being written */
+/* The immutable in-memory catalog the proxy serves from. See snapshot.h.
+ *
+ * Layout: one array of plans, one array of limits (each plan points at its slice), one
+ * array of users sorted by id, and an open-addressing hash table of active keys indexed by
+ * the first 8 bytes of their SHA-256 (already uniformly distributed). All strings live in
+ * an arena freed with the snapshot. Nothing is written after snapshot_build returns, so
+ * any number of threads may read a snapshot they hold a reference to.
+ *
+ * Route matching (tier_plan_select) is a plain byte-prefix test, like an nginx prefix
+ * location: a route "GET /v1" matches "/v1", "/v1/x", "/v1?q=1" and also "/v1x". Write
+ * "GET /v1/" to match only below /v1/. */
+#include "tiers/snapshot.h"
+
+#include <errno.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "store/catalog.h"
+#include "tiers/apikey.h"
+
+struct arena_block {
+    struct arena_block *next;
+    size_t used, cap;
+    char data[];
+};
+
+struct key_slot {
+    uint8_t hash[TIER_KEY_HASH_LEN];
+    const struct tier_user *user;      /* NULL = empty slot */
+};
+
+struct snapshot {
+    atomic_long refs;
+    struct tier_plan *plans;
+    size_t n_plans;
+    struct tier_limit *limits;
+    size_t n_limits;
+    struct tier_user *users;           /* sorted by id (strcmp) */
+    size_t n_users;
+    struct key_slot *keys;             /* power-of-two table, at most half full */
+    size_t key_mask;
+    size_t n_keys;
+    struct arena_block *arena;
+};
+
+#define ARENA_BLOCK 65536
+
+static char *arena_strdup(struct snapshot *snap, const char *s)
+{
+    size_t n = strlen(s) + 1;
+    struct arena_block *b = snap->arena;
+    if (!b || b->cap - b->used < n) {
+        size_t cap = n > ARENA_BLOCK ? n : ARENA_BLOCK;
+        b = malloc(sizeof(*b) + cap);
+        if (!b)
+            return NULL;
+        b->used = 0;
+        b->cap = cap;
+        b->next = snap->arena;
+        snap->arena = b;
+    }
+    char *p = b->data + b->used;
+    memcpy(p, s, n);
+    b->used += n;
+    return p;
+}
+
+static void snapshot_free(struct snapshot *snap)
+{
+    if (!snap)
+        return;
+    for (struct arena_block *b = snap->arena, *next; b; b = next) {
+        next = b->next;
+        free(b);
+    }
+    free(snap->plans);
+    free(snap->limits);
+    free(snap->users);
+    free(snap->keys);
+    free(snap);
+}
+
+struct snapshot *snapshot_ref(struct snapshot *snap)
+{
+    if (snap)
+        atomic_fetch_add_explicit(&snap->refs, 1, memory_order_relaxed);
+    return snap;
+}
+
+void snapshot_unref(struct snapshot *snap)
+{
+    if (snap && atomic_fetch_sub_explicit(&snap->refs, 1, memory_order_acq_rel) == 1)
+        snapshot_free(snap);
+}
+
+/* ---- building ---- */
+
+/* A growable array of fixed-size elements. */
+struct vec {
+    void *items;
+    size_t n, cap, size;
+};
+
+static void *vec_push(struct vec *v)
+{
+    if (v->n == v->cap) {
+        size_t cap = v->cap ? v->cap * 2 : 64;
+        void *items = realloc(v->items, cap * v->size);
+        if (!items)
+            return NULL;
+        v->items = items;
+        v->cap = cap;
+    }
+    void *p = (char *)v->items + v->n * v->size;
+    v->n++;
+    memset(p, 0, v->size);
+    return p;
+}
+
+struct pending_key {
+    uint8_t hash[TIER_KEY_HASH_LEN];
+    char *user_id;                     /* in the arena */
+};
+
+struct build {
+    struct snapshot *snap;
+    struct vec plans;                  /* struct tier_plan */
+    struct vec limits;                 /* struct tier_limit, with plan ids in plan_ids */
+    struct vec plan_ids;               /* int64_t per limit */
+    struct vec users;                  /* struct tier_user */
+    struct vec keys;                   /* struct pending_key */
+    bool users_sorted;
+    char *err;
+    size_t errlen;
+};
+
+static int on_plan(void *ctx, const struct catalog_plan *plan)
+{
+    struct build *b = ctx;
+    struct tier_plan *p = vec_push(&b->plans);
+    if (!p || !(p->name = arena_strdup(b->snap, plan->name)))
+        return -ENOMEM;
+    p->id = plan->id;
+    p->shadow = plan->shadow;
+    return 0;
+}
+
+static int on_limit(void *ctx, const struct catalog_limit *limit)
+{
+    struct build *b = ctx;
+    struct tier_limit *l = vec_push(&b->limits);
+    int64_t *plan_id = vec_push(&b->plan_ids);
+    if (!l || !plan_id)
+        return -ENOMEM;
+    *plan_id = limit->plan_id;
+    l->id = limit->id;
+    switch (limit->kind) {
+    case CATALOG_LIMIT_RATE: l->kind = TIER_LIMIT_RATE; break;
+    case CATALOG_LIMIT_CONCURRENCY: l->kind = TIER_LIMIT_CONCURRENCY; break;
+    case CATALOG_LIMIT_WS_MESSAGES: l->kind = TIER_LIMIT_WS_MESSAGES; break;
+    }
+    l->rule = (struct limit_rule){
+        .id = limit->id, .algorithm = limit->algorithm, .rate = limit->amount,
+        .burst = limit->burst, .window_ms = limit->window_ms,
+    };
+    if (limit->route_method && limit->route_prefix) {
+        l->has_route = true;
+        snprintf(l->route_method, sizeof(l->route_method), "%s", limit->route_method);
+        if (!(l->route_prefix = arena_strdup(b->snap, limit->route_prefix)))
+            return -ENOMEM;
+        l->route_prefix_len = strlen(l->route_prefix);
+    }
+    return 0;
+}
+
+static int cmp_plan_id(const void *a, const void *b)
+{
+    int64_t x = *(const int64_t *)a, y = ((const struct tier_plan *)b)->id;
+    return x < y ? -1 : x > y;
+}
+
+static int on_user(void *ctx, const struct catalog_user *user)
+{
+    struct build *b = ctx;
+    const struct tier_plan *plan = bsearch(&user->plan_id, b->snap->plans, b->snap->n_plans,
+                                           sizeof(struct tier_plan), cmp_plan_id);
+    if (!plan) {
+        snprintf(b->err, b->errlen, "user \"%s\" is on plan id %lld, which does not exist",
+                 user->id, (long long)user->plan_id);
+        return -EINVAL;
+    }
+    struct tier_user *u = vec_push(&b->users);
+    if (!u || !(u->id = arena_strdup(b->snap, user->id)))
+        return -ENOMEM;
+    u->plan = plan;   /* the plans array is complete and no longer moves */
+    if (b->users.n > 1 && strcmp(u[-1].id, u->id) >= 0)
+        b->users_sorted = false;
+    return 0;
+}
+
+static int on_key(void *ctx, const struct catalog_key *key)
+{
+    struct build *b = ctx;
+    struct pending_key *k = vec_push(&b->keys);
+    if (!k || !(k->user_id = arena_strdup(b->snap, key->user_id)))
+        return -ENOMEM;
+    memcpy(k->hash, key->hash, TIER_KEY_HASH_LEN);
+    return 0;
+}
+
+static int cmp_user(const void *a, const void *b)
+{
+    return strcmp(((const struct tier_user *)a)->id, ((const struct tier_user *)b)->id);
+}
+
+static int cmp_user_id(const void *key, const void *b)
+{
+    return strcmp(key, ((const struct tier_user *)b)->id);
+}
+
+static size_t slot_of(const uint8_t *hash, size_t mask)
+{
+    uint64_t h;
+    memcpy(&h, hash, sizeof(h));
+    return (size_t)h & mask;
+}
+
+/* Gives each plan its slice of the limits and each limit its name. */
+static int attach_limits(struct build *b)
+{
+    struct snapshot *snap = b->snap;
+    const int64_t *plan_ids = b->plan_ids.items;
+    size_t j = 0;
+    for (size_t i = 0; i < snap->n_plans; i++) {
+        struct tier_plan *plan = &snap->plans[i];
+        while (j < snap->n_limits && plan_ids[j] < plan->id)
+            j++;   /* limits of a plan that is gone (cannot happen with foreign keys) */
+        size_t start = j;
+        while (j < snap->n_limits && plan_ids[j] == plan->id)
+            j++;
+        plan->limits = snap->limits + start;
+        plan->n_limits = j - start;
+        bool named_plan_wide = false;
+        for (size_t k = start; k < j; k++) {
+            struct tier_limit *l = &snap->limits[k];
+            char name[CATALOG_NAME_MAX + 32];
+            if (l->kind == TIER_LIMIT_RATE && !l->has_route && !named_plan_wide) {
+                snprintf(name, sizeof(name), "%s", plan->name);
+                named_plan_wide = true;
+            } else {
+                snprintf(name, sizeof(name), "%s-%lld", plan->name, (long long)l->id);
+            }
+            if (!(l->name = arena_strdup(snap, name)))
+                return -ENOMEM;
+        }
+    }
+    return 0;
+}
+
+static int build_key_table(struct build *b)
+{
+    struct snapshot *snap = b->snap;
+    size_t cap = 16;
+    while (cap < 2 * b->keys.n)
+        cap *= 2;
+    snap->keys = calloc(cap, sizeof(struct key_slot));
+    if (!snap->keys)
+        return -ENOMEM;
+    snap->key_mask = cap - 1;
+    const struct pending_key *keys = b->keys.items;
+    for (size_t i = 0; i < b->keys.n; i++) {
+        const struct tier_user *user = bsearch(keys[i].user_id, snap->users, snap->n_users,
+                                               sizeof(struct tier_user), cmp_user_id);
+        if (!user)
+            continue;   /* the query joins users; a missing one is skipped, not fatal */
+        size_t s = slot_of(keys[i].hash, snap->key_mask);
+        while (snap->keys[s].user) {
+            if (memcmp(snap->keys[s].hash, keys[i].hash, TIER_KEY_HASH_LEN) == 0)
+                break;   /* UNIQUE in the catalog; never twice */
+            s = (s + 1) & snap->key_mask;
+        }
+        if (snap->keys[s].user)
+            continue;
+        memcpy(snap->keys[s].hash, keys[i].hash, TIER_KEY_HASH_LEN);
+        snap->keys[s].user = user;
+        snap->n_keys++;
+    }
+    return 0;
+}
+
+int snapshot_build(struct catalog *cat, struct snapshot **psnap, char *err, size_t errlen)
+{
+    struct build b = {
+        .plans = {.size = sizeof(struct tier_plan)},
+        .limits = {.size = sizeof(struct tier_limit)},
+        .plan_ids = {.size = sizeof(int64_t)},
+        .users = {.size = sizeof(struct tier_user)},
+        .keys = {.size = sizeof(struct pending_key)},
+        .users_sorted = true,
+        .err = err,
+        .errlen = errlen,
+    };
+    err[0] = '\0';
+    bool in_txn = false;
+    int r = 0;
+    b.snap = calloc(1, sizeof(*b.snap));
+    if (!b.snap) {
+        r = -ENOMEM;
+        goto out;
+    }
+    atomic_init(&b.snap->refs, 1);
+    r = catalog_begin(cat, false);
+    if (r)
+        goto out;
+    in_txn = true;
+    r = catalog_plan_each(cat, on_plan, &b);
+    if (r)
+        goto out;
+    b.snap->plans = b.plans.items;
+    b.snap->n_plans = b.plans.n;
+    b.plans.items = NULL;
+    r = catalog_limit_each(cat, 0, on_limit, &b);
+    if (r)
+        goto out;
+    b.snap->limits = b.limits.items;
+    b.snap->n_limits = b.limits.n;
+    b.limits.items = NULL;
+    r = attach_limits(&b);
+    if (r)
+        goto out;
+    r = catalog_user_each(cat, 0, on_user, &b);
+    if (r)
+        goto out;
+    b.snap->users = b.users.items;
+    b.snap->n_users = b.users.n;
+    b.users.items = NULL;
+    if (!b.users_sorted)
+        qsort(b.snap->users, b.snap->n_users, sizeof(struct tier_user), cmp_user);
+    r = catalog_key_each(cat, NULL, true, on_key, &b);
+    if (r)
+        goto out;
+    catalog_rollback(cat);   /* a read transaction: nothing to commit */
+    in_txn = false;
+    r = build_key_table(&b);
+    if (r)
+        goto out;
+    *psnap = b.snap;
+    b.snap = NULL;
+out:
+    if (in_txn)
+        catalog_rollback(cat);
+    if (r && !err[0]) {
+        if (r == -ENOMEM)
+            snprintf(err, errlen, "out of memory loading the catalog");
+        else
+            snprintf(err, errlen, "%s", catalog_errmsg(cat));
+    }
+    free(b.plans.items);
+    free(b.limits.items);
+    free(b.plan_ids.items);
+    free(b.users.items);
+    free(b.keys.items);
+    snapshot_free(b.snap);
+    return r;
+}
+
+int snapshot_load(const char *db_path, struct snapshot **psnap, char *err, size_t errlen)
+{
+    struct catalog *cat = NULL;
+    int r = catalog_open(db_path, CATALOG_READ_ONLY, &cat, err, errlen);
+    if (r)
+        return r;
+    r = snapshot_build(cat, psnap, err, errlen);
+    catalog_close(cat);
+    return r > 0 ? -EINVAL : r;
+}
+
+/* ---- lookups: the request path ---- */
+
+const struct tier_user *snapshot_find_key(const struct snapshot *snap, const char *key, size_t key_len)
+{
+    uint8_t hash[TIER_KEY_HASH_LEN];
+    if (!snap || !key || apikey_hash(key, key_len, hash) != 0)
+        return NULL;
+    for (size_t s = slot_of(hash, snap->key_mask);; s = (s + 1) & snap->key_mask) {
+        const struct key_slot *slot = &snap->keys[s];
+        if (!slot->user)
+            return NULL;
+        if (memcmp(slot->hash, hash, TIER_KEY_HASH_LEN) == 0)
+            return slot->user;
+    }
+}
+
+const struct tier_user *snapshot_find_user(const struct snapshot *snap, const char *id)
+{
+    if (!snap || !id)
+        return NULL;
+    return bsearch(id, snap->users, snap->n_users, sizeof(struct tier_user), cmp_user_id);
+}
+
+const struct tier_plan *snapshot_find_plan(const struct snapshot *snap, const char *name)
+{
+    if (!snap || !name)
+        return NULL;
+    for (size_t i = 0; i < snap->n_plans; i++)
+        if (strcmp(snap->plans[i].name, name) == 0)
+            return &snap->plans[i];
+    return NULL;
+}
+
+size_t snapshot_user_count(const struct snapshot *snap)
+{
+    return snap ? snap->n_users : 0;
+}
+
+size_t snapshot_key_count(const struct snapshot *snap)
+{
+    return snap ? snap->n_keys : 0;
+}
+
+size_t snapshot_plan_count(const struct snapshot *snap)
+{
+    return snap ? snap->n_plans : 0;
+}
+
+const struct tier_plan *snapshot_plan_at(const struct snapshot *snap, size_t i)
+{
+    return snap && i < snap->n_plans ? &snap->plans[i] : NULL;
+}
+
+static bool route_matches(const struct tier_limit *l, const char *method, const char *path, size_t path_len)
+{
+    if (l->route_prefix_len > path_len || memcmp(path, l->route_prefix, l->route_prefix_len) != 0)
+        return false;
+    return strcmp(l->route_method, "*") == 0 || (method && strcmp(l->route_method, method) == 0);
+}
+
+size_t tier_plan_select(const struct tier_plan *plan, const char *method, const char *path,
+                        size_t path_len, const struct tier_limit **out, size_t max)
+{
+    size_t n = 0;
+    if (!plan)
+        return 0;
+    if (!path)
+        path_len = 0;
+    /* The best route: the longest matching prefix; on a tie, a named method beats "*". */
+    size_t best_len = 0;
+    bool have_best = false, best_specific = false;
+    for (size_t i = 0; i < plan->n_limits; i++) {
+        const struct tier_limit *l = &plan->limits[i];
+        if (!l->has_route) {
+            if (n < max)
+                out[n] = l;
+            n++;
+            continue;
+        }
+        if (!route_matches(l, method, path, path_len))
+            continue;
+        bool specific = strcmp(l->route_method, "*") != 0;
+        if (!have_best || l->route_prefix_len > best_len ||
+            (l->route_prefix_len == best_len && specific && !best_specific)) {
+            have_best = true;
+            best_len = l->route_prefix_len;
+            best_specific = specific;
+        }
+    }
+    if (!have_best)
+        return n;
+    for (size_t i = 0; i < plan->n_limits; i++) {
+        const struct tier_limit *l = &plan->limits[i];
+        if (l->has_route && l->route_prefix_len == best_len &&
+            (strcmp(l->route_method, "*") != 0) == best_specific &&
+            route_matches(l, method, path, path_len)) {
+            if (n < max)
+                out[n] = l;
+            n++;
+        }
+    }
+    return n;
+}

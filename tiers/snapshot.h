@@ -90,3 +90,23 @@ bool snapshot_watch_healthy(const struct snapshot_watch *watch);
 
 /* Milliseconds the last rebuild took (for logs and the note). */
 double snapshot_watch_last_build_ms(const struct snapshot_watch *watch);
+
+/* ---- added by the catalog side ---- */
+
+struct catalog;
+
+/* Builds a snapshot from an open catalog connection in one read transaction (the watcher
+ * reuses its connection). Returns 0 and sets *psnap (refcount 1), or non-zero (a
+ * catalog.h code; -EBUSY when locked) with a reason in err. */
+int snapshot_build(struct catalog *cat, struct snapshot **psnap, char *err, size_t errlen);
+
+/* Returns the user with that id, or NULL. */
+const struct tier_user *snapshot_find_user(const struct snapshot *snap, const char *id);
+
+size_t snapshot_plan_count(const struct snapshot *snap);
+
+/* The plan at index i (0 <= i < snapshot_plan_count), in catalog id order. */
+const struct tier_plan *snapshot_plan_at(const struct snapshot *snap, size_t i);
+
+/* Copies the reason the last poll or rebuild failed ("" when the last one worked). */
+void snapshot_watch_last_error(struct snapshot_watch *watch, char *buf, size_t buflen);

@@ -1,1 +1,1171 @@
-int main(void) { return 2; }
+/* tierctl: manages the plans, limits, users and API keys in the catalog.
+ *
+ * Built like the SQLite shell: `help_table` is the one source of usage text and of what
+ * each command accepts; each command is one cmd_* function; `fail` and `usage_error` are
+ * the only ways out with an error. Every command runs in one transaction (main): it is
+ * committed only when the command succeeded and its output was written, so a failed
+ * command changes nothing.
+ *
+ * Exit status: 0 done, 1 refused or failed (one line on stderr), 2 bad usage (the reason
+ * and the usage line on stderr). */
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <jansson.h>
+#include <openssl/crypto.h>
+
+#include "store/catalog.h"
+#include "store/limit.h"
+#include "tiers/apikey.h"
+#include "tiers/catalog_json.h"
+
+#define EXIT_REFUSED 1
+#define EXIT_USAGE 2
+#define DEFAULT_DB "./plans.db"
+#define MAX_POSITIONAL 4
+
+enum flag {
+    FLAG_RATE, FLAG_BURST, FLAG_ALGORITHM, FLAG_CONCURRENCY, FLAG_WS_MESSAGES, FLAG_SHADOW,
+    FLAG_ROUTE, FLAG_PLAN, FLAG_LABEL, FLAG_JSON, FLAG_DB, FLAG_HELP,
+    N_FLAGS,
+};
+#define F(name) (1u << FLAG_##name)
+#define LIMIT_FLAGS (F(RATE) | F(BURST) | F(ALGORITHM) | F(CONCURRENCY) | F(WS_MESSAGES))
+
+enum access { ACCESS_NONE, ACCESS_READ, ACCESS_WRITE, ACCESS_CREATE };
+
+/* LIMIT-FLAGS after parsing. */
+struct limit_flags {
+    bool rate, burst, algorithm, concurrency, ws, shadow;
+    int64_t rate_amount, rate_window_ms, burst_value, concurrency_value, ws_amount, ws_window_ms;
+    enum limit_algorithm algorithm_value;
+    bool shadow_value;
+};
+
+struct cli {
+    const struct help_row *cmd;
+    const char *db_path;
+    const char *pos[MAX_POSITIONAL];
+    int npos;
+    const char *flag[N_FLAGS];         /* the value given, "" for a boolean; NULL = absent */
+    struct limit_flags lf;
+    char route_method[CATALOG_METHOD_MAX + 1];
+    char route_prefix[CATALOG_PREFIX_MAX + 1];
+    struct catalog *cat;
+};
+
+typedef int command_fn(struct cli *c);
+
+static command_fn cmd_init, cmd_plan_add, cmd_plan_set, cmd_plan_list, cmd_plan_show, cmd_plan_remove,
+    cmd_limit_add, cmd_limit_remove, cmd_user_add, cmd_user_set, cmd_user_list, cmd_user_show,
+    cmd_user_remove, cmd_key_create, cmd_key_list, cmd_key_revoke, cmd_export, cmd_import;
+
+/* The help table: a row is a command (run != NULL) or a flag. It is the only source of
+ * usage text, and of which arguments and flags a command takes. */
+struct help_row {
+    const char *words;                 /* "plan add", or "--rate" */
+    const char *args;                  /* "NAME [LIMIT-FLAGS]", or the flag's value name */
+    const char *text;
+    command_fn *run;
+    int min_pos, max_pos;
+    unsigned flags;                    /* flags the command accepts (--db and --help: all) */
+    enum access access;
+    enum flag flag;                    /* flag rows */
+    bool limit_flag;                   /* listed under LIMIT-FLAGS */
+};
+
+static const struct help_row help_table[] = {
+    {"init", "", "create the schema and the default plans (idempotent)",
+     cmd_init, 0, 0, 0, ACCESS_CREATE, 0, 0},
+    {"plan add", "NAME [LIMIT-FLAGS]", "add a plan",
+     cmd_plan_add, 1, 1, LIMIT_FLAGS | F(SHADOW), ACCESS_WRITE, 0, 0},
+    {"plan set", "NAME [LIMIT-FLAGS]", "replace the plan's route-less limits of the kinds given",
+     cmd_plan_set, 1, 1, LIMIT_FLAGS | F(SHADOW), ACCESS_WRITE, 0, 0},
+    {"plan list", "[--json]", "list the plans with their limits and number of users",
+     cmd_plan_list, 0, 0, F(JSON), ACCESS_READ, 0, 0},
+    {"plan show", "NAME [--json]", "show a plan and its limits",
+     cmd_plan_show, 1, 1, F(JSON), ACCESS_READ, 0, 0},
+    {"plan remove", "NAME", "remove a plan; refused while users are on it",
+     cmd_plan_remove, 1, 1, 0, ACCESS_WRITE, 0, 0},
+    {"limit add", "PLAN LIMIT-FLAGS [--route \"METHOD /prefix\"]",
+     "add limits, per route with --route (\"* /prefix\" = any method); prints the new limit ids",
+     cmd_limit_add, 1, 1, LIMIT_FLAGS | F(ROUTE), ACCESS_WRITE, 0, 0},
+    {"limit remove", "PLAN LIMIT-ID", "remove a limit",
+     cmd_limit_remove, 2, 2, 0, ACCESS_WRITE, 0, 0},
+    {"user add", "ID --plan NAME", "add a user on a plan",
+     cmd_user_add, 1, 1, F(PLAN), ACCESS_WRITE, 0, 0},
+    {"user set", "ID --plan NAME", "move a user to another plan",
+     cmd_user_set, 1, 1, F(PLAN), ACCESS_WRITE, 0, 0},
+    {"user list", "[--plan NAME] [--json]", "list the users, or those on one plan",
+     cmd_user_list, 0, 0, F(PLAN) | F(JSON), ACCESS_READ, 0, 0},
+    {"user show", "ID [--json]", "show a user and their keys",
+     cmd_user_show, 1, 1, F(JSON), ACCESS_READ, 0, 0},
+    {"user remove", "ID", "remove a user; also revokes the user's keys",
+     cmd_user_remove, 1, 1, 0, ACCESS_WRITE, 0, 0},
+    {"key create", "USER [--label TEXT]", "print a new key alone on the last line; it is never shown again",
+     cmd_key_create, 1, 1, F(LABEL), ACCESS_WRITE, 0, 0},
+    {"key list", "[USER] [--json]", "key id, user, label, created, revoked; never the key itself",
+     cmd_key_list, 0, 1, F(JSON), ACCESS_READ, 0, 0},
+    {"key revoke", "KEY-ID", "revoke a key",
+     cmd_key_revoke, 1, 1, 0, ACCESS_WRITE, 0, 0},
+    {"export", "[FILE]", "write the whole catalog as JSON (keys as hashes) to FILE or stdout",
+     cmd_export, 0, 1, 0, ACCESS_READ, 0, 0},
+    {"import", "FILE", "replace the whole catalog with FILE (- = stdin); all or nothing, ids kept",
+     cmd_import, 1, 1, 0, ACCESS_CREATE, 0, 0},
+
+    {"--rate", "N/WINDOW", "WINDOW: s, min, h, day, or a count with a unit: 10/15s, 3000/1min",
+     NULL, 0, 0, 0, 0, FLAG_RATE, true},
+    {"--burst", "N", "extra requests allowed on top of the rate (sliding-log: limit + burst in the window)",
+     NULL, 0, 0, 0, 0, FLAG_BURST, true},
+    {"--algorithm", "A", "sliding-log (default, exact) | sliding-window | token-bucket | fixed-window",
+     NULL, 0, 0, 0, 0, FLAG_ALGORITHM, true},
+    {"--concurrency", "N", "at most N requests in flight and WebSocket connections open at once",
+     NULL, 0, 0, 0, 0, FLAG_CONCURRENCY, true},
+    {"--ws-messages", "N/WINDOW", "client-to-upstream WebSocket messages per connection",
+     NULL, 0, 0, 0, 0, FLAG_WS_MESSAGES, true},
+    {"--shadow", "on|off", "(plan add/set) count and report, but never reject",
+     NULL, 0, 0, 0, 0, FLAG_SHADOW, true},
+    {"--route", "\"METHOD /prefix\"", "(limit add) a per-route limit; the longest matching prefix applies",
+     NULL, 0, 0, 0, 0, FLAG_ROUTE, false},
+    {"--plan", "NAME", "(user add/set/list) the plan", NULL, 0, 0, 0, 0, FLAG_PLAN, false},
+    {"--label", "TEXT", "(key create) a note to tell keys apart", NULL, 0, 0, 0, 0, FLAG_LABEL, false},
+    {"--json", NULL, "(list and show) print JSON", NULL, 0, 0, 0, 0, FLAG_JSON, false},
+    {"--db", "PATH", "the catalog; default $TIERPROXY_DB, else " DEFAULT_DB, NULL, 0, 0, 0, 0, FLAG_DB, false},
+    {"--help", NULL, "print this help", NULL, 0, 0, 0, 0, FLAG_HELP, false},
+};
+#define N_ROWS (sizeof(help_table) / sizeof(help_table[0]))
+
+/* ---- errors and help ---- */
+
+/* The one error helper: one line on stderr; returns the refused exit status. */
+__attribute__((format(printf, 1, 2)))
+static int fail(const char *fmt, ...)
+{
+    va_list ap;
+    fputs("tierctl: ", stderr);
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputc('\n', stderr);
+    return EXIT_REFUSED;
+}
+
+static void print_usage_line(FILE *f, const struct help_row *cmd)
+{
+    if (cmd)
+        fprintf(f, "usage: tierctl [--db PATH] %s%s%s\n", cmd->words, cmd->args[0] ? " " : "", cmd->args);
+    else
+        fprintf(f, "usage: tierctl [--db PATH] COMMAND ...   (tierctl --help lists the commands)\n");
+}
+
+/* Bad usage: the reason and the command's usage line; returns the usage exit status. */
+__attribute__((format(printf, 2, 3)))
+static int usage_error(const struct help_row *cmd, const char *fmt, ...)
+{
+    va_list ap;
+    fputs("tierctl: ", stderr);
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputc('\n', stderr);
+    print_usage_line(stderr, cmd);
+    return EXIT_USAGE;
+}
+
+static void print_help(FILE *f)
+{
+    fprintf(f, "usage: tierctl [--db PATH] COMMAND ...        PATH defaults to $TIERPROXY_DB, else %s\n",
+            DEFAULT_DB);
+    for (int pass = 0; pass < 3; pass++) {
+        if (pass == 1)
+            fprintf(f, "LIMIT-FLAGS:\n");
+        else if (pass == 2)
+            fprintf(f, "OTHER FLAGS:\n");
+        for (size_t i = 0; i < N_ROWS; i++) {
+            const struct help_row *row = &help_table[i];
+            bool is_cmd = row->run != NULL;
+            if ((pass == 0) != is_cmd || (!is_cmd && (pass == 1) != row->limit_flag))
+                continue;
+            char left[96];
+            snprintf(left, sizeof(left), "%s%s%s", row->words, row->args && row->args[0] ? " " : "",
+                     row->args ? row->args : "");
+            int width = is_cmd ? 36 : 24;
+            if ((int)strlen(left) <= width)
+                fprintf(f, "  %-*s %s\n", width, left, row->text);
+            else
+                fprintf(f, "  %s\n  %-*s %s\n", left, width, "", row->text);
+        }
+    }
+    fprintf(f, "Exit status: 0 done, 1 refused or failed, 2 bad usage.\n");
+}
+
+static const struct help_row *flag_row(const char *name, size_t len)
+{
+    for (size_t i = 0; i < N_ROWS; i++) {
+        const struct help_row *row = &help_table[i];
+        if (!row->run && strlen(row->words) == len && strncmp(row->words, name, len) == 0)
+            return row;
+    }
+    return NULL;
+}
+
+/* ---- argument parsing ---- */
+
+static int parse_int(const char *text, int64_t min, int64_t max, int64_t *pv)
+{
+    char *end;
+    errno = 0;
+    long long v = strtoll(text, &end, 10);
+    if (errno || end == text || *end || v < min || v > max || !(text[0] >= '0' && text[0] <= '9'))
+        return -EINVAL;
+    *pv = v;
+    return 0;
+}
+
+/* Parses and checks the LIMIT-FLAGS and --route; pure, before the catalog is opened. */
+static int parse_limit_flags(struct cli *c)
+{
+    struct limit_flags *lf = &c->lf;
+    const char *v;
+    if ((v = c->flag[FLAG_RATE])) {
+        lf->rate = true;
+        if (limit_rate_parse(v, &lf->rate_amount, &lf->rate_window_ms) != 0)
+            return usage_error(c->cmd, "invalid rate \"%s\" (N/WINDOW, e.g. 100/min or 10/15s)", v);
+    }
+    if ((v = c->flag[FLAG_BURST])) {
+        lf->burst = true;
+        if (parse_int(v, 0, LIMIT_MAX_PRODUCT, &lf->burst_value) != 0)
+            return usage_error(c->cmd, "invalid burst \"%s\" (a whole number, 0 or more)", v);
+    }
+    if ((v = c->flag[FLAG_ALGORITHM])) {
+        lf->algorithm = true;
+        if (limit_algorithm_parse(v, &lf->algorithm_value) != 0)
+            return usage_error(c->cmd, "unknown algorithm \"%s\" (sliding-log, sliding-window, "
+                               "token-bucket, fixed-window)", v);
+    }
+    if ((v = c->flag[FLAG_CONCURRENCY])) {
+        lf->concurrency = true;
+        if (parse_int(v, 1, CATALOG_MAX_CONCURRENCY, &lf->concurrency_value) != 0)
+            return usage_error(c->cmd, "invalid concurrency \"%s\" (1 to %d)", v, CATALOG_MAX_CONCURRENCY);
+    }
+    if ((v = c->flag[FLAG_WS_MESSAGES])) {
+        lf->ws = true;
+        if (limit_rate_parse(v, &lf->ws_amount, &lf->ws_window_ms) != 0)
+            return usage_error(c->cmd, "invalid --ws-messages \"%s\" (N/WINDOW, e.g. 10/s)", v);
+    }
+    if ((v = c->flag[FLAG_SHADOW])) {
+        lf->shadow = true;
+        if (strcmp(v, "on") == 0)
+            lf->shadow_value = true;
+        else if (strcmp(v, "off") == 0)
+            lf->shadow_value = false;
+        else
+            return usage_error(c->cmd, "--shadow is on or off, not \"%s\"", v);
+    }
+    if (lf->rate) {
+        struct limit_rule rule = {
+            .algorithm = lf->algorithm ? lf->algorithm_value : LIMIT_SLIDING_LOG,
+            .rate = lf->rate_amount, .burst = lf->burst ? lf->burst_value : 0,
+            .window_ms = lf->rate_window_ms,
+        };
+        if (limit_rule_validate(&rule) != 0)
+            return usage_error(c->cmd, "rate %s with burst %" PRId64 " is out of range", c->flag[FLAG_RATE],
+                               rule.burst);
+    }
+    if ((v = c->flag[FLAG_ROUTE])) {
+        /* "METHOD /prefix": the method is upper-cased; "*" = any method. */
+        const char *p = v;
+        while (*p == ' ' || *p == '\t')
+            p++;
+        size_t m = strcspn(p, " \t");
+        const char *prefix = p + m;
+        while (*prefix == ' ' || *prefix == '\t')
+            prefix++;
+        char msg[256];
+        if (m == 0 || m >= sizeof(c->route_method) || !*prefix || strlen(prefix) >= sizeof(c->route_prefix))
+            return usage_error(c->cmd, "invalid route \"%s\" (\"METHOD /prefix\", e.g. \"GET /v1/search\")", v);
+        for (size_t i = 0; i < m; i++) {
+            char ch = p[i];
+            c->route_method[i] = (ch >= 'a' && ch <= 'z') ? (char)(ch - 'a' + 'A') : ch;
+        }
+        c->route_method[m] = '\0';
+        snprintf(c->route_prefix, sizeof(c->route_prefix), "%s", prefix);
+        if (catalog_check_route(c->route_method, c->route_prefix, msg, sizeof(msg)) != 0)
+            return usage_error(c->cmd, "%s", msg);
+    }
+    return 0;
+}
+
+/* Splits argv into the command, its positional arguments and its flags. Returns 0, or an
+ * exit status (help printed: 0 as -1... see main). */
+static int parse_args(int argc, char **argv, struct cli *c, bool *phelp)
+{
+    int i = 1;
+    /* Global flags before the command. */
+    while (i < argc && argv[i][0] == '-' && argv[i][1]) {
+        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+            *phelp = true;
+            return 0;
+        } else if (strcmp(argv[i], "--db") == 0) {
+            if (i + 1 >= argc)
+                return usage_error(NULL, "--db needs a PATH");
+            c->flag[FLAG_DB] = argv[i + 1];
+            i += 2;
+        } else if (strncmp(argv[i], "--db=", 5) == 0) {
+            c->flag[FLAG_DB] = argv[i] + 5;
+            i++;
+        } else {
+            return usage_error(NULL, "unknown option \"%s\"", argv[i]);
+        }
+    }
+    if (i >= argc)
+        return usage_error(NULL, "no command given");
+    if (strcmp(argv[i], "help") == 0) {
+        *phelp = true;
+        return 0;
+    }
+    /* The command: one word, or a group and a word ("plan add"). */
+    bool group_known = false;
+    for (size_t k = 0; k < N_ROWS && !c->cmd; k++) {
+        const struct help_row *row = &help_table[k];
+        if (!row->run)
+            continue;
+        const char *space = strchr(row->words, ' ');
+        size_t first = space ? (size_t)(space - row->words) : strlen(row->words);
+        if (strlen(argv[i]) != first || strncmp(argv[i], row->words, first) != 0)
+            continue;
+        group_known = true;
+        if (!space)
+            c->cmd = row;
+        else if (i + 1 < argc && strcmp(argv[i + 1], space + 1) == 0)
+            c->cmd = row;
+    }
+    if (!c->cmd) {
+        if (!group_known)
+            return usage_error(NULL, "unknown command \"%s\"", argv[i]);
+        char list[128] = "";
+        for (size_t k = 0; k < N_ROWS; k++) {
+            const char *w = help_table[k].words;
+            size_t n = strlen(argv[i]);
+            if (help_table[k].run && strncmp(w, argv[i], n) == 0 && w[n] == ' ')
+                snprintf(list + strlen(list), sizeof(list) - strlen(list), "%s%s", list[0] ? "|" : "", w + n + 1);
+        }
+        fprintf(stderr, "tierctl: %s %s\n", i + 1 < argc ? "unknown subcommand" : "missing subcommand for",
+                i + 1 < argc ? argv[i + 1] : argv[i]);
+        fprintf(stderr, "usage: tierctl [--db PATH] %s %s ...\n", argv[i], list);
+        return EXIT_USAGE;
+    }
+    i += strchr(c->cmd->words, ' ') ? 2 : 1;
+
+    /* Positional arguments and flags, in any order; "--" ends the flags. */
+    bool flags_done = false;
+    for (; i < argc; i++) {
+        const char *a = argv[i];
+        if (!flags_done && strcmp(a, "--") == 0) {
+            flags_done = true;
+            continue;
+        }
+        if (!flags_done && a[0] == '-' && a[1]) {
+            if (a[1] != '-')
+                return usage_error(c->cmd, "unknown option \"%s\"", a);
+            const char *eq = strchr(a, '=');
+            const struct help_row *fr = flag_row(a, eq ? (size_t)(eq - a) : strlen(a));
+            if (!fr)
+                return usage_error(c->cmd, "unknown option \"%.*s\"", eq ? (int)(eq - a) : (int)strlen(a), a);
+            if (fr->flag == FLAG_HELP) {
+                print_usage_line(stdout, c->cmd);
+                printf("  %s\n", c->cmd->text);
+                *phelp = false;
+                return -1;
+            }
+            if (fr->flag != FLAG_DB && !(c->cmd->flags & (1u << fr->flag)))
+                return usage_error(c->cmd, "%s does not take %s", c->cmd->words, fr->words);
+            if (c->flag[fr->flag] && fr->flag != FLAG_DB)
+                return usage_error(c->cmd, "%s given twice", fr->words);
+            const char *value;
+            if (!fr->args) {
+                if (eq)
+                    return usage_error(c->cmd, "%s takes no value", fr->words);
+                value = "";
+            } else if (eq) {
+                value = eq + 1;
+            } else {
+                if (i + 1 >= argc)
+                    return usage_error(c->cmd, "%s needs a value (%s)", fr->words, fr->args);
+                value = argv[++i];
+            }
+            c->flag[fr->flag] = value;
+            continue;
+        }
+        if (c->npos >= c->cmd->max_pos)
+            return usage_error(c->cmd, "unexpected argument \"%s\"", a);
+        c->pos[c->npos++] = a;
+    }
+    if (c->npos < c->cmd->min_pos)
+        return usage_error(c->cmd, "missing arguments");
+    return parse_limit_flags(c);
+}
+
+/* ---- output helpers ---- */
+
+/* A text table: cells are copied; columns are padded to the widest cell. */
+struct table {
+    size_t ncols, nrows, cap;
+    char **cells;
+};
+
+static int table_row(struct table *t, ...)
+{
+    if (t->nrows == t->cap) {
+        size_t cap = t->cap ? t->cap * 2 : 16;
+        char **cells = realloc(t->cells, cap * t->ncols * sizeof(char *));
+        if (!cells)
+            return -ENOMEM;
+        t->cells = cells;
+        t->cap = cap;
+    }
+    va_list ap;
+    va_start(ap, t);
+    int r = 0;
+    for (size_t i = 0; i < t->ncols; i++) {
+        const char *s = va_arg(ap, const char *);
+        char *copy = strdup(s ? s : "-");
+        if (!copy)
+            r = -ENOMEM;
+        t->cells[t->nrows * t->ncols + i] = copy;
+    }
+    va_end(ap);
+    t->nrows++;
+    return r;
+}
+
+static void table_print_free(struct table *t)
+{
+    size_t width[8] = {0};
+    for (size_t r = 0; r < t->nrows; r++)
+        for (size_t i = 0; i < t->ncols && i < 8; i++) {
+            const char *s = t->cells[r * t->ncols + i];
+            if (s && strlen(s) > width[i])
+                width[i] = strlen(s);
+        }
+    for (size_t r = 0; r < t->nrows; r++) {
+        for (size_t i = 0; i < t->ncols; i++) {
+            const char *s = t->cells[r * t->ncols + i];
+            if (i + 1 < t->ncols)
+                printf("%-*s  ", (int)width[i], s ? s : "?");
+            else
+                printf("%s\n", s ? s : "?");
+        }
+    }
+    for (size_t i = 0; i < t->nrows * t->ncols; i++)
+        free(t->cells[i]);
+    free(t->cells);
+    t->cells = NULL;
+    t->nrows = t->cap = 0;
+}
+
+static int print_json(json_t *doc)
+{
+    if (!doc)
+        return fail("out of memory");
+    int r = json_dumpf(doc, stdout, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+    json_decref(doc);
+    putchar('\n');
+    return r ? fail("cannot write output") : 0;
+}
+
+/* "100/min", "100/min burst 10 token-bucket", "concurrency 10", "ws-messages 10/s",
+ * each followed by " on GET /v1" for a route. */
+static void describe_limit(const struct catalog_limit *l, char *buf, size_t len)
+{
+    char rate[64];
+    size_t n = 0;
+    switch (l->kind) {
+    case CATALOG_LIMIT_RATE:
+        n = (size_t)snprintf(buf, len, "%s", limit_rate_format(l->amount, l->window_ms, rate, sizeof(rate)));
+        if (l->burst && n < len)
+            n += (size_t)snprintf(buf + n, len - n, " burst %" PRId64, l->burst);
+        if (l->algorithm != LIMIT_SLIDING_LOG && n < len)
+            n += (size_t)snprintf(buf + n, len - n, " %s", limit_algorithm_name(l->algorithm));
+        break;
+    case CATALOG_LIMIT_CONCURRENCY:
+        n = (size_t)snprintf(buf, len, "concurrency %" PRId64, l->amount);
+        break;
+    case CATALOG_LIMIT_WS_MESSAGES:
+        n = (size_t)snprintf(buf, len, "ws-messages %s", limit_rate_format(l->amount, l->window_ms, rate, sizeof(rate)));
+        break;
+    }
+    if (l->route_method && n < len)
+        snprintf(buf + n, len - n, " on %s %s", l->route_method, l->route_prefix);
+}
+
+static int catalog_failed(struct cli *c)
+{
+    return fail("%s", catalog_errmsg(c->cat));
+}
+
+/* ---- init ---- */
+
+static int cmd_init(struct cli *c)
+{
+    static const struct { const char *name; int64_t rate; } defaults[] = {
+        {"free", 100}, {"starter", 3000}, {"pro", 20000},
+    };
+    for (size_t i = 0; i < sizeof(defaults) / sizeof(defaults[0]); i++) {
+        int64_t plan_id;
+        int r = catalog_plan_find(c->cat, defaults[i].name, &plan_id, NULL);
+        if (r == 0)
+            continue;   /* exists: left as the operator made it */
+        if (r != CATALOG_NOT_FOUND)
+            return catalog_failed(c);
+        struct catalog_plan plan = {.name = defaults[i].name};
+        struct catalog_limit rate = {
+            .kind = CATALOG_LIMIT_RATE, .algorithm = LIMIT_SLIDING_LOG,
+            .amount = defaults[i].rate, .window_ms = 60000,
+        };
+        struct catalog_limit concurrency = {.kind = CATALOG_LIMIT_CONCURRENCY, .amount = 10};
+        if (catalog_plan_add(c->cat, &plan, &plan_id))
+            return catalog_failed(c);
+        rate.plan_id = concurrency.plan_id = plan_id;
+        if (catalog_limit_add(c->cat, &rate, NULL) || catalog_limit_add(c->cat, &concurrency, NULL))
+            return catalog_failed(c);
+    }
+    return 0;
+}
+
+/* ---- plans ---- */
+
+/* Adds the route-less (or --route) limits that the LIMIT-FLAGS ask for. ids (may be
+ * NULL) receives the new ids, at most 3. */
+static int add_flag_limits(struct cli *c, int64_t plan_id, bool with_route, int64_t *ids, int *pn)
+{
+    const struct limit_flags *lf = &c->lf;
+    struct catalog_limit limits[3];
+    int n = 0;
+    const char *method = with_route && c->flag[FLAG_ROUTE] ? c->route_method : NULL;
+    const char *prefix = method ? c->route_prefix : NULL;
+    if (lf->rate)
+        limits[n++] = (struct catalog_limit){
+            .plan_id = plan_id, .kind = CATALOG_LIMIT_RATE,
+            .algorithm = lf->algorithm ? lf->algorithm_value : LIMIT_SLIDING_LOG,
+            .amount = lf->rate_amount, .window_ms = lf->rate_window_ms,
+            .burst = lf->burst ? lf->burst_value : 0,
+            .route_method = method, .route_prefix = prefix,
+        };
+    if (lf->concurrency)
+        limits[n++] = (struct catalog_limit){
+            .plan_id = plan_id, .kind = CATALOG_LIMIT_CONCURRENCY, .amount = lf->concurrency_value,
+            .route_method = method, .route_prefix = prefix,
+        };
+    if (lf->ws)
+        limits[n++] = (struct catalog_limit){
+            .plan_id = plan_id, .kind = CATALOG_LIMIT_WS_MESSAGES, .amount = lf->ws_amount,
+            .window_ms = lf->ws_window_ms, .route_method = method, .route_prefix = prefix,
+        };
+    for (int i = 0; i < n; i++) {
+        int64_t id;
+        if (catalog_limit_add(c->cat, &limits[i], &id))
+            return catalog_failed(c);
+        if (ids)
+            ids[i] = id;
+    }
+    if (pn)
+        *pn = n;
+    return 0;
+}
+
+static int check_plan_name(struct cli *c, const char *name)
+{
+    char msg[256];
+    if (catalog_check_plan_name(name, msg, sizeof(msg)))
+        return usage_error(c->cmd, "%s", msg);
+    return 0;
+}
+
+static int cmd_plan_add(struct cli *c)
+{
+    const char *name = c->pos[0];
+    int r = check_plan_name(c, name);
+    if (r)
+        return r;
+    if ((c->lf.burst || c->lf.algorithm) && !c->lf.rate)
+        return usage_error(c->cmd, "--burst and --algorithm go with --rate");
+    struct catalog_plan plan = {.name = name, .shadow = c->lf.shadow && c->lf.shadow_value};
+    int64_t plan_id;
+    if (catalog_plan_add(c->cat, &plan, &plan_id))
+        return catalog_failed(c);
+    return add_flag_limits(c, plan_id, false, NULL, NULL);
+}
+
+struct rate_copy {
+    struct catalog_limit limits[64];
+    size_t n;
+};
+
+static int collect_routeless_rates(void *ctx, const struct catalog_limit *l)
+{
+    struct rate_copy *rc = ctx;
+    if (l->kind != CATALOG_LIMIT_RATE || l->route_method)
+        return 0;
+    if (rc->n == sizeof(rc->limits) / sizeof(rc->limits[0]))
+        return -E2BIG;
+    rc->limits[rc->n++] = *l;
+    return 0;
+}
+
+static int cmd_plan_set(struct cli *c)
+{
+    const char *name = c->pos[0];
+    struct limit_flags *lf = &c->lf;
+    if (!lf->rate && !lf->burst && !lf->algorithm && !lf->concurrency && !lf->ws && !lf->shadow)
+        return usage_error(c->cmd, "nothing to set: give LIMIT-FLAGS or --shadow");
+    int64_t plan_id;
+    if (catalog_plan_find(c->cat, name, &plan_id, NULL))
+        return catalog_failed(c);
+    if (lf->shadow && catalog_plan_set_shadow(c->cat, plan_id, lf->shadow_value))
+        return catalog_failed(c);
+    if (!lf->rate && (lf->burst || lf->algorithm)) {
+        /* --burst/--algorithm alone: the same rates with the new burst/algorithm, under new
+         * ids (a limit's stored state depends on its algorithm). */
+        struct rate_copy rc = {.n = 0};
+        int r = catalog_limit_each(c->cat, plan_id, collect_routeless_rates, &rc);
+        if (r == -E2BIG)
+            return fail("plan \"%s\" has too many rate limits to change at once", name);
+        if (r)
+            return catalog_failed(c);
+        if (rc.n == 0)
+            return fail("plan \"%s\" has no plan-wide rate limit to change: give --rate", name);
+        if (catalog_limit_remove_routeless(c->cat, plan_id, CATALOG_LIMIT_RATE, NULL))
+            return catalog_failed(c);
+        for (size_t i = 0; i < rc.n; i++) {
+            struct catalog_limit l = rc.limits[i];
+            l.id = 0;
+            if (lf->burst)
+                l.burst = lf->burst_value;
+            if (lf->algorithm)
+                l.algorithm = lf->algorithm_value;
+            if (catalog_limit_add(c->cat, &l, NULL)) {
+                char rate[64];
+                return fail("rate %s with burst %" PRId64 " is out of range",
+                            limit_rate_format(l.amount, l.window_ms, rate, sizeof(rate)), l.burst);
+            }
+        }
+    }
+    if ((lf->rate && catalog_limit_remove_routeless(c->cat, plan_id, CATALOG_LIMIT_RATE, NULL)) ||
+        (lf->concurrency && catalog_limit_remove_routeless(c->cat, plan_id, CATALOG_LIMIT_CONCURRENCY, NULL)) ||
+        (lf->ws && catalog_limit_remove_routeless(c->cat, plan_id, CATALOG_LIMIT_WS_MESSAGES, NULL)))
+        return catalog_failed(c);
+    return add_flag_limits(c, plan_id, false, NULL, NULL);
+}
+
+/* A plan as JSON for list/show: its export form plus the number of users. */
+struct plan_view {
+    json_t *array;                     /* JSON output: plans collected here */
+    struct table *table;               /* text output */
+    struct catalog *cat;
+};
+
+static int collect_limit_json(void *ctx, const struct catalog_limit *l)
+{
+    json_t *o = catalog_json_limit(l);
+    if (!o || json_array_append_new(ctx, o))
+        return -ENOMEM;
+    return 0;
+}
+
+struct summary {
+    char text[1024];
+};
+
+static int collect_limit_summary(void *ctx, const struct catalog_limit *l)
+{
+    struct summary *s = ctx;
+    char one[CATALOG_PREFIX_MAX + 96];
+    describe_limit(l, one, sizeof(one));
+    size_t n = strlen(s->text);
+    snprintf(s->text + n, sizeof(s->text) - n, "%s%s", n ? "; " : "", one);
+    return 0;
+}
+
+static json_t *plan_json(struct catalog *cat, const struct catalog_plan *plan)
+{
+    int64_t users = 0;
+    json_t *o = json_pack("{s:I, s:s, s:b, s:I, s:[]}", "id", (json_int_t)plan->id, "name", plan->name,
+                          "shadow", plan->shadow, "users", (json_int_t)0, "limits");
+    if (!o)
+        return NULL;
+    if (catalog_plan_user_count(cat, plan->id, &users) ||
+        json_object_set_new(o, "users", json_integer(users)) ||
+        catalog_limit_each(cat, plan->id, collect_limit_json, json_object_get(o, "limits"))) {
+        json_decref(o);
+        return NULL;
+    }
+    return o;
+}
+
+static int list_plan(void *ctx, const struct catalog_plan *plan)
+{
+    struct plan_view *v = ctx;
+    if (v->array) {
+        json_t *o = plan_json(v->cat, plan);
+        if (!o || json_array_append_new(v->array, o))
+            return -EIO;
+        return 0;
+    }
+    int64_t users = 0;
+    struct summary s = {.text = ""};
+    int r = catalog_plan_user_count(v->cat, plan->id, &users);
+    if (r == 0)
+        r = catalog_limit_each(v->cat, plan->id, collect_limit_summary, &s);
+    if (r)
+        return r;
+    char nusers[32];
+    snprintf(nusers, sizeof(nusers), "%" PRId64, users);
+    return table_row(v->table, plan->name, plan->shadow ? "on" : "off", nusers, s.text[0] ? s.text : "none");
+}
+
+static int cmd_plan_list(struct cli *c)
+{
+    struct table t = {.ncols = 4};
+    struct plan_view v = {.cat = c->cat, .table = &t};
+    if (c->flag[FLAG_JSON] && !(v.array = json_array()))
+        return fail("out of memory");
+    if (!v.array)
+        table_row(&t, "NAME", "SHADOW", "USERS", "LIMITS");
+    int r = catalog_plan_each(c->cat, list_plan, &v);
+    if (r) {
+        json_decref(v.array);
+        table_print_free(&t);   /* frees; nothing printed on failure paths that matter */
+        return r == -EIO || r == -ENOMEM ? fail("cannot list plans: %s", catalog_errmsg(c->cat)) : catalog_failed(c);
+    }
+    if (v.array)
+        return print_json(v.array);
+    table_print_free(&t);
+    return 0;
+}
+
+static int show_limit_row(void *ctx, const struct catalog_limit *l)
+{
+    char id[32], amount[64], route[CATALOG_PREFIX_MAX + 32];
+    snprintf(id, sizeof(id), "%" PRId64, l->id);
+    if (l->kind == CATALOG_LIMIT_CONCURRENCY)
+        snprintf(amount, sizeof(amount), "%" PRId64, l->amount);
+    else
+        limit_rate_format(l->amount, l->window_ms, amount, sizeof(amount));
+    char burst[32];
+    snprintf(burst, sizeof(burst), "%" PRId64, l->burst);
+    if (l->route_method)
+        snprintf(route, sizeof(route), "%s %s", l->route_method, l->route_prefix);
+    bool rate = l->kind == CATALOG_LIMIT_RATE;
+    return table_row(ctx, id, catalog_limit_kind_name(l->kind), amount, rate ? burst : "-",
+                     rate ? limit_algorithm_name(l->algorithm) : "-", l->route_method ? route : "-");
+}
+
+static int cmd_plan_show(struct cli *c)
+{
+    struct catalog_plan plan = {.name = c->pos[0]};
+    bool shadow;
+    if (catalog_plan_find(c->cat, plan.name, &plan.id, &shadow))
+        return catalog_failed(c);
+    plan.shadow = shadow;
+    if (c->flag[FLAG_JSON]) {
+        json_t *o = plan_json(c->cat, &plan);
+        return o ? print_json(o) : catalog_failed(c);
+    }
+    int64_t users = 0;
+    if (catalog_plan_user_count(c->cat, plan.id, &users))
+        return catalog_failed(c);
+    printf("plan    %s\nid      %" PRId64 "\nshadow  %s\nusers   %" PRId64 "\n", plan.name, plan.id,
+           plan.shadow ? "on" : "off", users);
+    struct table t = {.ncols = 6};
+    table_row(&t, "LIMIT-ID", "KIND", "AMOUNT", "BURST", "ALGORITHM", "ROUTE");
+    int r = catalog_limit_each(c->cat, plan.id, show_limit_row, &t);
+    if (r == 0)
+        table_print_free(&t);
+    else
+        return catalog_failed(c);
+    return 0;
+}
+
+static int cmd_plan_remove(struct cli *c)
+{
+    const char *name = c->pos[0];
+    int64_t plan_id;
+    if (catalog_plan_find(c->cat, name, &plan_id, NULL))
+        return catalog_failed(c);
+    int r = catalog_plan_remove(c->cat, plan_id);
+    if (r == CATALOG_IN_USE)
+        return fail("plan \"%s\" is in use: %s", name, catalog_errmsg(c->cat));
+    return r ? catalog_failed(c) : 0;
+}
+
+/* ---- limits ---- */
+
+static int cmd_limit_add(struct cli *c)
+{
+    const struct limit_flags *lf = &c->lf;
+    if (!lf->rate && !lf->concurrency && !lf->ws)
+        return usage_error(c->cmd, "give --rate, --concurrency or --ws-messages");
+    if ((lf->burst || lf->algorithm) && !lf->rate)
+        return usage_error(c->cmd, "--burst and --algorithm go with --rate");
+    int64_t plan_id, ids[3];
+    int n = 0;
+    if (catalog_plan_find(c->cat, c->pos[0], &plan_id, NULL))
+        return catalog_failed(c);
+    int r = add_flag_limits(c, plan_id, true, ids, &n);
+    if (r)
+        return r;
+    for (int i = 0; i < n; i++)
+        printf("%" PRId64 "\n", ids[i]);
+    return 0;
+}
+
+static int cmd_limit_remove(struct cli *c)
+{
+    int64_t plan_id, limit_id;
+    if (parse_int(c->pos[1], 1, INT64_MAX, &limit_id))
+        return usage_error(c->cmd, "invalid LIMIT-ID \"%s\"", c->pos[1]);
+    if (catalog_plan_find(c->cat, c->pos[0], &plan_id, NULL))
+        return catalog_failed(c);
+    int r = catalog_limit_remove(c->cat, plan_id, limit_id);
+    if (r == CATALOG_NOT_FOUND)
+        return fail("plan \"%s\" has no limit %" PRId64, c->pos[0], limit_id);
+    return r ? catalog_failed(c) : 0;
+}
+
+/* ---- users ---- */
+
+static int check_user_id(struct cli *c, const char *id)
+{
+    char msg[256];
+    if (catalog_check_user_id(id, msg, sizeof(msg)))
+        return usage_error(c->cmd, "%s", msg);
+    return 0;
+}
+
+static int user_add_or_set(struct cli *c, bool add)
+{
+    const char *id = c->pos[0], *plan = c->flag[FLAG_PLAN];
+    int r = check_user_id(c, id);
+    if (r)
+        return r;
+    if (!plan)
+        return usage_error(c->cmd, "--plan NAME is required");
+    int64_t plan_id;
+    if (catalog_plan_find(c->cat, plan, &plan_id, NULL))
+        return catalog_failed(c);
+    struct catalog_user user = {.id = id, .plan_id = plan_id};
+    r = add ? catalog_user_add(c->cat, &user) : catalog_user_set_plan(c->cat, id, plan_id);
+    return r ? catalog_failed(c) : 0;
+}
+
+static int cmd_user_add(struct cli *c)
+{
+    return user_add_or_set(c, true);
+}
+
+static int cmd_user_set(struct cli *c)
+{
+    return user_add_or_set(c, false);
+}
+
+struct user_view {
+    json_t *array;
+    struct table *table;
+};
+
+static int list_user(void *ctx, const struct catalog_user *user)
+{
+    struct user_view *v = ctx;
+    if (v->array) {
+        json_t *o = catalog_json_user(user);
+        return !o || json_array_append_new(v->array, o) ? -ENOMEM : 0;
+    }
+    return table_row(v->table, user->id, user->plan_name, user->created);
+}
+
+static int cmd_user_list(struct cli *c)
+{
+    int64_t plan_id = 0;
+    if (c->flag[FLAG_PLAN] && catalog_plan_find(c->cat, c->flag[FLAG_PLAN], &plan_id, NULL))
+        return catalog_failed(c);
+    struct table t = {.ncols = 3};
+    struct user_view v = {.table = &t};
+    if (c->flag[FLAG_JSON] && !(v.array = json_array()))
+        return fail("out of memory");
+    if (!v.array)
+        table_row(&t, "USER", "PLAN", "CREATED");
+    int r = catalog_user_each(c->cat, plan_id, list_user, &v);
+    if (r) {
+        json_decref(v.array);
+        table_print_free(&t);
+        return r == -ENOMEM ? fail("out of memory") : catalog_failed(c);
+    }
+    if (v.array)
+        return print_json(v.array);
+    table_print_free(&t);
+    return 0;
+}
+
+struct key_view {
+    json_t *array;
+    struct table *table;
+    bool show_user;
+};
+
+static int list_key(void *ctx, const struct catalog_key *key)
+{
+    struct key_view *v = ctx;
+    if (v->array) {
+        json_t *o = catalog_json_key(key, 0);
+        return !o || json_array_append_new(v->array, o) ? -ENOMEM : 0;
+    }
+    char id[32];
+    snprintf(id, sizeof(id), "%" PRId64, key->id);
+    if (v->show_user)
+        return table_row(v->table, id, key->user_id, key->label[0] ? key->label : "-", key->created,
+                         key->revoked ? key->revoked : "no");
+    return table_row(v->table, id, key->label[0] ? key->label : "-", key->created,
+                     key->revoked ? key->revoked : "no");
+}
+
+static int show_user(void *ctx, const struct catalog_user *user)
+{
+    json_t **po = ctx;
+    *po = catalog_json_user(user);
+    return *po ? 0 : -ENOMEM;
+}
+
+static int cmd_user_show(struct cli *c)
+{
+    json_t *user = NULL;
+    int r = catalog_user_get(c->cat, c->pos[0], show_user, &user);
+    if (r) {
+        json_decref(user);
+        return r == -ENOMEM ? fail("out of memory") : catalog_failed(c);
+    }
+    if (c->flag[FLAG_JSON]) {
+        json_t *keys = json_array();
+        struct key_view v = {.array = keys};
+        if (!keys || json_object_set_new(user, "keys", keys) ||
+            catalog_key_each(c->cat, c->pos[0], false, list_key, &v)) {
+            json_decref(user);
+            return fail("cannot list the user's keys: %s", catalog_errmsg(c->cat));
+        }
+        return print_json(user);
+    }
+    printf("user     %s\nplan     %s\ncreated  %s\n", json_string_value(json_object_get(user, "id")),
+           json_string_value(json_object_get(user, "plan")), json_string_value(json_object_get(user, "created")));
+    json_decref(user);
+    struct table t = {.ncols = 4};
+    struct key_view v = {.table = &t};
+    table_row(&t, "KEY-ID", "LABEL", "CREATED", "REVOKED");
+    r = catalog_key_each(c->cat, c->pos[0], false, list_key, &v);
+    if (r) {
+        table_print_free(&t);
+        return catalog_failed(c);
+    }
+    if (t.nrows == 1) {
+        table_print_free(&t);
+        printf("keys     none\n");
+        return 0;
+    }
+    table_print_free(&t);
+    return 0;
+}
+
+static int cmd_user_remove(struct cli *c)
+{
+    int64_t revoked = 0;
+    return catalog_user_remove(c->cat, c->pos[0], &revoked) ? catalog_failed(c) : 0;
+}
+
+/* ---- keys ---- */
+
+static int cmd_key_create(struct cli *c)
+{
+    const char *user = c->pos[0], *label = c->flag[FLAG_LABEL] ? c->flag[FLAG_LABEL] : "";
+    char msg[256];
+    int r = check_user_id(c, user);
+    if (r)
+        return r;
+    if (catalog_check_label(label, msg, sizeof(msg)))
+        return usage_error(c->cmd, "%s", msg);
+    if (catalog_user_find(c->cat, user, NULL))
+        return catalog_failed(c);
+    char key[APIKEY_TEXT_LEN + 1];
+    struct catalog_key record = {.user_id = user, .label = label};
+    if (apikey_generate(key) != 0)
+        return fail("cannot generate a key: the random number generator failed");
+    int64_t id = 0;
+    if (apikey_hash(key, strlen(key), record.hash) != 0) {
+        r = fail("cannot hash the key");
+    } else if (catalog_key_add(c->cat, &record, &id)) {
+        r = catalog_failed(c);
+    } else {
+        /* Written before the commit; main commits only if stdout took it. */
+        printf("key %" PRId64 " for user %s (shown once; store it now):\n%s\n", id, user, key);
+    }
+    OPENSSL_cleanse(key, sizeof(key));
+    return r;
+}
+
+static int cmd_key_list(struct cli *c)
+{
+    const char *user = c->npos ? c->pos[0] : NULL;
+    if (user && catalog_user_find(c->cat, user, NULL))
+        return catalog_failed(c);
+    struct table t = {.ncols = 5};
+    struct key_view v = {.table = &t, .show_user = true};
+    if (c->flag[FLAG_JSON] && !(v.array = json_array()))
+        return fail("out of memory");
+    if (!v.array)
+        table_row(&t, "KEY-ID", "USER", "LABEL", "CREATED", "REVOKED");
+    int r = catalog_key_each(c->cat, user, false, list_key, &v);
+    if (r) {
+        json_decref(v.array);
+        table_print_free(&t);
+        return r == -ENOMEM ? fail("out of memory") : catalog_failed(c);
+    }
+    if (v.array)
+        return print_json(v.array);
+    table_print_free(&t);
+    return 0;
+}
+
+static int cmd_key_revoke(struct cli *c)
+{
+    int64_t id;
+    if (parse_int(c->pos[0], 1, INT64_MAX, &id))
+        return usage_error(c->cmd, "invalid KEY-ID \"%s\"", c->pos[0]);
+    return catalog_key_revoke(c->cat, id) ? catalog_failed(c) : 0;
+}
+
+/* ---- export and import ---- */
+
+/* Writes doc to path through a temporary file and a rename, so a reader never sees half
+ * a file. */
+static int write_json_file(json_t *doc, const char *path)
+{
+    size_t n = strlen(path) + 16;
+    char *tmp = malloc(n);
+    if (!tmp)
+        return fail("out of memory");
+    snprintf(tmp, n, "%s.XXXXXX", path);
+    int fd = mkstemp(tmp);
+    if (fd < 0) {
+        int e = errno;
+        free(tmp);
+        return fail("cannot write %s: %s", path, strerror(e));
+    }
+    FILE *f = fdopen(fd, "w");
+    int r = 0;
+    if (!f) {
+        close(fd);
+        r = -1;
+    } else {
+        r = json_dumpf(doc, f, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+        if (r == 0 && fputc('\n', f) == EOF)
+            r = -1;
+        if (r == 0 && (fflush(f) != 0 || fsync(fileno(f)) != 0))
+            r = -1;
+        if (fclose(f) != 0)
+            r = -1;
+    }
+    int e = errno;
+    if (r == 0 && rename(tmp, path) != 0) {
+        e = errno;
+        r = -1;
+    }
+    if (r) {
+        unlink(tmp);
+        free(tmp);
+        return fail("cannot write %s: %s", path, strerror(e));
+    }
+    free(tmp);
+    return 0;
+}
+
+static int cmd_export(struct cli *c)
+{
+    char err[512];
+    json_t *doc = NULL;
+    if (catalog_json_export(c->cat, &doc, err, sizeof(err)))
+        return fail("export failed: %s", err);
+    if (c->npos == 0 || strcmp(c->pos[0], "-") == 0)
+        return print_json(doc);
+    int r = write_json_file(doc, c->pos[0]);
+    json_decref(doc);
+    return r;
+}
+
+static int cmd_import(struct cli *c)
+{
+    const char *path = c->pos[0];
+    json_error_t jerr;
+    json_t *doc = strcmp(path, "-") == 0 ? json_loadf(stdin, JSON_REJECT_DUPLICATES, &jerr)
+                                         : json_load_file(path, JSON_REJECT_DUPLICATES, &jerr);
+    if (!doc) {
+        if (jerr.line < 0)
+            return fail("%s", jerr.text);
+        return fail("%s:%d:%d: %s", path, jerr.line, jerr.column, jerr.text);
+    }
+    char err[512];
+    int r = catalog_json_import(c->cat, doc, err, sizeof(err));
+    json_decref(doc);
+    if (r)
+        return fail("%s: %s (nothing imported)", path, err);
+    return 0;
+}
+
+/* ---- main ---- */
+
+int main(int argc, char **argv)
+{
+    struct cli c = {0};
+    bool help = false;
+    int status = parse_args(argc, argv, &c, &help);
+    if (status == -1)
+        return 0;   /* COMMAND --help */
+    if (status)
+        return status;
+    if (help) {
+        print_help(stdout);
+        return 0;
+    }
+    c.db_path = c.flag[FLAG_DB];
+    if (!c.db_path || !c.db_path[0]) {
+        const char *env = getenv("TIERPROXY_DB");
+        c.db_path = env && env[0] ? env : DEFAULT_DB;
+    }
+    enum catalog_mode mode = c.cmd->access == ACCESS_READ ? CATALOG_READ_ONLY
+                           : c.cmd->access == ACCESS_WRITE ? CATALOG_READ_WRITE
+                           : CATALOG_CREATE;
+    char err[512];
+    if (catalog_open(c.db_path, mode, &c.cat, err, sizeof(err)))
+        return fail("%s", err);
+    if (catalog_begin(c.cat, c.cmd->access != ACCESS_READ)) {
+        status = catalog_failed(&c);
+        goto out;
+    }
+    status = c.cmd->run(&c);
+    if (status == 0 && (fflush(stdout) != 0 || ferror(stdout)))
+        status = fail("cannot write the output: %s; nothing was changed", strerror(errno));
+    if (status) {
+        catalog_rollback(c.cat);
+    } else if (catalog_commit(c.cat)) {
+        status = fail("%s; nothing was changed%s", catalog_errmsg(c.cat),
+                      strcmp(c.cmd->words, "key create") == 0 ? " and the key above is not valid" : "");
+    }
+out:
+    catalog_close(c.cat);
+    return status;
+}

@@ -1,0 +1,23 @@
+/* Forwarding a request to the upstream with libcurl's multi interface on the worker's
+ * loop, and streaming the response back through libmicrohttpd. */
+#pragma once
+#include "proxy/request.h"
+
+struct worker;
+
+/* Sets up the worker's curl multi handle on its event loop. Returns 0 or -ENOMEM. */
+int forward_init(struct worker *w);
+void forward_destroy(struct worker *w);
+
+/* Starts forwarding r upstream. On failure to start, a 502 is made pending. */
+void forward_start(struct request *r);
+
+/* Stops a transfer that is still running (the client went away). */
+void forward_abort(struct request *r);
+
+/* Frees the upstream side of r (headers, buffers, timer). */
+void forward_release(struct request *r);
+
+/* Builds the MHD response for r once its upstream head is in. Returns NULL on allocation
+ * failure. */
+struct MHD_Response *forward_make_response(struct request *r);

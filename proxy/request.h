@@ -1,0 +1,110 @@
+/* One client request from the first byte to the last: authentication, the limiter
+ * check, forwarding and the response. Its memory is freed only when libmicrohttpd, curl
+ * and a pending limiter reply have all let go of it (hiredis callbacks cannot be
+ * cancelled). */
+#pragma once
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <curl/curl.h>
+#include <microhttpd.h>
+
+#include "store/limiter.h"
+#include "tiers/snapshot.h"
+
+struct worker;
+struct event;
+
+/* A growable byte buffer with a cap that input cannot push it past. */
+struct bytebuf {
+    char *data;
+    size_t len;      /* bytes held, from data[off] */
+    size_t off;      /* bytes already consumed from the front */
+    size_t cap;      /* allocated */
+};
+
+/* Appends n bytes. Returns 0, or -ENOMEM. */
+int bytebuf_append(struct bytebuf *b, const void *src, size_t n);
+void bytebuf_consume(struct bytebuf *b, size_t n);
+void bytebuf_free(struct bytebuf *b);
+
+enum request_phase {
+    PHASE_HEAD = 0,      /* the first call: headers are in, nothing decided */
+    PHASE_BODY,          /* reading the request body */
+    PHASE_CHECKING,      /* waiting for the limiter */
+    PHASE_FORWARDING,    /* waiting for the upstream's response head */
+    PHASE_RESPONDING,    /* response queued; streaming the body */
+};
+
+struct response_header {
+    char *name;
+    char *value;
+};
+
+struct request {
+    struct worker *w;
+    struct request *prev, *next;  /* the worker's list of live requests */
+    struct MHD_Connection *conn;
+    unsigned refs;                /* MHD, plus the limiter while a check is pending */
+    enum request_phase phase;
+    bool suspended;
+    bool mhd_done;                /* MHD's completion callback ran */
+
+    char *raw_uri;                /* exactly as the client sent it: path and query */
+    const char *method;           /* owned by MHD, valid until completion */
+    int64_t started_ms;
+
+    struct bytebuf body;
+    bool body_too_large;
+
+    /* who is calling and what applies */
+    struct snapshot *snap;        /* reference held for the request's lifetime */
+    const struct tier_plan *plan; /* NULL for exempt paths */
+    const char *user_id;          /* for X-Tier-User */
+    bool exempt;
+    char subject[160];            /* limiter subject: "u:<id>" or "ip:<addr>" */
+    const struct tier_limit *rate_limits[LIMITER_MAX_RULES];
+    size_t n_rate_limits;
+    struct limiter_result verdict;
+    bool have_verdict;            /* a decided check whose headers go on the response */
+
+    /* a response decided here (error or rejection) waiting for MHD to ask for it */
+    struct MHD_Response *pending;
+    unsigned pending_status;
+
+    /* the upstream side */
+    CURL *easy;
+    struct curl_slist *upstream_headers;
+    struct event *upstream_timer;
+    bool upstream_head_done;      /* the final (non-1xx) response head is in */
+    bool upstream_done;           /* curl finished (with upstream_result) */
+    CURLcode upstream_result;
+    bool timed_out;
+    long upstream_status;
+    struct response_header *resp_headers;
+    size_t n_resp_headers, cap_resp_headers;
+    int64_t resp_content_length;  /* -1 when the upstream did not say */
+    struct bytebuf resp_body;
+    bool curl_paused;
+    bool reader_waiting;          /* MHD asked for body bytes and we had none */
+};
+
+/* libmicrohttpd callbacks, registered by the worker. */
+void *request_uri_logger(void *cls, const char *uri, struct MHD_Connection *conn);
+enum MHD_Result request_handle(void *cls, struct MHD_Connection *conn, const char *url,
+                               const char *method, const char *version, const char *upload_data,
+                               size_t *upload_data_size, void **req_cls);
+void request_completed(void *cls, struct MHD_Connection *conn, void **req_cls,
+                       enum MHD_RequestTerminationCode toe);
+
+/* Drops one reference; frees the request when none is left. */
+void request_unref(struct request *r);
+
+/* Resumes the MHD connection if it is suspended and gets MHD to run. Safe from curl and
+ * hiredis callbacks. */
+void request_wake(struct request *r);
+
+/* Sets the response to queue (an error or rejection) and wakes the connection. Takes
+ * ownership of response. */
+void request_set_pending(struct request *r, unsigned status, struct MHD_Response *response);

@@ -1,0 +1,81 @@
+/* A worker is one event-loop thread: its own libevent base, libmicrohttpd daemon (external
+ * epoll mode, sharing the listening port with the other workers through SO_REUSEPORT),
+ * curl multi handle and limiter connection. Nothing is shared between workers but the
+ * catalog watcher and the memory store, which are thread-safe. */
+#pragma once
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include <curl/curl.h>
+
+struct event_base;
+struct event;
+struct MHD_Daemon;
+struct limiter;
+struct memory_store;
+struct snapshot;
+struct snapshot_watch;
+struct proxy_config;
+struct request;
+
+/* What every worker shares, owned by main. */
+struct proxy_shared {
+    const struct proxy_config *cfg;
+    struct snapshot_watch *catalog;
+    struct memory_store *memory;     /* NULL with the redis store */
+};
+
+struct worker {
+    int index;
+    const struct proxy_shared *shared;
+    const struct proxy_config *cfg;
+    pthread_t thread;
+
+    struct event_base *base;
+    struct MHD_Daemon *daemon;
+    struct event *mhd_io;           /* MHD's epoll fd readable */
+    struct event *mhd_timer;        /* MHD's own timeouts, and "run MHD soon" */
+    struct event *stop_event;       /* activated from the main thread */
+    struct event *drain_timer;
+
+    CURLM *multi;
+    struct event *curl_timer;
+    CURLSH *curl_share;             /* DNS cache for the upstream names */
+    unsigned upstream_next;         /* round robin over cfg->upstreams */
+
+    struct limiter *limiter;
+
+    struct snapshot *snap;          /* the catalog this worker serves from */
+    uint64_t snap_generation;
+
+    bool stopping;
+    int64_t drain_deadline_ms;
+    unsigned active_requests;
+    struct request *requests;       /* every live request, for shutdown */
+};
+
+/* Creates the worker's loop, daemon, curl multi and limiter (not yet running).
+ * Returns 0, or a negative errno with a reason in err. */
+int worker_init(struct worker *w, int index, const struct proxy_shared *shared, char *err, size_t errlen);
+
+/* Runs the loop on a new thread. Returns 0 or a negative errno. */
+int worker_start(struct worker *w);
+
+/* Asks the worker to stop accepting, finish in-flight requests (up to drain_ms) and
+ * leave its loop. Thread-safe; returns at once. */
+void worker_request_stop(struct worker *w);
+
+/* Joins the thread and frees everything worker_init made. */
+void worker_join_and_destroy(struct worker *w);
+
+/* Makes the loop call MHD_run soon: the way to get MHD moving after a connection was
+ * resumed from a curl or hiredis callback, where calling MHD_run is not allowed. */
+void worker_kick_mhd(struct worker *w);
+
+/* The snapshot the worker serves from, refreshed when the watcher published a new one. */
+struct snapshot *worker_snapshot(struct worker *w);
+
+/* Milliseconds on a monotonic clock, and Unix time in ms. */
+int64_t clock_mono_ms(void);
+int64_t clock_unix_ms(void);

@@ -1,0 +1,62 @@
+/* The four rate algorithms as pure integer functions of (state, rule, now), shared by the
+ * memory store and mirrored line by line by check.lua for the Redis store. Private to store/.
+ *
+ * A check is two steps so that several rules can be decided atomically:
+ *   algo_decide()  reads the state and says whether this rule allows the request;
+ *   algo_commit()  records the request (only when every rule of the check allowed it);
+ *   algo_verdict() turns the evaluation into the verdict the caller sees.
+ * All times are integer ms; C = rate + burst; a clock that goes backwards is clamped to the
+ * state's newest time. The verdict describes the state after the check:
+ *   remaining = requests that could still be admitted right now (0 when rejected);
+ *   reset_ms  = ms until `remaining` goes up by one with no other traffic (for a rejected
+ *               request: until it would be allowed), 0 when nothing is in use. */
+#pragma once
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "store/limit.h"
+
+/* Per (subject, rule) state. `algorithm` < 0 means empty. Only the sliding log owns memory. */
+struct algo_state {
+    int algorithm;
+    int64_t window_ms;   /* tag: a hash state is only reused under the same algorithm and window */
+    union {
+        struct { int64_t w, n; } fw;              /* window index, count in it */
+        struct { int64_t w, cur, prev; } sw;      /* window index, its count, previous count */
+        struct { int64_t level, t; } tb;          /* tokens * window_ms, time of `level` */
+        struct {                                  /* allowed timestamps, oldest first */
+            int64_t *ts;
+            uint32_t head, len, cap;              /* ring; cap is 0 or a power of two */
+        } sl;
+    } u;
+};
+
+/* What algo_decide found; consumed by algo_commit and algo_verdict. */
+struct algo_eval {
+    bool allowed;
+    bool stale;          /* the state belongs to another algorithm/window: treated as empty */
+    int64_t te;          /* now, clamped to the state's newest time */
+    int64_t a, b, c;     /* algorithm-specific (see algorithms.c) */
+};
+
+void algo_state_init(struct algo_state *s);
+/* Frees what the state owns and makes it empty. */
+void algo_state_clear(struct algo_state *s);
+
+/* Decides one rule. Does not modify the state. */
+void algo_decide(const struct algo_state *s, const struct limit_rule *rule, int64_t now, struct algo_eval *ev);
+
+/* Makes sure algo_commit cannot fail (grows the sliding-log ring, drops a stale state).
+ * Changes no decision; may renumber ev. Returns 0 or -ENOMEM. */
+int algo_reserve(struct algo_state *s, const struct limit_rule *rule, struct algo_eval *ev);
+
+/* Records the allowed request in the state; ev must come from algo_decide on the same state,
+ * with ev->allowed, followed by a successful algo_reserve. Updates ev for algo_verdict. */
+void algo_commit(struct algo_state *s, const struct limit_rule *rule, struct algo_eval *ev);
+
+/* Fills the verdict from ev (and the state, for the sliding log). */
+void algo_verdict(const struct algo_state *s, const struct limit_rule *rule, const struct algo_eval *ev,
+                  struct limit_verdict *v);
+
+/* The time from which the state is equivalent to an empty one (INT64_MIN when empty). */
+int64_t algo_dead_ms(const struct algo_state *s, const struct limit_rule *rule);

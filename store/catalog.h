@@ -1,0 +1,186 @@
+/* The SQLite catalog: plans, their limits, users and API keys (as SHA-256 hashes).
+ *
+ * One `struct catalog` is one SQLite connection, used by one thread at a time. The file is
+ * in WAL mode, so tierctl can write while proxies read. The schema is versioned with
+ * PRAGMA user_version and migrated forward by a table of steps when a writer begins a
+ * transaction (catalog.c, `migrations`).
+ *
+ * Every call that reads or writes records must run inside catalog_begin()/catalog_commit():
+ * a command is one transaction, and a failed command is rolled back as a whole.
+ *
+ * Return values, everywhere below: 0 success; a positive CATALOG_* code for an expected
+ * refusal ("no such plan", "already exists"); a negative errno for a failure (-EBUSY locked
+ * by another writer past the busy timeout, -EIO an SQLite error, -ENOMEM, -ENOENT no file).
+ * For every non-zero return, catalog_errmsg() holds one line saying why, e.g.
+ * `no plan named "gold"`. */
+#pragma once
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "store/limit.h"
+
+#define CATALOG_SCHEMA_VERSION 1
+#define CATALOG_BUSY_TIMEOUT_MS 5000
+#define CATALOG_HASH_LEN 32              /* SHA-256 of the key text */
+#define CATALOG_NAME_MAX 64              /* plan names */
+#define CATALOG_USER_ID_MAX 128
+#define CATALOG_LABEL_MAX 200
+#define CATALOG_METHOD_MAX 15            /* route methods; "*" = any */
+#define CATALOG_PREFIX_MAX 1024          /* route prefixes */
+#define CATALOG_MAX_CONCURRENCY 1000000
+
+enum catalog_status {
+    CATALOG_NOT_FOUND = 1,   /* no such plan, limit, user or key */
+    CATALOG_EXISTS,          /* a plan or user with that name/id already exists */
+    CATALOG_IN_USE,          /* a plan that users are on */
+    CATALOG_INVALID,         /* a value out of range or badly formed */
+    CATALOG_ALREADY,         /* nothing to do: key already revoked */
+};
+
+enum catalog_mode {
+    CATALOG_READ_ONLY,       /* the file must exist and be at the current schema */
+    CATALOG_READ_WRITE,      /* the file must exist; writers migrate older schemas */
+    CATALOG_CREATE,          /* creates the file, and the schema on the first write */
+};
+
+enum catalog_limit_kind {
+    CATALOG_LIMIT_RATE = 0,
+    CATALOG_LIMIT_CONCURRENCY,
+    CATALOG_LIMIT_WS_MESSAGES,
+};
+
+/* Records as read and written. String pointers handed to callbacks are only valid during
+ * the callback; the catalog never keeps pointers passed in. */
+struct catalog_plan {
+    int64_t id;                  /* on add: 0 = allocate, > 0 = keep (import) */
+    const char *name;
+    bool shadow;
+};
+
+struct catalog_limit {
+    int64_t id;                  /* on add: 0 = allocate, > 0 = keep (import) */
+    int64_t plan_id;
+    enum catalog_limit_kind kind;
+    enum limit_algorithm algorithm;  /* rate only; sliding-log for the other kinds */
+    int64_t amount;              /* requests (rate), connections (concurrency), messages */
+    int64_t window_ms;           /* rate and ws_messages; 0 for concurrency */
+    int64_t burst;               /* rate only; 0 for the other kinds */
+    const char *route_method;    /* NULL = route-less (plan-wide); "*" = any method */
+    const char *route_prefix;    /* NULL with route_method */
+};
+
+struct catalog_user {
+    const char *id;
+    int64_t plan_id;
+    const char *plan_name;       /* set when read; ignored on add */
+    const char *created;         /* "YYYY-MM-DDTHH:MM:SSZ" (UTC); on add NULL = now */
+};
+
+struct catalog_key {
+    int64_t id;                  /* on add: 0 = allocate, > 0 = keep (import) */
+    const char *user_id;
+    uint8_t hash[CATALOG_HASH_LEN];
+    const char *label;           /* "" when none */
+    const char *created;         /* on add NULL = now */
+    const char *revoked;         /* NULL = active, else when it was revoked */
+};
+
+struct catalog;
+
+/* Opens (CATALOG_CREATE: creates) the catalog at path: busy timeout
+ * CATALOG_BUSY_TIMEOUT_MS, foreign keys on, WAL for writers. Does not read the schema
+ * yet (catalog_begin does). Returns 0 and sets *pcat, or a negative errno with a reason in
+ * err. Free with catalog_close. */
+int catalog_open(const char *path, enum catalog_mode mode, struct catalog **pcat,
+                 char *err, size_t errlen);
+
+/* Rolls back an open transaction and closes the connection. NULL is allowed. */
+void catalog_close(struct catalog *cat);
+
+/* One line saying why the last call failed. Owned by cat. */
+const char *catalog_errmsg(const struct catalog *cat);
+
+/* How long a statement waits for another connection's lock before failing with -EBUSY. */
+void catalog_set_busy_timeout(struct catalog *cat, int ms);
+
+/* Begins a transaction: a write one takes the write lock at once (BEGIN IMMEDIATE) and
+ * migrates an older schema forward (from an empty file only in CATALOG_CREATE mode); a
+ * read one sees one consistent state and requires the current schema. Returns 0, or
+ * non-zero with nothing begun. */
+int catalog_begin(struct catalog *cat, bool write);
+int catalog_commit(struct catalog *cat);
+/* Rolls back the open transaction, if any. */
+void catalog_rollback(struct catalog *cat);
+
+/* PRAGMA data_version through a persistent statement: changes after another connection
+ * commits a change. For the snapshot watcher; call outside a transaction. */
+int catalog_data_version(struct catalog *cat, int64_t *pversion);
+
+/* The schema version of the file (0 = empty). */
+int catalog_schema_version(struct catalog *cat, int *pversion);
+
+/* Checks of names and values, shared by tierctl, import and the add calls below.
+ * Return 0, or CATALOG_INVALID with one line saying why in err (errlen bytes). */
+int catalog_check_plan_name(const char *name, char *err, size_t errlen);
+int catalog_check_user_id(const char *id, char *err, size_t errlen);
+int catalog_check_label(const char *label, char *err, size_t errlen);
+int catalog_check_route(const char *method, const char *prefix, char *err, size_t errlen);
+int catalog_check_limit(const struct catalog_limit *limit, char *err, size_t errlen);
+int catalog_check_time(const char *text, char *err, size_t errlen);
+
+/* "rate", "concurrency", "ws_messages" and back. parse returns 0 or CATALOG_INVALID. */
+const char *catalog_limit_kind_name(enum catalog_limit_kind kind);
+int catalog_limit_kind_parse(const char *text, enum catalog_limit_kind *pkind);
+
+/* Iteration: fn is called once per record in id order (users: in id byte order); a
+ * non-zero return from fn stops the walk and is returned. */
+typedef int catalog_plan_fn(void *ctx, const struct catalog_plan *plan);
+typedef int catalog_limit_fn(void *ctx, const struct catalog_limit *limit);
+typedef int catalog_user_fn(void *ctx, const struct catalog_user *user);
+typedef int catalog_key_fn(void *ctx, const struct catalog_key *key);
+
+/* Plans. add returns CATALOG_EXISTS for a taken name; remove returns CATALOG_IN_USE while
+ * users are on the plan and removes its limits with it. */
+int catalog_plan_add(struct catalog *cat, const struct catalog_plan *plan, int64_t *pid);
+int catalog_plan_find(struct catalog *cat, const char *name, int64_t *pid, bool *pshadow);
+int catalog_plan_set_shadow(struct catalog *cat, int64_t plan_id, bool shadow);
+int catalog_plan_remove(struct catalog *cat, int64_t plan_id);
+int catalog_plan_user_count(struct catalog *cat, int64_t plan_id, int64_t *pcount);
+int catalog_plan_each(struct catalog *cat, catalog_plan_fn *fn, void *ctx);
+
+/* Limits. plan_id 0 in catalog_limit_each walks every plan's limits (ordered by plan id,
+ * then limit id). remove returns CATALOG_NOT_FOUND unless the limit belongs to the plan.
+ * remove_routeless deletes the plan's route-less limits of one kind and sets *pcount. */
+int catalog_limit_add(struct catalog *cat, const struct catalog_limit *limit, int64_t *pid);
+int catalog_limit_remove(struct catalog *cat, int64_t plan_id, int64_t limit_id);
+int catalog_limit_remove_routeless(struct catalog *cat, int64_t plan_id,
+                                   enum catalog_limit_kind kind, int64_t *pcount);
+int catalog_limit_each(struct catalog *cat, int64_t plan_id, catalog_limit_fn *fn, void *ctx);
+
+/* Users. remove revokes the user's active keys (the key rows stay, revoked, for the
+ * record) and deletes the user. plan_id 0 in catalog_user_each walks every user. */
+int catalog_user_add(struct catalog *cat, const struct catalog_user *user);
+int catalog_user_find(struct catalog *cat, const char *id, int64_t *pplan_id);
+/* Calls fn once with the user's record, or returns CATALOG_NOT_FOUND. */
+int catalog_user_get(struct catalog *cat, const char *id, catalog_user_fn *fn, void *ctx);
+int catalog_user_set_plan(struct catalog *cat, const char *id, int64_t plan_id);
+int catalog_user_remove(struct catalog *cat, const char *id, int64_t *prevoked);
+int catalog_user_each(struct catalog *cat, int64_t plan_id, catalog_user_fn *fn, void *ctx);
+
+/* API keys, stored as hashes only. add requires an existing user (unless the key is
+ * added already revoked, as import does for keys of removed users). revoke returns
+ * CATALOG_ALREADY for a revoked key.
+ * catalog_key_each: user_id NULL = every user; active_only skips revoked keys and keys
+ * whose user is gone (what a proxy may accept). */
+int catalog_key_add(struct catalog *cat, const struct catalog_key *key, int64_t *pid);
+int catalog_key_revoke(struct catalog *cat, int64_t key_id);
+int catalog_key_each(struct catalog *cat, const char *user_id, bool active_only,
+                     catalog_key_fn *fn, void *ctx);
+
+/* Import support. clear deletes every record but keeps the id high-water marks, so ids
+ * are never reused. table is "plans", "limits" or "api_keys". sequence_raise sets the
+ * high-water mark to at least value. */
+int catalog_clear(struct catalog *cat);
+int catalog_sequence_get(struct catalog *cat, const char *table, int64_t *pvalue);
+int catalog_sequence_raise(struct catalog *cat, const char *table, int64_t value);

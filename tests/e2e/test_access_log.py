@@ -1,0 +1,31 @@
+"""The access log: one JSON object per request, never the API key; a rejected request
+names user, limit type, current count and limit."""
+import json
+
+from conftest import wait_until
+
+
+def test_access_log_lines(catalog, start_proxy):
+    catalog.plan("two", "--rate", "2/min")
+    user, key = catalog.user_key("two")
+    p = start_proxy(catalog)
+    for _ in range(3):
+        p.get("/logged?q=1", key=key)
+    p.get("/nokey")
+    lines = wait_until(lambda: len(p.access_log_lines()) >= 4 and p.access_log_lines(), 5)
+    assert lines and len(lines) == 4, p.access_log_lines()
+    text = open(p.access_log).read()
+    assert key not in text, "the API key is in the access log"
+    for ln in lines:
+        assert isinstance(ln, dict)
+        values = json.dumps(ln)
+        assert "GET" in values, ln
+    statuses = [next((v for k, v in ln.items() if k in ("status", "code", "status_code")), None)
+                for ln in lines]
+    assert statuses == [200, 200, 429, 401], lines
+    rejected = lines[2]
+    assert rejected.get("user_id") == user, rejected
+    assert rejected.get("limit_type"), rejected
+    assert rejected.get("limit") == 2, rejected
+    assert rejected.get("current_count") == 2, rejected
+    assert any("/logged" in str(v) for v in lines[0].values()), lines[0]

@@ -1,0 +1,82 @@
+"""The admin listener: /health and /metrics."""
+import re
+
+from conftest import wait_until
+
+
+def test_health_ok(catalog, start_proxy):
+    p = start_proxy(catalog)
+    r = p.admin("/health")
+    assert r.status == 200, r
+    assert r.json() == {"status": "ok", "store": "ok", "plans": "ok"}, r
+    assert (r.header("Content-Type") or "").startswith("application/json"), r
+
+
+def test_health_names_a_dead_store(catalog, proxies, redis_factory):
+    rd = redis_factory()
+    p = proxies.start(catalog, store="redis", redis=rd)
+    assert p.admin("/health").status == 200
+    rd.stop()
+
+    def unhealthy():
+        r = p.admin("/health")
+        return r if r.status == 503 else None
+    r = wait_until(unhealthy, 10, interval=0.2)
+    assert r, "/health still 200 with Redis gone"
+    body = r.json()
+    assert body.get("store") not in (None, "ok"), body
+    assert body.get("plans") == "ok", body
+
+
+def test_health_names_an_unreadable_catalog(catalog, start_proxy):
+    p = start_proxy(catalog, plans={"refresh_ms": 100})
+    assert p.admin("/health").status == 200
+    catalog.path.unlink()
+    for suffix in ("-wal", "-shm"):
+        p2 = catalog.path.with_name(catalog.path.name + suffix)
+        if p2.exists():
+            p2.unlink()
+    catalog.path.mkdir()         # now it cannot be opened as a database at all
+
+    def unhealthy():
+        r = p.admin("/health")
+        return r if r.status == 503 else None
+    r = wait_until(unhealthy, 5, interval=0.1)
+    assert r, "/health still 200 with the catalog gone"
+    body = r.json()
+    assert body.get("plans") not in (None, "ok"), body
+
+
+def test_metrics(catalog, start_proxy):
+    catalog.plan("one", "--rate", "1/min")
+    _, key = catalog.user_key("one")
+    p = start_proxy(catalog)
+    assert p.get("/m", key=key).status == 200
+    assert p.get("/m", key=key).status == 429
+    assert p.get("/m").status == 401
+    r = p.admin("/metrics")
+    assert r.status == 200, r
+    assert (r.header("Content-Type") or "").startswith("text/plain"), r
+    text = r.body.decode()
+
+    def sample(name, **labels):
+        for ln in text.splitlines():
+            if ln.startswith("#") or not ln.startswith(name):
+                continue
+            m = re.match(r"([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})?\s+(\S+)", ln)
+            if not m or m.group(1) != name:
+                continue
+            got = dict(re.findall(r'(\w+)="([^"]*)"', m.group(2) or ""))
+            if all(got.get(k) == v for k, v in labels.items()):
+                return float(m.group(3))
+        return None
+    assert sample("tierproxy_requests_total", plan="one", code="200") == 1, text
+    assert sample("tierproxy_requests_total", plan="one", code="429") == 1, text
+    assert sample("tierproxy_rate_limit_hits_total", limit_type="http", plan="one") == 1, text
+    assert sample("tierproxy_store_errors_total") is not None, text
+    for hist in ("tierproxy_store_seconds", "tierproxy_upstream_seconds"):
+        assert sample(hist + "_bucket") is not None, hist
+        assert sample(hist + "_count") is not None, hist
+        assert sample(hist + "_sum") is not None, hist
+    assert sample("tierproxy_connections") is not None, text
+    assert sample("tierproxy_websockets") is not None, text

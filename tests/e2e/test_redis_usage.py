@@ -1,0 +1,41 @@
+"""How the proxy uses Redis while serving: no command that walks the keyspace."""
+import re
+import socket
+import time
+
+from conftest import resp_encode
+
+
+def test_no_keyspace_walks_while_serving(catalog, proxies, redis_factory):
+    catalog.plan("multi", "--rate", "100/min", "--concurrency", "5")
+    catalog.limit("multi", "--rate", "10/10s")
+    catalog.limit("multi", "--rate", "3/10s", "--route", "POST /w")
+    _, key = catalog.user_key("multi")
+    rd = redis_factory()
+    p = proxies.start(catalog, store="redis", redis=rd)
+    assert p.get("/warm", key=key).status == 200
+    mon = socket.create_connection(("127.0.0.1", rd.port), timeout=5)
+    mon.sendall(resp_encode("MONITOR"))
+    f = mon.makefile("rb")
+    assert f.readline().strip() == b"+OK"
+    for i in range(12):
+        p.get("/r/%d" % i, key=key)
+        p.request("POST", "/w", key=key, body=b"x")
+    time.sleep(0.5)
+    mon.settimeout(0.5)
+    seen = []
+    try:
+        while True:
+            ln = f.readline()
+            if not ln:
+                break
+            seen.append(ln.decode(errors="replace"))
+    except (socket.timeout, OSError):
+        pass
+    mon.close()
+    assert seen, "MONITOR saw no commands at all"
+    # a MONITOR line: 1700000000.000000 [0 127.0.0.1:41234] "EVALSHA" "..." (or [0 lua])
+    cmds = [m.group(1).upper() for m in (re.search(r'\] "([^"]+)"', ln) for ln in seen) if m]
+    assert cmds, seen[:5]
+    walks = [c for c in cmds if c in ("KEYS", "SCAN", "HSCAN", "SSCAN", "ZSCAN")]
+    assert walks == [], walks

@@ -1,0 +1,232 @@
+#!/usr/bin/python3
+"""A real HTTP/1.1 upstream for the end-to-end tests and the demo. Standard library only.
+
+    upstream.py --port PORT [--host 127.0.0.1]     (PORT 0 = pick one)
+
+The port it listens on is printed as the first line on stdout.
+
+Endpoints (any method):
+  /status/<N>            answers status N (body: the echo, except for 1xx/204/304)
+  /slow/<ms>             waits ms milliseconds, then answers with the echo
+  /sse/<n>/<ms>          text/event-stream, n events "data: i\\n\\n" every ms, each flushed
+                         (chunked); with ?gate=NAME every event after the first waits for a
+                         POST /__release/NAME (so a test can prove events pass one by one)
+  /big/<bytes>           deterministic bytes: big_body(n) below, with Content-Length
+  /hang                  never answers (holds the connection for 10 minutes)
+  /headers?name=value    the echo, plus each query pair as a response header (repeats kept)
+  /drop                  closes the connection without answering
+  /close                 the echo, then closes the connection (close-delimited body)
+  /__stats               JSON: connections that carried at least one non-__ request,
+                         requests served, SSE events sent per gate
+  /__release/<NAME>      lets one more event of the gated stream NAME go
+  anything else          the echo: JSON {method, path, headers, body_b64, body_sha256,
+                         length, upstream_port} with Content-Length
+
+`path` is the request target exactly as received (raw, with the query); `headers` is a list
+of [name, value] pairs in the order received, repeats kept.
+"""
+import argparse
+import base64
+import hashlib
+import http.server
+import json
+import socket
+import sys
+import threading
+import time
+import urllib.parse
+
+
+def big_body(n):
+    """The deterministic body of /big/<n>: bytes 0..250 repeated (251 is prime, so the
+    pattern never lines up with power-of-two buffer sizes)."""
+    block = bytes(range(251))
+    reps = n // len(block) + 1
+    return (block * reps)[:n]
+
+
+class Stats:
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.connections = 0
+        self.requests = 0
+        self.sse_sent = {}
+        self.gates = {}
+
+    def gate(self, name):
+        with self.lock:
+            if name not in self.gates:
+                self.gates[name] = threading.Semaphore(0)
+            return self.gates[name]
+
+
+STATS = Stats()
+
+
+class Handler(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server_version = "e2e-upstream/1"
+
+    def version_string(self):
+        return self.server_version
+
+    def setup(self):
+        super().setup()
+        self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.counted = False
+
+    def log_message(self, fmt, *args):  # quiet; the tests read /__stats instead
+        pass
+
+    def __getattr__(self, name):
+        # Every method (GET, POST, PATCH, PROPFIND, ...) goes to the same dispatcher.
+        if name.startswith("do_"):
+            return self.dispatch
+        raise AttributeError(name)
+
+    # --- request body ------------------------------------------------------------------
+    def read_body(self):
+        te = self.headers.get("Transfer-Encoding", "")
+        if "chunked" in te.lower():
+            out = bytearray()
+            while True:
+                line = self.rfile.readline(65537)
+                size = int(line.split(b";", 1)[0].strip() or b"0", 16)
+                if size == 0:
+                    while True:  # trailers
+                        t = self.rfile.readline(65537)
+                        if t in (b"\r\n", b"\n", b""):
+                            break
+                    return bytes(out)
+                out += self.rfile.read(size)
+                self.rfile.readline(3)
+        n = int(self.headers.get("Content-Length", "0") or "0")
+        return self.rfile.read(n) if n > 0 else b""
+
+    # --- responses ---------------------------------------------------------------------
+    def send_bytes(self, status, body, ctype="application/json", extra=(), close=False):
+        self.send_response(status)
+        for k, v in extra:
+            self.send_header(k, v)
+        no_body = status < 200 or status in (204, 304)
+        if not no_body:
+            self.send_header("Content-Type", ctype)
+            if not close:
+                self.send_header("Content-Length", str(len(body)))
+        if close:
+            self.send_header("Connection", "close")
+            self.close_connection = True
+        self.end_headers()
+        if not no_body and self.command != "HEAD":
+            self.wfile.write(body)
+
+    def echo(self, body):
+        return json.dumps({
+            "method": self.command,
+            "path": self.path,
+            "headers": [[k, v] for k, v in self.headers.items()],
+            "body_b64": base64.b64encode(body).decode(),
+            "body_sha256": hashlib.sha256(body).hexdigest(),
+            "length": len(body),
+            "upstream_port": self.server.server_address[1],
+        }).encode()
+
+    def dispatch(self):
+        path = self.path
+        route = urllib.parse.urlsplit(path).path
+        parts = route.strip("/").split("/")
+        if not route.startswith("/__"):
+            with STATS.lock:
+                STATS.requests += 1
+                if not self.counted:
+                    self.counted = True
+                    STATS.connections += 1
+        body = self.read_body()
+        try:
+            if parts[0] == "__stats":
+                with STATS.lock:
+                    s = {"connections": STATS.connections, "requests": STATS.requests,
+                         "sse_sent": dict(STATS.sse_sent)}
+                return self.send_bytes(200, json.dumps(s).encode())
+            if parts[0] == "__release" and len(parts) == 2:
+                STATS.gate(parts[1]).release()
+                return self.send_bytes(200, b"{}")
+            if parts[0] == "status" and len(parts) == 2:
+                return self.send_bytes(int(parts[1]), self.echo(body))
+            if parts[0] == "slow" and len(parts) == 2:
+                time.sleep(int(parts[1]) / 1000.0)
+                return self.send_bytes(200, self.echo(body))
+            if parts[0] == "sse" and len(parts) == 3:
+                return self.sse(int(parts[1]), int(parts[2]))
+            if parts[0] == "big" and len(parts) == 2:
+                return self.send_bytes(200, big_body(int(parts[1])), "application/octet-stream")
+            if parts[0] == "hang":
+                time.sleep(600)
+                self.close_connection = True
+                return None
+            if parts[0] == "headers":
+                q = urllib.parse.parse_qsl(urllib.parse.urlsplit(path).query, keep_blank_values=True)
+                return self.send_bytes(200, self.echo(body), extra=q)
+            if parts[0] == "drop":
+                # closes the connection without a response (an upstream that fails)
+                self.close_connection = True
+                self.connection.shutdown(socket.SHUT_RDWR)
+                return None
+            if parts[0] == "close":
+                return self.send_bytes(200, self.echo(body), close=True)
+        except (BrokenPipeError, ConnectionResetError):
+            self.close_connection = True
+            return None
+        except ValueError:
+            return self.send_bytes(400, b'{"error":"bad test endpoint"}')
+        return self.send_bytes(200, self.echo(body))
+
+    def sse(self, n, ms):
+        q = dict(urllib.parse.parse_qsl(urllib.parse.urlsplit(self.path).query))
+        gate_name = q.get("gate")
+        key = gate_name or "sse"
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Cache-Control", "no-cache")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        self.wfile.flush()
+        gate = STATS.gate(gate_name) if gate_name else None
+        for i in range(n):
+            if i > 0:
+                if gate is not None:
+                    if not gate.acquire(timeout=60):
+                        break
+                if ms > 0:
+                    time.sleep(ms / 1000.0)
+            data = ("data: %d\n\n" % i).encode()
+            self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+            self.wfile.flush()
+            with STATS.lock:
+                STATS.sse_sent[key] = STATS.sse_sent.get(key, 0) + 1
+        self.wfile.write(b"0\r\n\r\n")
+        self.wfile.flush()
+
+
+class Server(http.server.ThreadingHTTPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+    request_queue_size = 256
+
+
+def main():
+    ap = argparse.ArgumentParser(description="echoing HTTP/1.1 upstream for tierproxy tests")
+    ap.add_argument("--port", type=int, default=3000)
+    ap.add_argument("--host", default="127.0.0.1")
+    a = ap.parse_args()
+    srv = Server((a.host, a.port), Handler)
+    print(srv.server_address[1], flush=True)
+    try:
+        srv.serve_forever(poll_interval=0.2)
+    except KeyboardInterrupt:
+        pass
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

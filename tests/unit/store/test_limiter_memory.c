@@ -1,0 +1,452 @@
+/* Unit tests for store/algorithms.c and store/limiter_memory.c: the algorithms' verdict
+ * numbers checked against brute force, the memory store's atomicity, eviction, argument
+ * checks and thread safety. (The same answers from Redis: test_limiter_redis.c.) */
+#include <errno.h>
+#include <pthread.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "store/algorithms.h"
+#include "store/limiter_impl.h"
+
+/* ---- brute force over the pure functions ---- */
+
+static void state_copy(struct algo_state *dst, const struct algo_state *src)
+{
+    *dst = *src;
+    if (src->algorithm == LIMIT_SLIDING_LOG && src->u.sl.cap > 0) {
+        dst->u.sl.ts = malloc(src->u.sl.cap * sizeof(int64_t));
+        assert_non_null(dst->u.sl.ts);
+        memcpy(dst->u.sl.ts, src->u.sl.ts, src->u.sl.cap * sizeof(int64_t));
+    }
+}
+
+/* Requests admitted one after another at `now` (capped at limit + 1), on a copy. */
+static int64_t admissible(const struct algo_state *s, const struct limit_rule *rule, int64_t now)
+{
+    struct algo_state copy;
+    state_copy(&copy, s);
+    int64_t k = 0;
+    for (; k <= rule->rate + rule->burst; k++) {
+        struct algo_eval ev;
+        algo_decide(&copy, rule, now, &ev);
+        if (!ev.allowed)
+            break;
+        assert_int_equal(algo_reserve(&copy, rule, &ev), 0);
+        algo_commit(&copy, rule, &ev);
+    }
+    algo_state_clear(&copy);
+    return k;
+}
+
+/* One step of a random walk: decide, maybe record, and check the verdict against brute
+ * force: `remaining` is what can still be admitted now; `reset_ms` is the first moment that
+ * more can be admitted (0 exactly when nothing is in use). */
+static void step(struct algo_state *s, const struct limit_rule *rule, int64_t now, bool record)
+{
+    struct algo_eval ev;
+    struct limit_verdict v;
+    algo_decide(s, rule, now, &ev);
+    int64_t before = admissible(s, rule, ev.te);
+    assert_int_equal(ev.allowed, before > 0);
+    if (ev.allowed && record) {
+        assert_int_equal(algo_reserve(s, rule, &ev), 0);
+        algo_commit(s, rule, &ev);
+    }
+    algo_verdict(s, rule, &ev, &v);
+    int64_t c = rule->rate + rule->burst;
+    assert_int_equal(v.limit, c);
+    assert_int_equal(v.allowed, ev.allowed);
+    int64_t avail = admissible(s, rule, ev.te);
+    if (ev.allowed)
+        assert_int_equal(v.remaining, avail);
+    else
+        assert_int_equal(v.remaining, 0);
+    if (v.reset_ms == 0) {
+        assert_true(avail >= c);
+        return;
+    }
+    assert_true(avail < c);
+    assert_true(v.reset_ms > 0 && v.reset_ms <= 2 * rule->window_ms + rule->window_ms * c);
+    for (int64_t d = 1; d < v.reset_ms; d++)
+        if (admissible(s, rule, ev.te + d) > avail)
+            fail_msg("alg %d: more admissible after %lld ms, reset_ms said %lld", rule->algorithm,
+                     (long long)d, (long long)v.reset_ms);
+    assert_true(admissible(s, rule, ev.te + v.reset_ms) > avail);
+}
+
+static void test_brute_force(void **state)
+{
+    srand(12345);
+    for (int alg = 0; alg < 4; alg++) {
+        for (int round = 0; round < 12; round++) {
+            struct limit_rule rule = {
+                .id = 1, .algorithm = (enum limit_algorithm)alg,
+                .rate = 1 + rand() % 4, .burst = rand() % 3, .window_ms = 5 + rand() % 40,
+            };
+            struct algo_state s;
+            algo_state_init(&s);
+            int64_t now = 1000 + rand() % 100;
+            for (int i = 0; i < 150; i++) {
+                int r = rand() % 20;
+                if (r < 8)
+                    ; /* same ms: bursts */
+                else if (r < 18)
+                    now += rand() % (rule.window_ms / 2 + 1);
+                else if (r == 18)
+                    now -= rand() % rule.window_ms;   /* clock goes backwards */
+                else
+                    now += rand() % (3 * rule.window_ms);
+                /* now and then the catalog changes the rule's numbers under the same id */
+                if (rand() % 40 == 0) {
+                    rule.rate = 1 + rand() % 4;
+                    rule.burst = rand() % 3;
+                }
+                if (rand() % 80 == 0)
+                    rule.window_ms = 5 + rand() % 40;
+                step(&s, &rule, now, rand() % 5 != 0);
+            }
+            algo_state_clear(&s);
+        }
+    }
+}
+
+/* ---- the memory store through the limiter interface ---- */
+
+struct capture {
+    int calls;
+    struct limiter_result res;
+};
+
+static void on_done(void *arg, const struct limiter_result *result)
+{
+    struct capture *c = arg;
+    c->calls++;
+    c->res = *result;
+}
+
+static struct limiter_result check(struct limiter *l, const char *subject, const struct limit_rule *rules,
+                                   size_t n, int64_t now)
+{
+    struct capture c = {0};
+    assert_int_equal(limiter_check(l, subject, strlen(subject), rules, n, now, on_done, &c), 0);
+    assert_int_equal(c.calls, 1);   /* done before limiter_check returns */
+    assert_int_equal(c.res.status, LIMITER_DECIDED);
+    assert_int_equal(c.res.n, n);
+    return c.res;
+}
+
+static int setup_store(void **state)
+{
+    struct memory_store *store = memory_store_create();
+    assert_non_null(store);
+    *state = store;
+    return 0;
+}
+
+static int teardown_store(void **state)
+{
+    memory_store_destroy(*state);
+    return 0;
+}
+
+static void test_sliding_log_exact(void **state)
+{
+    struct limiter *l = limiter_memory_create(*state);
+    struct limit_rule r = {.id = 1, .algorithm = LIMIT_SLIDING_LOG, .rate = 2, .burst = 1, .window_ms = 1000};
+    int64_t t0 = 10000;
+    for (int i = 0; i < 3; i++) {
+        struct limiter_result res = check(l, "u:1", &r, 1, t0 + 100 * i);
+        assert_true(res.allowed);
+        assert_int_equal(res.verdicts[0].limit, 3);
+        assert_int_equal(res.verdicts[0].remaining, 2 - i);
+        assert_int_equal(res.verdicts[0].reset_ms, 1000 - 100 * i);   /* when t0 leaves the window */
+    }
+    /* the 4th inside the window: rejected, and told exactly how long to wait */
+    struct limiter_result res = check(l, "u:1", &r, 1, t0 + 300);
+    assert_false(res.allowed);
+    assert_int_equal(res.verdicts[0].remaining, 0);
+    assert_int_equal(res.verdicts[0].reset_ms, 700);
+    res = check(l, "u:1", &r, 1, t0 + 999);
+    assert_false(res.allowed);
+    assert_int_equal(res.verdicts[0].reset_ms, 1);
+    /* at exactly oldest + window the oldest no longer counts */
+    res = check(l, "u:1", &r, 1, t0 + 1000);
+    assert_true(res.allowed);
+    assert_int_equal(res.verdicts[0].remaining, 0);
+    assert_int_equal(res.verdicts[0].reset_ms, 100);   /* t0+100 leaves at t0+1100 */
+    res = check(l, "u:1", &r, 1, t0 + 1000);
+    assert_false(res.allowed);
+    assert_int_equal(res.verdicts[0].reset_ms, 100);
+    limiter_destroy(l);
+}
+
+static void test_rejected_not_recorded(void **state)
+{
+    struct limiter *l = limiter_memory_create(*state);
+    struct limit_rule rules[2] = {
+        {.id = 10, .algorithm = LIMIT_SLIDING_LOG, .rate = 5, .burst = 0, .window_ms = 60000},
+        {.id = 11, .algorithm = LIMIT_FIXED_WINDOW, .rate = 1, .burst = 0, .window_ms = 60000},
+    };
+    struct limiter_result res = check(l, "u:2", rules, 2, 1000);
+    assert_true(res.allowed);
+    assert_int_equal(res.verdicts[0].remaining, 4);
+    assert_int_equal(res.verdicts[1].remaining, 0);
+    /* the second rule rejects: the first allows, but nothing is recorded anywhere */
+    for (int i = 0; i < 10; i++) {
+        res = check(l, "u:2", rules, 2, 2000);
+        assert_false(res.allowed);
+        assert_true(res.verdicts[0].allowed);
+        assert_false(res.verdicts[1].allowed);
+        assert_int_equal(res.verdicts[0].remaining, 4);   /* still 4: the request was not counted */
+        assert_int_equal(res.verdicts[0].reset_ms, 59000);
+        assert_int_equal(res.verdicts[1].reset_ms, 58000);
+    }
+    res = check(l, "u:2", rules, 1, 2000);
+    assert_true(res.allowed);
+    assert_int_equal(res.verdicts[0].remaining, 3);
+    limiter_destroy(l);
+}
+
+static void test_clock_backwards(void **state)
+{
+    struct limiter *l = limiter_memory_create(*state);
+    struct limit_rule r = {.id = 3, .algorithm = LIMIT_SLIDING_LOG, .rate = 2, .burst = 0, .window_ms = 1000};
+    assert_true(check(l, "u:3", &r, 1, 50000).allowed);
+    /* the clock jumps back: the request is placed at the newest time seen, so it leaves
+     * the window no earlier than it should */
+    struct limiter_result res = check(l, "u:3", &r, 1, 40000);
+    assert_true(res.allowed);
+    assert_int_equal(res.verdicts[0].reset_ms, 1000);
+    res = check(l, "u:3", &r, 1, 40000);
+    assert_false(res.allowed);
+    assert_int_equal(res.verdicts[0].reset_ms, 1000);
+    assert_false(check(l, "u:3", &r, 1, 50999).allowed);
+    assert_true(check(l, "u:3", &r, 1, 51000).allowed);
+    limiter_destroy(l);
+}
+
+static void test_token_bucket(void **state)
+{
+    struct limiter *l = limiter_memory_create(*state);
+    /* 2 per second, burst 2: capacity 4, a token every 500 ms */
+    struct limit_rule r = {.id = 4, .algorithm = LIMIT_TOKEN_BUCKET, .rate = 2, .burst = 2, .window_ms = 1000};
+    for (int i = 0; i < 4; i++) {
+        struct limiter_result res = check(l, "u:4", &r, 1, 0);
+        assert_true(res.allowed);
+        assert_int_equal(res.verdicts[0].remaining, 3 - i);
+        assert_int_equal(res.verdicts[0].reset_ms, 500);
+    }
+    struct limiter_result res = check(l, "u:4", &r, 1, 1);
+    assert_false(res.allowed);
+    assert_int_equal(res.verdicts[0].reset_ms, 499);
+    assert_false(check(l, "u:4", &r, 1, 499).allowed);
+    res = check(l, "u:4", &r, 1, 500);
+    assert_true(res.allowed);
+    assert_int_equal(res.verdicts[0].remaining, 0);
+    assert_int_equal(res.verdicts[0].reset_ms, 500);
+    limiter_destroy(l);
+}
+
+static void test_sliding_window(void **state)
+{
+    struct limiter *l = limiter_memory_create(*state);
+    struct limit_rule r = {.id = 5, .algorithm = LIMIT_SLIDING_WINDOW, .rate = 4, .burst = 0, .window_ms = 1000};
+    for (int i = 0; i < 4; i++)
+        assert_true(check(l, "u:5", &r, 1, 10000 + i).allowed);
+    struct limiter_result res = check(l, "u:5", &r, 1, 10500);
+    assert_false(res.allowed);
+    /* next window: the previous 4 weigh 4 * (1000 - e) / 1000; below 4 from e = 1 */
+    assert_int_equal(res.verdicts[0].reset_ms, 501);
+    assert_false(check(l, "u:5", &r, 1, 11000).allowed);
+    res = check(l, "u:5", &r, 1, 11001);
+    assert_true(res.allowed);
+    /* 4 * 999 / 1000 + 1 = 4.996: nothing more until the previous weight drops under 3 */
+    assert_int_equal(res.verdicts[0].remaining, 0);
+    assert_int_equal(res.verdicts[0].reset_ms, 250);
+    limiter_destroy(l);
+}
+
+static void test_fixed_window(void **state)
+{
+    struct limiter *l = limiter_memory_create(*state);
+    struct limit_rule r = {.id = 6, .algorithm = LIMIT_FIXED_WINDOW, .rate = 2, .burst = 0, .window_ms = 1000};
+    struct limiter_result res = check(l, "u:6", &r, 1, 5200);
+    assert_int_equal(res.verdicts[0].remaining, 1);
+    assert_int_equal(res.verdicts[0].reset_ms, 800);
+    assert_true(check(l, "u:6", &r, 1, 5300).allowed);
+    res = check(l, "u:6", &r, 1, 5999);
+    assert_false(res.allowed);
+    assert_int_equal(res.verdicts[0].reset_ms, 1);
+    assert_true(check(l, "u:6", &r, 1, 6000).allowed);
+    limiter_destroy(l);
+}
+
+static void test_subjects_and_rules_apart(void **state)
+{
+    struct limiter *l = limiter_memory_create(*state);
+    struct limit_rule a = {.id = 7, .algorithm = LIMIT_FIXED_WINDOW, .rate = 1, .burst = 0, .window_ms = 60000};
+    struct limit_rule b = a;
+    b.id = 8;
+    assert_true(check(l, "u:7", &a, 1, 0).allowed);
+    assert_false(check(l, "u:7", &a, 1, 0).allowed);
+    assert_true(check(l, "u:7", &b, 1, 0).allowed);    /* another rule id: its own state */
+    assert_true(check(l, "u:77", &a, 1, 0).allowed);   /* another subject: its own state */
+    /* a subject with a NUL byte in it is another subject */
+    struct capture c = {0};
+    assert_int_equal(limiter_check(l, "u:7\0x", 5, &a, 1, 0, on_done, &c), 0);
+    assert_true(c.res.allowed);
+    limiter_destroy(l);
+}
+
+static void test_bad_arguments(void **state)
+{
+    struct limiter *l = limiter_memory_create(*state);
+    struct limit_rule rules[LIMITER_MAX_RULES + 1];
+    for (int i = 0; i <= LIMITER_MAX_RULES; i++)
+        rules[i] = (struct limit_rule){.id = i, .algorithm = LIMIT_SLIDING_LOG, .rate = 1, .window_ms = 1000};
+    struct capture c = {0};
+    assert_int_equal(limiter_check(l, "s", 1, rules, 0, 0, on_done, &c), -EINVAL);
+    assert_int_equal(limiter_check(l, "s", 1, rules, LIMITER_MAX_RULES + 1, 0, on_done, &c), -EINVAL);
+    assert_int_equal(limiter_check(l, "s", 0, rules, 1, 0, on_done, &c), -EINVAL);
+    assert_int_equal(limiter_check(l, NULL, 1, rules, 1, 0, on_done, &c), -EINVAL);
+    assert_int_equal(limiter_check(l, "s", 1, rules, 1, 0, NULL, &c), -EINVAL);
+    assert_int_equal(limiter_check(NULL, "s", 1, rules, 1, 0, on_done, &c), -EINVAL);
+    struct limit_rule dup[2] = {rules[1], rules[1]};
+    assert_int_equal(limiter_check(l, "s", 1, dup, 2, 0, on_done, &c), -EINVAL);
+    struct limit_rule bad = rules[0];
+    bad.rate = 0;
+    assert_int_equal(limiter_check(l, "s", 1, &bad, 1, 0, on_done, &c), -EINVAL);
+    assert_int_equal(c.calls, 0);   /* done is never called on an error return */
+    assert_int_equal(limiter_check(l, "s", 1, rules, LIMITER_MAX_RULES, 0, on_done, &c), 0);
+    assert_int_equal(c.calls, 1);
+    assert_int_equal(c.res.n, LIMITER_MAX_RULES);
+    assert_true(limiter_available(l));
+    limiter_destroy(l);
+}
+
+static void test_eviction(void **state)
+{
+    struct memory_store *store = *state;
+    struct limiter *l = limiter_memory_create(store);
+    struct limit_rule rules[2] = {
+        {.id = 1, .algorithm = LIMIT_SLIDING_LOG, .rate = 3, .burst = 0, .window_ms = 1000},
+        {.id = 2, .algorithm = LIMIT_TOKEN_BUCKET, .rate = 3, .burst = 0, .window_ms = 1000},
+    };
+    char subject[32];
+    for (int i = 0; i < 5000; i++) {
+        snprintf(subject, sizeof(subject), "old:%d", i);
+        check(l, subject, rules, 2, 1000);
+    }
+    assert_int_equal(memory_store_subjects(store), 5000);
+    /* a rejected check of a rule the subject has no state for adds none */
+    struct limit_rule full = {.id = 3, .algorithm = LIMIT_FIXED_WINDOW, .rate = 1, .window_ms = 100000};
+    struct limit_rule pair[2] = {full, {.id = 4, .algorithm = LIMIT_SLIDING_LOG, .rate = 1, .window_ms = 100000}};
+    assert_true(check(l, "full", &full, 1, 1000).allowed);
+    assert_false(check(l, "full", pair, 2, 1000).allowed);
+    assert_int_equal(memory_store_subjects(store), 5001);
+    assert_true(check(l, "full", &pair[1], 1, 1000).allowed);   /* id 4 was not recorded */
+    /* later, traffic of other subjects sweeps the idle ones away */
+    for (int i = 0; i < 5000; i++) {
+        snprintf(subject, sizeof(subject), "new:%d", i);
+        check(l, subject, rules, 2, 3000);
+    }
+    size_t left = memory_store_subjects(store);
+    if (left > 5000 + 1000)
+        fail_msg("%zu subjects kept; the idle ones were not swept", left);
+    /* an evicted subject starts afresh, the same as if it had been kept */
+    struct limiter_result res = check(l, "old:1", rules, 2, 3000);
+    assert_int_equal(res.verdicts[0].remaining, 2);
+    assert_int_equal(res.verdicts[1].remaining, 2);
+    limiter_destroy(l);
+}
+
+/* Several threads hammer one subject: exactly N of the sliding-log limit's N are admitted. */
+#define THREADS 8
+#define ATTEMPTS 600
+#define LIMIT_N 1000
+
+struct hammer {
+    struct memory_store *store;
+    int64_t now;
+    int allowed;
+};
+
+static void count_allowed(void *arg, const struct limiter_result *result)
+{
+    struct hammer *h = arg;
+    if (result->allowed)
+        h->allowed++;
+}
+
+static void *hammer_main(void *arg)
+{
+    struct hammer *h = arg;
+    struct limiter *l = limiter_memory_create(h->store);
+    struct limit_rule rules[2] = {
+        {.id = 1, .algorithm = LIMIT_SLIDING_LOG, .rate = LIMIT_N - 10, .burst = 10, .window_ms = 3600000},
+        {.id = 2, .algorithm = LIMIT_TOKEN_BUCKET, .rate = 100000, .burst = 0, .window_ms = 3600000},
+    };
+    char other[32];
+    for (int i = 0; i < ATTEMPTS; i++) {
+        limiter_check(l, "shared", 6, rules, 2, h->now, count_allowed, h);
+        /* and some traffic on other subjects, in other stripes */
+        snprintf(other, sizeof(other), "o:%d:%d", (int)(intptr_t)h % 97, i);
+        struct hammer ignore = {0};
+        limiter_check(l, other, strlen(other), rules, 1, h->now, count_allowed, &ignore);
+    }
+    limiter_destroy(l);
+    return NULL;
+}
+
+static void run_hammer(struct memory_store *store, int64_t now)
+{
+    pthread_t t[THREADS];
+    struct hammer h[THREADS];
+    for (int i = 0; i < THREADS; i++) {
+        h[i] = (struct hammer){.store = store, .now = now};
+        assert_int_equal(pthread_create(&t[i], NULL, hammer_main, &h[i]), 0);
+    }
+    int total = 0;
+    for (int i = 0; i < THREADS; i++) {
+        pthread_join(t[i], NULL);
+        total += h[i].allowed;
+    }
+    assert_int_equal(total, LIMIT_N);
+}
+
+static void test_threads_real_clock(void **state)
+{
+    run_hammer(*state, -1);
+}
+
+static void test_threads_fixed_clock(void **state)
+{
+    run_hammer(*state, 123456789);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_brute_force),
+        cmocka_unit_test_setup_teardown(test_sliding_log_exact, setup_store, teardown_store),
+        cmocka_unit_test_setup_teardown(test_rejected_not_recorded, setup_store, teardown_store),
+        cmocka_unit_test_setup_teardown(test_clock_backwards, setup_store, teardown_store),
+        cmocka_unit_test_setup_teardown(test_token_bucket, setup_store, teardown_store),
+        cmocka_unit_test_setup_teardown(test_sliding_window, setup_store, teardown_store),
+        cmocka_unit_test_setup_teardown(test_fixed_window, setup_store, teardown_store),
+        cmocka_unit_test_setup_teardown(test_subjects_and_rules_apart, setup_store, teardown_store),
+        cmocka_unit_test_setup_teardown(test_bad_arguments, setup_store, teardown_store),
+        cmocka_unit_test_setup_teardown(test_eviction, setup_store, teardown_store),
+        cmocka_unit_test_setup_teardown(test_threads_real_clock, setup_store, teardown_store),
+        cmocka_unit_test_setup_teardown(test_threads_fixed_clock, setup_store, teardown_store),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,139 @@
+/* Unit tests for store/redis_url.c. */
+#include <errno.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "store/redis_url.h"
+
+static struct redis_url parse_ok(const char *text)
+{
+    struct redis_url u;
+    char err[128];
+    int r = redis_url_parse(text, &u, err, sizeof(err));
+    if (r != 0)
+        fail_msg("\"%s\" was rejected: %s", text, err);
+    return u;
+}
+
+static void test_tcp(void **state)
+{
+    struct redis_url u = parse_ok("redis://127.0.0.1:6379/0");
+    assert_false(u.is_unix);
+    assert_string_equal(u.host, "127.0.0.1");
+    assert_int_equal(u.port, 6379);
+    assert_int_equal(u.db, 0);
+    assert_false(u.has_password);
+
+    u = parse_ok("redis://cache.internal:7000/3");
+    assert_string_equal(u.host, "cache.internal");
+    assert_int_equal(u.port, 7000);
+    assert_int_equal(u.db, 3);
+
+    /* defaults: port 6379, db 0 */
+    u = parse_ok("redis://localhost");
+    assert_string_equal(u.host, "localhost");
+    assert_int_equal(u.port, 6379);
+    assert_int_equal(u.db, 0);
+    u = parse_ok("redis://localhost/");
+    assert_int_equal(u.db, 0);
+    u = parse_ok("REDIS://h:1/2");
+    assert_int_equal(u.port, 1);
+    assert_int_equal(u.db, 2);
+
+    u = parse_ok("redis://[::1]:6380/1");
+    assert_string_equal(u.host, "::1");
+    assert_int_equal(u.port, 6380);
+    assert_int_equal(u.db, 1);
+}
+
+static void test_password(void **state)
+{
+    struct redis_url u = parse_ok("redis://:s3cret@10.0.0.1:6379/2");
+    assert_true(u.has_password);
+    assert_string_equal(u.password, "s3cret");
+    assert_string_equal(u.username, "");
+    assert_string_equal(u.host, "10.0.0.1");
+    assert_int_equal(u.db, 2);
+
+    u = parse_ok("redis://proxy:pa%40ss%3Aword@h:1/0");   /* ACL user, escaped @ and : */
+    assert_string_equal(u.username, "proxy");
+    assert_string_equal(u.password, "pa@ss:word");
+    assert_string_equal(u.host, "h");
+
+    u = parse_ok("redis://onlypass@h");
+    assert_true(u.has_password);
+    assert_string_equal(u.password, "onlypass");
+
+    u = parse_ok("redis://:a@b@h:2");   /* the last @ ends the user info */
+    assert_string_equal(u.password, "a@b");
+    assert_string_equal(u.host, "h");
+}
+
+static void test_unix(void **state)
+{
+    struct redis_url u = parse_ok("unix:///run/redis/redis.sock");
+    assert_true(u.is_unix);
+    assert_string_equal(u.path, "/run/redis/redis.sock");
+    assert_int_equal(u.db, 0);
+    assert_false(u.has_password);
+
+    u = parse_ok("unix:///tmp/r.sock?db=4");
+    assert_string_equal(u.path, "/tmp/r.sock");
+    assert_int_equal(u.db, 4);
+
+    u = parse_ok("unix://:pw@/tmp/r.sock");
+    assert_true(u.has_password);
+    assert_string_equal(u.password, "pw");
+    assert_string_equal(u.path, "/tmp/r.sock");
+}
+
+static void test_rejects(void **state)
+{
+    const char *bad[] = {
+        "", "localhost:6379", "http://h:1/0", "redis://", "redis://:6379", "redis://h:0", "redis://h:65536",
+        "redis://h:-1", "redis://h:12ab", "redis://h:", "redis://h/x", "redis://h/-1", "redis://h/1/2",
+        "redis://h?db=1", "redis://[::1", "redis://:@h", "redis://:p%zz@h", "redis://:p%0a@h", "redis://h h",
+        "unix://", "unix://relative.sock", "unix:///", "unix:///s?x=1", "unix:///s?db=x",
+        "unix://pw/tmp/s",
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        struct redis_url u;
+        char err[128] = "";
+        if (redis_url_parse(bad[i], &u, err, sizeof(err)) != -EINVAL)
+            fail_msg("\"%s\" was accepted", bad[i]);
+        assert_true(err[0] != '\0');
+    }
+    char long_path[300] = "unix:///";
+    memset(long_path + 8, 'a', 200);
+    long_path[208] = '\0';
+    struct redis_url u;
+    assert_int_equal(redis_url_parse(long_path, &u, NULL, 0), -EINVAL);
+    assert_int_equal(redis_url_parse(NULL, &u, NULL, 0), -EINVAL);
+}
+
+static void test_error_hides_password(void **state)
+{
+    struct redis_url u;
+    char err[256];
+    assert_int_equal(redis_url_parse("redis://:topsecret@h:99999/0", &u, err, sizeof(err)), -EINVAL);
+    assert_null(strstr(err, "topsecret"));
+    assert_false(u.has_password);
+    assert_null(strstr(u.password, "topsecret"));
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_tcp),
+        cmocka_unit_test(test_password),
+        cmocka_unit_test(test_unix),
+        cmocka_unit_test(test_rejects),
+        cmocka_unit_test(test_error_hides_password),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

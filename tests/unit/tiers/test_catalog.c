@@ -1,0 +1,286 @@
+/* The SQLite catalog: schema migration, refusals, and ids that are never reused. */
+#include "helpers.h"
+
+#include <errno.h>
+#include <fcntl.h>
+
+#include <sqlite3.h>
+
+static int setup(void **state)
+{
+    struct tmpdb *t = calloc(1, sizeof(*t));
+    tmpdb_make(t);
+    *state = t;
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    tmpdb_remove(*state);
+    free(*state);
+    return 0;
+}
+
+static void touch(const char *path)
+{
+    int fd = open(path, O_CREAT | O_WRONLY | O_TRUNC, 0644);
+    assert_true(fd >= 0);
+    close(fd);
+}
+
+static int sql_int(const char *path, const char *sql)
+{
+    sqlite3 *db;
+    sqlite3_stmt *st;
+    assert_int_equal(sqlite3_open_v2(path, &db, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
+    assert_int_equal(sqlite3_prepare_v2(db, sql, -1, &st, NULL), SQLITE_OK);
+    assert_int_equal(sqlite3_step(st), SQLITE_ROW);
+    int v = sqlite3_column_int(st, 0);
+    sqlite3_finalize(st);
+    sqlite3_close(db);
+    return v;
+}
+
+static void sql_exec(const char *path, const char *sql)
+{
+    sqlite3 *db;
+    assert_int_equal(sqlite3_open(path, &db), SQLITE_OK);
+    assert_int_equal(sqlite3_exec(db, sql, NULL, NULL, NULL), SQLITE_OK);
+    sqlite3_close(db);
+}
+
+/* An empty file is migrated to the current schema by a CREATE-mode writer (tierctl init),
+ * and only by it. */
+static void test_migrate_empty_file(void **state)
+{
+    struct tmpdb *t = *state;
+    char err[256];
+    struct catalog *cat = NULL;
+    touch(t->path);
+
+    /* Not initialized: readers and plain writers refuse. */
+    assert_int_equal(catalog_open(t->path, CATALOG_READ_ONLY, &cat, err, sizeof(err)), 0);
+    assert_int_equal(catalog_begin(cat, false), -ENODATA);
+    assert_non_null(strstr(catalog_errmsg(cat), "not initialized"));
+    catalog_close(cat);
+    assert_int_equal(catalog_open(t->path, CATALOG_READ_WRITE, &cat, err, sizeof(err)), 0);
+    assert_int_equal(catalog_begin(cat, true), -ENODATA);
+    catalog_close(cat);
+
+    assert_int_equal(catalog_open(t->path, CATALOG_CREATE, &cat, err, sizeof(err)), 0);
+    int version = -1;
+    assert_int_equal(catalog_schema_version(cat, &version), 0);
+    assert_int_equal(version, 0);
+    assert_int_equal(catalog_begin(cat, true), 0);
+    assert_int_equal(catalog_schema_version(cat, &version), 0);
+    assert_int_equal(version, CATALOG_SCHEMA_VERSION);
+    add_plan(cat, "free");
+    assert_int_equal(catalog_commit(cat), 0);
+    catalog_close(cat);
+
+    assert_int_equal(sql_int(t->path, "PRAGMA user_version"), CATALOG_SCHEMA_VERSION);
+    assert_int_equal(sql_int(t->path, "SELECT count(*) FROM sqlite_schema WHERE type = 'table' AND name IN "
+                                      "('plans', 'limits', 'users', 'api_keys')"), 4);
+    /* WAL, so that tierctl and the proxies do not block each other. */
+    sqlite3 *db;
+    sqlite3_stmt *st;
+    assert_int_equal(sqlite3_open(t->path, &db), SQLITE_OK);
+    assert_int_equal(sqlite3_prepare_v2(db, "PRAGMA journal_mode", -1, &st, NULL), SQLITE_OK);
+    assert_int_equal(sqlite3_step(st), SQLITE_ROW);
+    assert_string_equal((const char *)sqlite3_column_text(st, 0), "wal");
+    sqlite3_finalize(st);
+    sqlite3_close(db);
+
+    /* Read-only now works. */
+    assert_int_equal(catalog_open(t->path, CATALOG_READ_ONLY, &cat, err, sizeof(err)), 0);
+    assert_int_equal(catalog_begin(cat, false), 0);
+    int64_t id;
+    assert_int_equal(catalog_plan_find(cat, "free", &id, NULL), 0);
+    catalog_close(cat);
+}
+
+static void test_migration_rolls_back_with_the_command(void **state)
+{
+    struct tmpdb *t = *state;
+    struct catalog *cat = tmpdb_begin(t);
+    add_plan(cat, "free");
+    catalog_rollback(cat);
+    catalog_close(cat);
+    /* The failed command left no schema behind either. */
+    assert_int_equal(sql_int(t->path, "PRAGMA user_version"), 0);
+}
+
+static void test_missing_file(void **state)
+{
+    struct tmpdb *t = *state;
+    char err[256];
+    struct catalog *cat = NULL;
+    assert_int_equal(catalog_open(t->path, CATALOG_READ_ONLY, &cat, err, sizeof(err)), -ENOENT);
+    assert_non_null(strstr(err, "tierctl init"));
+    assert_int_equal(catalog_open(t->path, CATALOG_READ_WRITE, &cat, err, sizeof(err)), -ENOENT);
+    assert_int_equal(access(t->path, F_OK), -1);   /* not created */
+}
+
+static void test_newer_schema_refused(void **state)
+{
+    struct tmpdb *t = *state;
+    tmpdb_commit(tmpdb_begin(t));
+    sql_exec(t->path, "PRAGMA user_version = 99");
+    char err[256];
+    struct catalog *cat = NULL;
+    assert_int_equal(catalog_open(t->path, CATALOG_CREATE, &cat, err, sizeof(err)), 0);
+    assert_int_equal(catalog_begin(cat, true), -ENOTSUP);
+    assert_int_equal(catalog_begin(cat, false), -ENOTSUP);
+    catalog_close(cat);
+}
+
+static void test_foreign_database_refused(void **state)
+{
+    struct tmpdb *t = *state;
+    sql_exec(t->path, "CREATE TABLE something (x)");
+    char err[256];
+    struct catalog *cat = NULL;
+    assert_int_equal(catalog_open(t->path, CATALOG_CREATE, &cat, err, sizeof(err)), 0);
+    assert_int_equal(catalog_begin(cat, true), -EINVAL);
+    catalog_close(cat);
+}
+
+static void test_not_a_database(void **state)
+{
+    struct tmpdb *t = *state;
+    FILE *f = fopen(t->path, "w");
+    fputs("this is not an SQLite file, but long enough to have a header..........................."
+          "................................................................", f);
+    fclose(f);
+    char err[256];
+    struct catalog *cat = NULL;
+    assert_int_not_equal(catalog_open(t->path, CATALOG_READ_WRITE, &cat, err, sizeof(err)), 0);
+    assert_non_null(strstr(err, "not a SQLite database"));
+}
+
+/* Limit ids name limiter state in Redis: a removed id is never handed out again. */
+static void test_limit_ids_never_reused(void **state)
+{
+    struct tmpdb *t = *state;
+    struct catalog *cat = tmpdb_begin(t);
+    int64_t plan = add_plan(cat, "free");
+    int64_t a = add_limit(cat, plan, 'r', 10, 1000, NULL, NULL);
+    int64_t b = add_limit(cat, plan, 'r', 20, 1000, NULL, NULL);
+    assert_int_equal(catalog_limit_remove(cat, plan, b), 0);
+    assert_int_equal(catalog_limit_remove(cat, plan, a), 0);
+    tmpdb_commit(cat);
+    cat = tmpdb_begin(t);
+    int64_t c = add_limit(cat, plan, 'r', 30, 1000, NULL, NULL);
+    assert_true(c > b);
+    /* Even after the catalog is cleared (import), and with the high-water mark raised. */
+    assert_int_equal(catalog_clear(cat), 0);
+    assert_int_equal(catalog_sequence_raise(cat, "limits", 100), 0);
+    plan = add_plan(cat, "free");
+    assert_true(add_limit(cat, plan, 'c', 5, 0, NULL, NULL) == 101);
+    int64_t seq = 0;
+    assert_int_equal(catalog_sequence_get(cat, "limits", &seq), 0);
+    assert_int_equal(seq, 101);
+    assert_int_equal(catalog_sequence_raise(cat, "limits", 50), 0);   /* never lowered */
+    assert_int_equal(catalog_sequence_get(cat, "limits", &seq), 0);
+    assert_int_equal(seq, 101);
+    tmpdb_commit(cat);
+}
+
+static void test_refusals(void **state)
+{
+    struct tmpdb *t = *state;
+    struct catalog *cat = tmpdb_begin(t);
+    int64_t plan = add_plan(cat, "free");
+    struct catalog_plan dup = {.name = "free"};
+    assert_int_equal(catalog_plan_add(cat, &dup, NULL), CATALOG_EXISTS);
+    struct catalog_plan bad = {.name = "no spaces"};
+    assert_int_equal(catalog_plan_add(cat, &bad, NULL), CATALOG_INVALID);
+    assert_int_equal(catalog_plan_find(cat, "gold", NULL, NULL), CATALOG_NOT_FOUND);
+    assert_string_equal(catalog_errmsg(cat), "no plan named \"gold\"");
+
+    add_user(cat, "alice", plan);
+    struct catalog_user again = {.id = "alice", .plan_id = plan};
+    assert_int_equal(catalog_user_add(cat, &again), CATALOG_EXISTS);
+    assert_int_equal(catalog_plan_remove(cat, plan), CATALOG_IN_USE);
+
+    /* A rate over the exact-integer range and a malformed route are refused. */
+    struct catalog_limit huge = {.plan_id = plan, .kind = CATALOG_LIMIT_RATE, .amount = 1000000000,
+                                 .window_ms = 86400000};
+    assert_int_equal(catalog_limit_add(cat, &huge, NULL), CATALOG_INVALID);
+    struct catalog_limit route = {.plan_id = plan, .kind = CATALOG_LIMIT_RATE, .amount = 1, .window_ms = 1000,
+                                  .route_method = "GET", .route_prefix = "v1"};
+    assert_int_equal(catalog_limit_add(cat, &route, NULL), CATALOG_INVALID);
+    assert_int_equal(catalog_limit_remove(cat, plan, 12345), CATALOG_NOT_FOUND);
+
+    /* A key for a user who does not exist. */
+    struct catalog_key k = {.user_id = "bob", .label = ""};
+    assert_int_equal(catalog_key_add(cat, &k, NULL), CATALOG_NOT_FOUND);
+    tmpdb_commit(cat);
+}
+
+static int count_key(void *ctx, const struct catalog_key *key)
+{
+    int *n = ctx;
+    (*n)++;
+    assert_non_null(key->revoked);
+    return 0;
+}
+
+static void test_user_remove_revokes_keys(void **state)
+{
+    struct tmpdb *t = *state;
+    struct catalog *cat = tmpdb_begin(t);
+    int64_t plan = add_plan(cat, "free");
+    add_user(cat, "alice", plan);
+    int64_t k1 = add_key(cat, "alice", "tp_one");
+    add_key(cat, "alice", "tp_two");
+    assert_int_equal(catalog_key_revoke(cat, k1), 0);
+    assert_int_equal(catalog_key_revoke(cat, k1), CATALOG_ALREADY);
+    int64_t revoked = 0;
+    assert_int_equal(catalog_user_remove(cat, "alice", &revoked), 0);
+    assert_int_equal(revoked, 1);   /* the one still active */
+    int n = 0;
+    assert_int_equal(catalog_key_each(cat, "alice", false, count_key, &n), 0);
+    assert_int_equal(n, 2);         /* kept on record, both revoked */
+    n = 0;
+    assert_int_equal(catalog_key_each(cat, NULL, true, count_key, &n), 0);
+    assert_int_equal(n, 0);
+    assert_int_equal(catalog_user_find(cat, "alice", NULL), CATALOG_NOT_FOUND);
+    assert_int_equal(catalog_plan_remove(cat, plan), 0);
+    tmpdb_commit(cat);
+}
+
+static void test_checks(void **state)
+{
+    (void)state;
+    char err[128];
+    assert_int_equal(catalog_check_plan_name("pro-2.x_y", err, sizeof(err)), 0);
+    assert_int_equal(catalog_check_plan_name("-x", err, sizeof(err)), CATALOG_INVALID);
+    assert_int_equal(catalog_check_plan_name("", err, sizeof(err)), CATALOG_INVALID);
+    assert_int_equal(catalog_check_user_id("alice@example.com", err, sizeof(err)), 0);
+    assert_int_equal(catalog_check_user_id("a b", err, sizeof(err)), CATALOG_INVALID);
+    assert_int_equal(catalog_check_route("*", "/v1", err, sizeof(err)), 0);
+    assert_int_equal(catalog_check_route("GET", "/v1?x", err, sizeof(err)), CATALOG_INVALID);
+    assert_int_equal(catalog_check_route("get", "/v1", err, sizeof(err)), CATALOG_INVALID);
+    assert_int_equal(catalog_check_label("ci \xc3\xa9t\xc3\xa9", err, sizeof(err)), 0);
+    assert_int_equal(catalog_check_label("a\nb", err, sizeof(err)), CATALOG_INVALID);
+    assert_int_equal(catalog_check_time("2024-05-01T12:00:00Z", err, sizeof(err)), 0);
+    assert_int_equal(catalog_check_time("2024-05-01 12:00:00", err, sizeof(err)), CATALOG_INVALID);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_migrate_empty_file, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_migration_rolls_back_with_the_command, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_missing_file, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_newer_schema_refused, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_foreign_database_refused, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_not_a_database, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_limit_ids_never_reused, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_refusals, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_user_remove_revokes_keys, setup, teardown),
+        cmocka_unit_test(test_checks),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,42 @@
+/* The catalog as JSON: `tierctl export`/`import` and tierctl's --json output.
+ *
+ * Export format (version 1); objects in id order, keys in the order shown:
+ *   {"format": "tierproxy-catalog", "version": 1,
+ *    "last_ids": {"plans": 3, "limits": 6, "api_keys": 2},   high-water marks: ids are
+ *                                                              never reused, even after import
+ *    "plans": [{"id": 1, "name": "free", "shadow": false, "limits": [
+ *        {"id": 1, "kind": "rate", "amount": 100, "window_ms": 60000, "burst": 0,
+ *         "algorithm": "sliding-log"},
+ *        {"id": 2, "kind": "concurrency", "amount": 10},
+ *        {"id": 7, "kind": "ws_messages", "amount": 10, "window_ms": 1000},
+ *        {"id": 8, "kind": "rate", ..., "route": "GET /v1/search"}]}],
+ *    "users": [{"id": "alice", "plan": "free", "created": "2024-05-01T12:00:00Z"}],
+ *    "api_keys": [{"id": 1, "user": "alice", "label": "ci", "sha256": "<64 hex>",
+ *                  "created": "...", "revoked": null}]}
+ * Import accepts exactly this (unknown fields are errors; "burst" defaults to 0,
+ * "algorithm" to sliding-log, "shadow" to false, "label" to "", "revoked" to null,
+ * "last_ids" to the largest ids present). */
+#pragma once
+#include <stddef.h>
+
+#include <jansson.h>
+
+#include "store/catalog.h"
+
+#define CATALOG_JSON_FORMAT "tierproxy-catalog"
+#define CATALOG_JSON_VERSION 1
+
+/* The whole catalog; the caller holds a transaction. Returns 0 and sets *pdoc (the caller
+ * json_decrefs it), or non-zero with the reason in err. */
+int catalog_json_export(struct catalog *cat, json_t **pdoc, char *err, size_t errlen);
+
+/* Checks all of doc, then replaces every plan, limit, user and key with its contents,
+ * keeping their ids. The caller holds a write transaction and rolls it back on failure.
+ * Returns 0; CATALOG_INVALID with the reason and where (e.g. "plans[1].limits[0]: ...")
+ * in err, with the catalog untouched; or another non-zero catalog code. */
+int catalog_json_import(struct catalog *cat, json_t *doc, char *err, size_t errlen);
+
+/* One record as JSON (export form). Return a new reference, NULL on allocation failure. */
+json_t *catalog_json_limit(const struct catalog_limit *limit);
+json_t *catalog_json_user(const struct catalog_user *user);
+json_t *catalog_json_key(const struct catalog_key *key, int with_hash);
