@@ -44,7 +44,9 @@ for t in tests:
     result = t.get("result", "")
     ok = result in ("OK", "EXPECTEDFAIL")
     suites = t.get("suite") or []
-    if t.get("name") == "e2e" or any(s == "e2e" or s.endswith(":e2e") for s in suites):
+    # meson names it "tierproxy:e2e / e2e" (project:suite / name)
+    if t.get("name", "").split(" / ")[-1] == "e2e" or \
+            any(s == "e2e" or s.endswith(":e2e") for s in suites):
         junit = os.path.join(d, "e2e-junit.xml")
         cases = {}
         if os.path.exists(junit):

@@ -260,11 +260,6 @@ int catalog_open(const char *path, enum catalog_mode mode, struct catalog **pcat
             sqlite3_finalize(st);
         }
     }
-    if (r == 0) {
-        /* Reads the header: fails here for a file that is not a database. */
-        int version;
-        r = catalog_schema_version(cat, &version);
-    }
     if (r) {
         snprintf(err, errlen, "cannot open catalog %s: %s", path, cat->errmsg);
         goto out;

@@ -89,9 +89,9 @@ struct catalog_key {
 struct catalog;
 
 /* Opens (CATALOG_CREATE: creates) the catalog at path: busy timeout
- * CATALOG_BUSY_TIMEOUT_MS, foreign keys on, WAL for writers. Does not read the schema
- * yet (catalog_begin does). Returns 0 and sets *pcat, or a negative errno with a reason in
- * err. Free with catalog_close. */
+ * CATALOG_BUSY_TIMEOUT_MS, foreign keys on, WAL for writers. A read-only open does no I/O
+ * yet; the schema is checked by catalog_begin. Returns 0 and sets *pcat, or a negative
+ * errno with a reason in err. Free with catalog_close. */
 int catalog_open(const char *path, enum catalog_mode mode, struct catalog **pcat,
                  char *err, size_t errlen);
 

@@ -6,9 +6,10 @@
  * recording every rule, which makes the check atomic.
  *
  * Memory stays bounded: every rule state knows from when it is equivalent to no state at
- * all (algo_dead_ms); such states and subjects are dropped when their chain is walked, and
- * each check also sweeps one more bucket of its stripe, so idle subjects go away as traffic
- * flows. */
+ * all (algo_dead_ms). One window after that it is dropped -- the extra window keeps a clock
+ * that steps back by less than a window clamped, as Redis keeps a key for its TTL -- when
+ * its chain is walked; each check also sweeps one more bucket of its stripe, so idle
+ * subjects go away as traffic flows. */
 #include "store/limiter_impl.h"
 
 #include <errno.h>
@@ -24,14 +25,14 @@
 
 struct mem_slot {
     int64_t id;
-    int64_t dead_ms;
+    int64_t evict_ms;         /* dead (algo_dead_ms) + one window */
     struct algo_state st;
 };
 
 struct mem_entry {
     struct mem_entry *next;
     uint64_t hash;
-    int64_t dead_ms;          /* max over slots */
+    int64_t evict_ms;         /* max over slots */
     uint32_t nslots, cap;
     struct mem_slot *slots;
     size_t subject_len;
@@ -88,7 +89,7 @@ static void sweep_chain(struct mem_stripe *st, struct mem_entry **pp, int64_t no
 {
     while (*pp != NULL) {
         struct mem_entry *e = *pp;
-        if (e->dead_ms <= now) {
+        if (e->evict_ms <= now) {
             *pp = e->next;
             entry_free(e);
             st->count--;
@@ -196,12 +197,12 @@ static struct mem_slot *find_slot(struct mem_entry *e, int64_t id)
     return NULL;
 }
 
-/* Drops the entry's dead rule states (they are equivalent to none). */
+/* Drops the entry's long-dead rule states (they are equivalent to none). */
 static void prune_slots(struct mem_entry *e, int64_t now)
 {
     uint32_t j = 0;
     for (uint32_t i = 0; i < e->nslots; i++) {
-        if (e->slots[i].dead_ms <= now)
+        if (e->slots[i].evict_ms <= now)
             algo_state_clear(&e->slots[i].st);
         else
             e->slots[j++] = e->slots[i];
@@ -221,7 +222,7 @@ static struct mem_entry *ensure_slots(struct mem_stripe *st, struct mem_entry *e
         if (e == NULL)
             return NULL;
         e->hash = hash;
-        e->dead_ms = INT64_MIN;
+        e->evict_ms = INT64_MIN;
         e->subject_len = subject_len;
         memcpy(e->subject, subject, subject_len);
         size_t b = bucket_of(st, hash);
@@ -242,7 +243,7 @@ static struct mem_entry *ensure_slots(struct mem_stripe *st, struct mem_entry *e
         }
         struct mem_slot *slot = &e->slots[e->nslots++];
         slot->id = rules[i].id;
-        slot->dead_ms = INT64_MIN;
+        slot->evict_ms = INT64_MIN;
         algo_state_init(&slot->st);
     }
     return e;
@@ -302,19 +303,20 @@ static int memory_check(struct limiter *limiter, const char *subject, size_t sub
             pthread_mutex_unlock(&st->lock);
             return -ENOMEM;
         }
-        int64_t dead = INT64_MIN;
+        int64_t evict = INT64_MIN;
         for (size_t i = 0; i < e->nslots; i++)
-            if (e->slots[i].dead_ms > dead)
-                dead = e->slots[i].dead_ms;
+            if (e->slots[i].evict_ms > evict)
+                evict = e->slots[i].evict_ms;
         for (size_t i = 0; i < n; i++) {
             struct mem_slot *slot = find_slot(e, rules[i].id);
             algo_commit(&slot->st, &rules[i], &ev[i]);
             algo_verdict(&slot->st, &rules[i], &ev[i], &result.verdicts[i]);
-            slot->dead_ms = algo_dead_ms(&slot->st, &rules[i]);
-            if (slot->dead_ms > dead)
-                dead = slot->dead_ms;
+            int64_t dead = algo_dead_ms(&slot->st, &rules[i]);   /* never empty after a commit */
+            slot->evict_ms = dead == INT64_MIN ? INT64_MIN : dead + rules[i].window_ms;
+            if (slot->evict_ms > evict)
+                evict = slot->evict_ms;
         }
-        e->dead_ms = dead;
+        e->evict_ms = evict;
     } else {
         for (size_t i = 0; i < n; i++) {
             struct mem_slot *slot = find_slot(e, rules[i].id);

@@ -114,7 +114,8 @@ static int poll_once(struct snapshot_watch *w, char *err, size_t errlen)
 {
     int r = ensure_open(w, err, errlen);
     if (r) {
-        atomic_store(&w->healthy, false);
+        if (r != -EBUSY)
+            atomic_store(&w->healthy, false);
         return r;
     }
     int64_t version = 0;

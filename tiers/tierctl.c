@@ -304,8 +304,9 @@ static int parse_limit_flags(struct cli *c)
     return 0;
 }
 
-/* Splits argv into the command, its positional arguments and its flags. Returns 0, or an
- * exit status (help printed: 0 as -1... see main). */
+/* Splits argv into the command, its positional arguments and its flags. Returns 0 (with
+ * *phelp set when the general help was asked for), -1 when COMMAND --help was printed, or
+ * the exit status of a usage error already reported. */
 static int parse_args(int argc, char **argv, struct cli *c, bool *phelp)
 {
     int i = 1;

@@ -28,23 +28,30 @@ def test_health_names_a_dead_store(catalog, proxies, redis_factory):
     assert body.get("plans") == "ok", body
 
 
-def test_health_names_an_unreadable_catalog(catalog, start_proxy):
+def test_health_names_an_unreachable_catalog(catalog, start_proxy):
+    # the catalog is made unreachable by an exclusive lock (rollback journal, see
+    # test_catalog.py): every refresh poll fails, while requests are still served
+    from test_catalog import lock_catalog, use_rollback_journal
+    _, key = catalog.user_key("free")
+    use_rollback_journal(catalog.path)
     p = start_proxy(catalog, plans={"refresh_ms": 100})
     assert p.admin("/health").status == 200
-    catalog.path.unlink()
-    for suffix in ("-wal", "-shm"):
-        p2 = catalog.path.with_name(catalog.path.name + suffix)
-        if p2.exists():
-            p2.unlink()
-    catalog.path.mkdir()         # now it cannot be opened as a database at all
-
-    def unhealthy():
-        r = p.admin("/health")
-        return r if r.status == 503 else None
-    r = wait_until(unhealthy, 5, interval=0.1)
-    assert r, "/health still 200 with the catalog gone"
-    body = r.json()
-    assert body.get("plans") not in (None, "ok"), body
+    db = lock_catalog(catalog.path)
+    try:
+        def unhealthy():
+            r = p.admin("/health")
+            return r if r.status == 503 else None
+        r = wait_until(unhealthy, 5, interval=0.1)
+        assert r, "/health still 200 with the catalog locked"
+        body = r.json()
+        assert body.get("plans") not in (None, "ok"), body
+        assert body.get("store") == "ok", body
+        assert p.get("/x", key=key).status == 200
+    finally:
+        db.execute("ROLLBACK")
+        db.close()
+    assert wait_until(lambda: p.admin("/health").status == 200, 5, interval=0.1), \
+        "/health did not recover after the catalog lock was released"
 
 
 def test_metrics(catalog, start_proxy):

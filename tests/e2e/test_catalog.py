@@ -80,9 +80,20 @@ def test_limit_change_takes_effect(catalog, start_proxy):
     assert within_deadline(lambda: p.get("/x", key=key).header("RateLimit-Limit") == "70", t0)
 
 
+def use_rollback_journal(path):
+    """Switches the catalog from WAL to a rollback journal. In WAL mode every open
+    connection (the proxy's watcher keeps one for PRAGMA data_version) holds a shared lock
+    on the file, so no one can take an exclusive lock; with a rollback journal an idle
+    connection holds none, and an exclusive lock really shuts every reader out."""
+    db = sqlite3.connect(str(path), isolation_level=None)
+    assert db.execute("PRAGMA journal_mode=DELETE").fetchone()[0] == "delete"
+    db.close()
+
+
 def lock_catalog(path):
-    """Takes an exclusive lock on the catalog and keeps it: returns the connection."""
-    db = sqlite3.connect(str(path), isolation_level=None, timeout=0)
+    """Takes an exclusive lock on the catalog and keeps it: returns the connection. Waits
+    (busy timeout) for a refresh poll that happens to be reading at that moment."""
+    db = sqlite3.connect(str(path), isolation_level=None, timeout=10)
     db.execute("PRAGMA locking_mode=EXCLUSIVE")
     db.execute("BEGIN EXCLUSIVE")
     # write something so the lock is really taken (and the change is never committed)
@@ -94,6 +105,7 @@ def lock_catalog(path):
 def test_serving_runs_no_sql(catalog, start_proxy):
     catalog.plan("silver", "--rate", "100/min")
     users = [catalog.user_key(plan) for plan in ("free", "silver", "pro")]
+    use_rollback_journal(catalog.path)
     p = start_proxy(catalog, plans={"refresh_ms": 100})
     for _, key in users:
         assert p.get("/warm", key=key).status == 200

@@ -196,3 +196,51 @@ def test_close_delimited_response_unchanged(catalog, start_proxy):
     r = p.get("/close", key=key)
     assert r.status == 200, r
     assert r.echo["path"] == "/close"
+
+
+def test_head_request(catalog, start_proxy):
+    _, key = catalog.user_key("free")
+    p = start_proxy(catalog)
+    c = p.client()
+    r = c.request("HEAD", "/big/1000", key=key)
+    assert r.status == 200, r
+    assert r.body == b""
+    assert r.header("Content-Length") == "1000", r
+    # the connection is still in step: the next request on it is answered correctly
+    r = c.get("/after-head", key=key)
+    assert r.status == 200 and r.echo["path"] == "/after-head", r
+    c.close()
+
+
+def test_expect_100_continue_upload(catalog, start_proxy):
+    import socket
+    from conftest import parse_raw_response
+    _, key = catalog.user_key("free")
+    p = start_proxy(catalog)
+    body = bytes(range(256)) * 64
+    with socket.create_connection(("127.0.0.1", p.port), timeout=10) as s:
+        s.sendall(("POST /expect HTTP/1.1\r\nHost: t\r\nAuthorization: Bearer %s\r\n"
+                   "Content-Type: application/octet-stream\r\nContent-Length: %d\r\n"
+                   "Expect: 100-continue\r\nConnection: close\r\n\r\n" % (key, len(body))).encode())
+        # a client waits a moment for "100 Continue", then sends the body anyway (as curl does)
+        s.settimeout(2)
+        early = b""
+        try:
+            early = s.recv(65536)
+        except socket.timeout:
+            pass
+        if early:
+            assert early.startswith(b"HTTP/1.1 100"), early[:200]
+        s.settimeout(10)
+        s.sendall(body)
+        raw = early.split(b"\r\n\r\n", 1)[1] if early else b""
+        while True:
+            chunk = s.recv(65536)
+            if not chunk:
+                break
+            raw += chunk
+    r = parse_raw_response(raw)
+    assert r.status == 200, raw[:300]
+    e = r.json()
+    assert e["length"] == len(body)
+    assert e["body_sha256"] == hashlib.sha256(body).hexdigest()
