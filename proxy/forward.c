@@ -9,6 +9,7 @@
 #include <event2/event.h>
 
 #include "proxy/config.h"
+#include "proxy/metrics.h"
 #include "proxy/netaddr.h"
 #include "proxy/respond.h"
 #include "proxy/worker.h"
@@ -127,7 +128,7 @@ static void upstream_finished(struct request *r, CURLcode result)
     if (!r->upstream_head_done) {
         bool slow = r->timed_out || result == CURLE_OPERATION_TIMEDOUT;
         request_set_pending(r, slow ? MHD_HTTP_GATEWAY_TIMEOUT : MHD_HTTP_BAD_GATEWAY,
-                            respond_error(slow ? "upstream_timeout" : "upstream_unavailable"));
+                            respond_error(r, slow ? "upstream_timeout" : "upstream_unavailable"));
     } else if (r->reader_waiting) {
         request_wake(r);
     }
@@ -253,6 +254,9 @@ static size_t on_upstream_header(char *line, size_t size, size_t nitems, void *u
     if (len == 0) {
         if (r->upstream_status >= 200 && !r->upstream_head_done) {
             r->upstream_head_done = true;
+            int64_t waited_ns = clock_mono_ns() - r->forwarded_ns;
+            r->upstream_ms = waited_ns / 1000000;
+            metrics_observe_upstream(r->w->metrics, waited_ns);
             arm_upstream_timer(r);
             struct MHD_Response *resp = forward_make_response(r);
             if (resp == NULL)
@@ -319,6 +323,7 @@ static ssize_t read_response_body(void *cls, uint64_t pos, char *buf, size_t max
         size_t n = r->resp_body.len < max ? r->resp_body.len : max;
         memcpy(buf, r->resp_body.data + r->resp_body.off, n);
         bytebuf_consume(&r->resp_body, n);
+        r->bytes_sent += n;
         if (r->curl_paused && r->resp_body.len < RESP_BUFFER_LOW && !r->upstream_done) {
             r->curl_paused = false;
             curl_easy_pause(r->easy, CURLPAUSE_CONT);
@@ -524,11 +529,12 @@ void forward_start(struct request *r)
 
     arm_upstream_timer(r);
     r->phase = PHASE_FORWARDING;
+    r->forwarded_ns = clock_mono_ns();
     if (curl_multi_add_handle(w->multi, e) != CURLM_OK)
         goto fail;
     return;
 fail:
-    request_set_pending(r, MHD_HTTP_BAD_GATEWAY, respond_error("upstream_unavailable"));
+    request_set_pending(r, MHD_HTTP_BAD_GATEWAY, respond_error(r, "upstream_unavailable"));
 }
 
 void forward_abort(struct request *r)

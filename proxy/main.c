@@ -10,6 +10,8 @@
 #include <curl/curl.h>
 #include <event2/thread.h>
 
+#include "proxy/access_log.h"
+#include "proxy/admin.h"
 #include "proxy/config.h"
 #include "proxy/worker.h"
 #include "store/limiter.h"
@@ -44,6 +46,10 @@ static int serve(struct proxy_config *cfg)
     struct snapshot_watch *catalog = NULL;
     struct memory_store *memory = NULL;
     struct worker *workers = NULL;
+    struct access_log *access_log = NULL;
+    struct admin *admin = NULL;
+    struct limiter **limiters = NULL;
+    struct metrics **metrics = NULL;
     int started = 0;
 
     /* Signals go to the main thread only, which waits for them with sigwait. */
@@ -65,15 +71,42 @@ static int serve(struct proxy_config *cfg)
         fprintf(stderr, "tierproxy: out of memory\n");
         goto out;
     }
-    struct proxy_shared shared = { .cfg = cfg, .catalog = catalog, .memory = memory };
+    if (cfg->access_log != NULL && access_log_open(cfg->access_log, &access_log, err, sizeof(err)) < 0) {
+        fprintf(stderr, "tierproxy: %s\n", err);
+        goto out;
+    }
+    struct proxy_shared shared = {
+        .cfg = cfg,
+        .catalog = catalog,
+        .memory = memory,
+        .access_log = access_log,
+        .log_warnings = strcmp(cfg->log_level, "error") != 0,
+    };
     workers = calloc((size_t)cfg->workers, sizeof(*workers));
-    if (workers == NULL)
+    limiters = calloc((size_t)cfg->workers, sizeof(*limiters));
+    metrics = calloc((size_t)cfg->workers, sizeof(*metrics));
+    if (workers == NULL || limiters == NULL || metrics == NULL)
         goto out;
     for (; started < cfg->workers; started++) {
         if (worker_init(&workers[started], started, &shared, err, sizeof(err)) < 0 ||
             worker_start(&workers[started]) < 0) {
             fprintf(stderr, "tierproxy: %s\n", err);
             worker_join_and_destroy(&workers[started]);
+            goto stop;
+        }
+        limiters[started] = workers[started].limiter;
+        metrics[started] = workers[started].metrics;
+    }
+    if (cfg->admin_host != NULL) {
+        struct admin_sources sources = {
+            .catalog = catalog,
+            .limiters = limiters,
+            .metrics = metrics,
+            .n_workers = (size_t)cfg->workers,
+            .store_is_remote = cfg->store == STORE_REDIS,
+        };
+        if (admin_start(cfg->admin_host, cfg->admin_port, &sources, &admin, err, sizeof(err)) < 0) {
+            fprintf(stderr, "tierproxy: %s\n", err);
             goto stop;
         }
     }
@@ -94,12 +127,16 @@ static int serve(struct proxy_config *cfg)
     }
     status = 0;
 stop:
+    admin_stop(admin);
     for (int i = 0; i < started; i++)
         worker_request_stop(&workers[i]);
     for (int i = 0; i < started; i++)
         worker_join_and_destroy(&workers[i]);
 out:
     free(workers);
+    free(limiters);
+    free(metrics);
+    access_log_close(access_log);
     if (memory != NULL)
         memory_store_destroy(memory);
     if (catalog != NULL)

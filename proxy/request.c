@@ -6,7 +6,9 @@
 #include <string.h>
 #include <strings.h>
 
+#include "proxy/access_log.h"
 #include "proxy/config.h"
+#include "proxy/metrics.h"
 #include "proxy/forward.h"
 #include "proxy/netaddr.h"
 #include "proxy/respond.h"
@@ -66,6 +68,7 @@ void *request_uri_logger(void *cls, const char *uri, struct MHD_Connection *conn
     r->refs = 1;
     r->started_ms = clock_mono_ms();
     r->resp_content_length = -1;
+    r->upstream_ms = -1;
     w->active_requests++;
     r->next = w->requests;
     if (w->requests != NULL)
@@ -134,6 +137,7 @@ static enum MHD_Result queue_pending(struct request *r)
     r->phase = PHASE_RESPONDING;
     if (resp == NULL)
         return MHD_NO;
+    r->status = r->pending_status;
     enum MHD_Result ret = MHD_queue_response(r->conn, r->pending_status, resp);
     MHD_destroy_response(resp);
     return ret;
@@ -148,7 +152,8 @@ static enum MHD_Result queue_now(struct request *r, unsigned status, struct MHD_
 
 static enum MHD_Result reject_unauthorized(struct request *r, const char *code)
 {
-    struct MHD_Response *resp = respond_error(code);
+    r->decision = "unauthenticated";
+    struct MHD_Response *resp = respond_error(r, code);
     if (resp != NULL)
         MHD_add_response_header(resp, MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer");
     return queue_now(r, MHD_HTTP_UNAUTHORIZED, resp);
@@ -212,23 +217,51 @@ static void client_address(struct request *r, char *buf, size_t buflen)
     }
 }
 
+/* The rule that rejected (the one with the longest wait when several did). */
+static const struct limit_verdict *rejecting_verdict(const struct request *r)
+{
+    const struct limit_verdict *over = &r->verdict.verdicts[0];
+    for (size_t i = 0; i < r->verdict.n; i++) {
+        const struct limit_verdict *v = &r->verdict.verdicts[i];
+        if (!v->allowed && (over->allowed || v->reset_ms > over->reset_ms))
+            over = v;
+    }
+    return over;
+}
+
 static void apply_verdict(struct request *r, const struct limiter_result *result)
 {
-    const struct proxy_config *cfg = r->w->cfg;
+    struct worker *w = r->w;
+    const struct proxy_config *cfg = w->cfg;
+    if (r->store_started_ns > 0)
+        metrics_observe_store(w->metrics, clock_mono_ns() - r->store_started_ns);
     if (result->status != LIMITER_DECIDED) {
+        metrics_count_store_error(w->metrics);
+        r->decision = "store_unavailable";
         if (cfg->rate_fail_open)
             forward_start(r);
         else
-            request_set_pending(r, MHD_HTTP_SERVICE_UNAVAILABLE, respond_error("limiter_unavailable"));
+            request_set_pending(r, MHD_HTTP_SERVICE_UNAVAILABLE, respond_error(r, "limiter_unavailable"));
         return;
     }
     r->verdict = *result;
     r->have_verdict = true;
-    if (result->allowed || r->plan->shadow) {
+    if (result->allowed) {
+        r->decision = "allowed";
         forward_start(r);
         return;
     }
-    struct MHD_Response *resp = respond_limited("rate_limit_exceeded", respond_retry_after_s(r));
+    metrics_count_limit_hit(w->metrics, LIMIT_TYPE_HTTP, r->plan->name);
+    const struct limit_verdict *over = rejecting_verdict(r);
+    if (w->shared->log_warnings)
+        log_rejection(r->user_id, r->plan->name, "http", over->limit - over->remaining, over->limit);
+    if (r->plan->shadow) {
+        r->decision = "shadow";
+        forward_start(r);
+        return;
+    }
+    r->decision = "rejected";
+    struct MHD_Response *resp = respond_limited(r, "rate_limit_exceeded", respond_retry_after_s(r));
     if (resp != NULL)
         respond_add_ratelimit_headers(r, resp);
     request_set_pending(r, MHD_HTTP_TOO_MANY_REQUESTS, resp);
@@ -258,13 +291,14 @@ static enum MHD_Result decide(struct request *r, const char *path)
 
     if (is_exempt(cfg, path)) {
         r->exempt = true;
+        r->decision = "exempt";
         forward_start(r);
         goto started;
     }
 
     struct snapshot *snap = worker_snapshot(w);
     if (snap == NULL)
-        return queue_now(r, MHD_HTTP_SERVICE_UNAVAILABLE, respond_error("catalog_unavailable"));
+        return queue_now(r, MHD_HTTP_SERVICE_UNAVAILABLE, respond_error(r, "catalog_unavailable"));
     r->snap = snapshot_ref(snap);
 
     size_t key_len = 0;
@@ -300,12 +334,14 @@ static enum MHD_Result decide(struct request *r, const char *path)
         r->rate_limits[r->n_rate_limits++] = selected[i];
     }
     if (r->n_rate_limits == 0) {
+        r->decision = "allowed";
         forward_start(r);
         goto started;
     }
 
     r->phase = PHASE_CHECKING;
     r->refs++; /* the limiter's, until on_verdict */
+    r->store_started_ns = clock_mono_ns();
     int rc = limiter_check(w->limiter, r->subject, strlen(r->subject), rules, r->n_rate_limits, -1, on_verdict, r);
     if (rc < 0) {
         r->refs--;
@@ -339,7 +375,7 @@ enum MHD_Result request_handle(void *cls, struct MHD_Connection *conn, const cha
             long long n = strtoll(cl, &end, 10);
             if (errno == 0 && *end == '\0' && n > cfg->max_body_bytes)
                 /* Answered before the body is read; MHD closes the connection after. */
-                return queue_now(r, MHD_HTTP_CONTENT_TOO_LARGE, respond_error("request_too_large"));
+                return queue_now(r, MHD_HTTP_CONTENT_TOO_LARGE, respond_error(r, "request_too_large"));
         }
         return MHD_YES;
     }
@@ -357,7 +393,7 @@ enum MHD_Result request_handle(void *cls, struct MHD_Connection *conn, const cha
             return MHD_YES;
         }
         if (r->body_too_large)
-            return queue_now(r, MHD_HTTP_CONTENT_TOO_LARGE, respond_error("request_too_large"));
+            return queue_now(r, MHD_HTTP_CONTENT_TOO_LARGE, respond_error(r, "request_too_large"));
         return decide(r, url);
     case PHASE_CHECKING:
     case PHASE_FORWARDING:
@@ -371,6 +407,50 @@ enum MHD_Result request_handle(void *cls, struct MHD_Connection *conn, const cha
     return MHD_YES;
 }
 
+/* Metrics and the access log line, once the request is over. */
+static void account(struct request *r)
+{
+    struct worker *w = r->w;
+    const char *plan = r->plan != NULL ? r->plan->name : NULL;
+    metrics_count_request(w->metrics, plan, r->status);
+    if (w->shared->access_log == NULL)
+        return;
+    char client[64] = "";
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(r->conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+    if (ci != NULL && ci->client_addr != NULL)
+        sockaddr_to_text(ci->client_addr, client, sizeof(client));
+    struct access_entry e = {
+        .time_unix_ms = clock_unix_ms(),
+        .client = client,
+        .method = r->method,
+        .path = r->raw_uri,
+        .status = r->status,
+        .user = r->plan != NULL ? r->user_id : NULL,
+        .plan = plan,
+        .decision = r->decision != NULL ? r->decision : "error",
+        .upstream_ms = r->upstream_ms,
+        .total_ms = clock_mono_ms() - r->started_ms,
+        .bytes_sent = r->bytes_sent,
+    };
+    if (r->have_verdict && r->verdict.status == LIMITER_DECIDED && r->verdict.n > 0) {
+        const struct limit_verdict *closest = &r->verdict.verdicts[0];
+        for (size_t i = 1; i < r->verdict.n; i++)
+            if (r->verdict.verdicts[i].remaining < closest->remaining)
+                closest = &r->verdict.verdicts[i];
+        e.has_limit = true;
+        e.limit = closest->limit;
+        e.remaining = closest->remaining;
+        if (!r->verdict.allowed) {
+            const struct limit_verdict *over = rejecting_verdict(r);
+            e.limit_type = "http";
+            e.limit = over->limit;
+            e.remaining = over->remaining;
+            e.current_count = over->limit - over->remaining;
+        }
+    }
+    access_log_write(w->shared->access_log, &e);
+}
+
 void request_completed(void *cls, struct MHD_Connection *conn, void **req_cls, enum MHD_RequestTerminationCode toe)
 {
     struct request *r = *req_cls;
@@ -379,5 +459,7 @@ void request_completed(void *cls, struct MHD_Connection *conn, void **req_cls, e
     *req_cls = NULL;
     r->mhd_done = true;
     forward_abort(r);
+    if (r->status != 0)
+        account(r);
     request_unref(r);
 }

@@ -87,6 +87,14 @@ struct request {
     int64_t resp_content_length;  /* -1 when the upstream did not say */
     struct bytebuf resp_body;
     bool curl_paused;
+
+    /* for the access log and metrics */
+    unsigned status;              /* the status queued; 0 when none was */
+    const char *decision;
+    int64_t store_started_ns;
+    int64_t forwarded_ns;
+    int64_t upstream_ms;          /* -1 when not forwarded */
+    uint64_t bytes_sent;
     bool reader_waiting;          /* MHD asked for body bytes and we had none */
 };
 

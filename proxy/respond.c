@@ -7,22 +7,23 @@
 #include "proxy/ratelimit_headers.h"
 #include "proxy/worker.h"
 
-static struct MHD_Response *json_response(const char *body, size_t len)
+static struct MHD_Response *json_response(struct request *r, const char *body, size_t len)
 {
+    r->bytes_sent = len;
     struct MHD_Response *resp = MHD_create_response_from_buffer(len, (void *)body, MHD_RESPMEM_MUST_COPY);
     if (resp != NULL)
         MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "application/json");
     return resp;
 }
 
-struct MHD_Response *respond_error(const char *error_code)
+struct MHD_Response *respond_error(struct request *r, const char *error_code)
 {
     char body[128];
     int n = snprintf(body, sizeof(body), "{\"error_code\":\"%s\"}", error_code);
-    return json_response(body, (size_t)n);
+    return json_response(r, body, (size_t)n);
 }
 
-struct MHD_Response *respond_limited(const char *error_code, int64_t retry_after_s)
+struct MHD_Response *respond_limited(struct request *r, const char *error_code, int64_t retry_after_s)
 {
     const char *what = strcmp(error_code, "concurrency_limit_exceeded") == 0 ? "Concurrency limit exceeded"
                                                                              : "Rate limit exceeded";
@@ -30,7 +31,7 @@ struct MHD_Response *respond_limited(const char *error_code, int64_t retry_after
     int n = snprintf(body, sizeof(body),
                      "{\"error_code\":\"%s\",\"detail\":\"%s. Try again in %lld seconds.\",\"retry_after\":%lld}",
                      error_code, what, (long long)retry_after_s, (long long)retry_after_s);
-    struct MHD_Response *resp = json_response(body, (size_t)n);
+    struct MHD_Response *resp = json_response(r, body, (size_t)n);
     if (resp != NULL) {
         char value[32];
         snprintf(value, sizeof(value), "%lld", (long long)retry_after_s);

@@ -5,13 +5,14 @@
 
 #include "proxy/request.h"
 
-/* A JSON error response {"error_code": code} with Content-Type: application/json.
+/* Both record the body length in r->bytes_sent.
+ * A JSON error response {"error_code": code} with Content-Type: application/json.
  * Returns NULL on allocation failure. */
-struct MHD_Response *respond_error(const char *error_code);
+struct MHD_Response *respond_error(struct request *r, const char *error_code);
 
 /* A 429 body for code "rate_limit_exceeded" or "concurrency_limit_exceeded", with
  * Retry-After. */
-struct MHD_Response *respond_limited(const char *error_code, int64_t retry_after_s);
+struct MHD_Response *respond_limited(struct request *r, const char *error_code, int64_t retry_after_s);
 
 /* Adds r's RateLimit headers (from its verdict) to response, in the configured style. */
 void respond_add_ratelimit_headers(const struct request *r, struct MHD_Response *response);

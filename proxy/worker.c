@@ -13,6 +13,7 @@
 
 #include "proxy/config.h"
 #include "proxy/forward.h"
+#include "proxy/metrics.h"
 #include "proxy/request.h"
 #include "store/limiter.h"
 #include "tiers/snapshot.h"
@@ -25,6 +26,13 @@ int64_t clock_mono_ms(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+int64_t clock_mono_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
 int64_t clock_unix_ms(void)
@@ -87,6 +95,13 @@ struct snapshot *worker_snapshot(struct worker *w)
     return w->snap;
 }
 
+static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_context,
+                          enum MHD_ConnectionNotificationCode toe)
+{
+    struct worker *w = cls;
+    metrics_add_connections(w->metrics, toe == MHD_CONNECTION_NOTIFY_STARTED ? 1 : -1);
+}
+
 static void on_drain_timer(evutil_socket_t fd, short what, void *arg)
 {
     struct worker *w = arg;
@@ -141,7 +156,8 @@ int worker_init(struct worker *w, int index, const struct proxy_shared *shared, 
     const struct proxy_config *cfg = w->cfg;
 
     w->base = event_base_new();
-    if (w->base == NULL) {
+    w->metrics = metrics_create();
+    if (w->base == NULL || w->metrics == NULL) {
         snprintf(err, errlen, "cannot create an event loop");
         return -ENOMEM;
     }
@@ -161,6 +177,7 @@ int worker_init(struct worker *w, int index, const struct proxy_shared *shared, 
                                  MHD_OPTION_LISTEN_BACKLOG_SIZE, (unsigned)4096,
                                  MHD_OPTION_URI_LOG_CALLBACK, request_uri_logger, (void *)w,
                                  MHD_OPTION_NOTIFY_COMPLETED, request_completed, (void *)w,
+                                 MHD_OPTION_NOTIFY_CONNECTION, on_connection, (void *)w,
                                  MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)75,
                                  MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(64 * 1024),
                                  MHD_OPTION_END);
@@ -260,4 +277,5 @@ void worker_join_and_destroy(struct worker *w)
         event_free(w->drain_timer);
     if (w->base != NULL)
         event_base_free(w->base);
+    metrics_destroy(w->metrics);
 }

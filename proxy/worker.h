@@ -24,6 +24,8 @@ struct proxy_shared {
     const struct proxy_config *cfg;
     struct snapshot_watch *catalog;
     struct memory_store *memory;     /* NULL with the redis store */
+    struct access_log *access_log;   /* NULL when off */
+    bool log_warnings;               /* [log] level is debug, info or warn */
 };
 
 struct worker {
@@ -45,6 +47,7 @@ struct worker {
     unsigned upstream_next;         /* round robin over cfg->upstreams */
 
     struct limiter *limiter;
+    struct metrics *metrics;
 
     struct snapshot *snap;          /* the catalog this worker serves from */
     uint64_t snap_generation;
@@ -79,3 +82,4 @@ struct snapshot *worker_snapshot(struct worker *w);
 /* Milliseconds on a monotonic clock, and Unix time in ms. */
 int64_t clock_mono_ms(void);
 int64_t clock_unix_ms(void);
+int64_t clock_mono_ns(void);

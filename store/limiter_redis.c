@@ -17,6 +17,7 @@
 #include "store/limiter_impl.h"
 
 #include <errno.h>
+#include <stdatomic.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -65,7 +66,7 @@ struct redis_limiter {
     size_t prefix_len;
     int64_t timeout_ms, connect_timeout_ms;
     redisAsyncContext *ac;
-    enum conn_state state;
+    _Atomic enum conn_state state;   /* read by the admin thread for /health */
     struct event *retry, *watchdog;
     int64_t backoff_ms;
     int64_t attempt_ms;       /* when the current connection attempt started */

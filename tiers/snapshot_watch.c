@@ -9,9 +9,10 @@
  * plus an atomic generation bump; readers take a reference under the same mutex.
  *
  * Failures keep the previous snapshot. healthy goes false when the file cannot be
- * opened or read (and back to true at the next good poll); a catalog locked by another
- * process (SQLITE_BUSY) or an allocation failure leaves it as it was, and the rebuild is
- * retried at the next poll. */
+ * opened or read (and back to true at the next good poll). A catalog locked by another
+ * process (SQLITE_BUSY) is retried at the next poll and only counts as unreachable once
+ * it has stayed locked for WATCH_LOCKED_UNHEALTHY_MS, so a tierctl write never flaps
+ * readiness. */
 #include "tiers/snapshot.h"
 
 #include <errno.h>
@@ -27,6 +28,8 @@
 
 /* A poll waits at most this long for a lock, so stop stays prompt. */
 #define WATCH_BUSY_TIMEOUT_MS 200
+/* A lock held longer than this is not a tierctl write: /health reports the catalog. */
+#define WATCH_LOCKED_UNHEALTHY_MS 2000
 
 struct snapshot_watch {
     char *path;
@@ -50,6 +53,8 @@ struct snapshot_watch {
     ino_t ino;
     int64_t data_version;
     bool have_version;                 /* false: rebuild at the next poll */
+    struct timespec busy_since;        /* first of an unbroken run of SQLITE_BUSY polls */
+    bool busy;
 };
 
 static double ms_since(const struct timespec *t0)
@@ -57,6 +62,17 @@ static double ms_since(const struct timespec *t0)
     struct timespec t1;
     clock_gettime(CLOCK_MONOTONIC, &t1);
     return (double)(t1.tv_sec - t0->tv_sec) * 1e3 + (double)(t1.tv_nsec - t0->tv_nsec) / 1e6;
+}
+
+/* Notes one SQLITE_BUSY poll; a long run of them makes the catalog unhealthy. */
+static void note_busy(struct snapshot_watch *w)
+{
+    if (!w->busy) {
+        w->busy = true;
+        clock_gettime(CLOCK_MONOTONIC, &w->busy_since);
+    } else if (ms_since(&w->busy_since) >= WATCH_LOCKED_UNHEALTHY_MS) {
+        atomic_store(&w->healthy, false);
+    }
 }
 
 static void set_error(struct snapshot_watch *w, const char *msg)
@@ -114,7 +130,9 @@ static int poll_once(struct snapshot_watch *w, char *err, size_t errlen)
 {
     int r = ensure_open(w, err, errlen);
     if (r) {
-        if (r != -EBUSY)
+        if (r == -EBUSY)
+            note_busy(w);
+        else
             atomic_store(&w->healthy, false);
         return r;
     }
@@ -122,8 +140,10 @@ static int poll_once(struct snapshot_watch *w, char *err, size_t errlen)
     r = catalog_data_version(w->cat, &version);
     if (r == -EBUSY) {
         snprintf(err, errlen, "%s", catalog_errmsg(w->cat));
+        note_busy(w);
         return r;
     }
+    w->busy = false;
     if (r) {
         snprintf(err, errlen, "%s", catalog_errmsg(w->cat));
         atomic_store(&w->healthy, false);
@@ -141,7 +161,9 @@ static int poll_once(struct snapshot_watch *w, char *err, size_t errlen)
     struct snapshot *snap = NULL;
     r = snapshot_build(w->cat, &snap, err, errlen);
     if (r) {
-        if (r != -EBUSY && r != -ENOMEM)
+        if (r == -EBUSY)
+            note_busy(w);
+        else if (r != -ENOMEM)
             atomic_store(&w->healthy, false);
         return r;
     }

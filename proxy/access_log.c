@@ -1,0 +1,150 @@
+#include "proxy/access_log.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <jansson.h>
+
+struct access_log {
+    int fd;
+    bool owned;
+};
+
+int access_log_open(const char *target, struct access_log **plog, char *err, size_t errlen)
+{
+    struct access_log *log = calloc(1, sizeof(*log));
+    if (log == NULL)
+        return -ENOMEM;
+    if (strcmp(target, "-") == 0) {
+        log->fd = STDOUT_FILENO;
+    } else {
+        log->fd = open(target, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0640);
+        if (log->fd < 0) {
+            int e = errno;
+            snprintf(err, errlen, "access log %s: %s", target, strerror(e));
+            free(log);
+            return -e;
+        }
+        log->owned = true;
+    }
+    *plog = log;
+    return 0;
+}
+
+void access_log_close(struct access_log *log)
+{
+    if (log == NULL)
+        return;
+    if (log->owned)
+        close(log->fd);
+    free(log);
+}
+
+static void format_time(int64_t unix_ms, char *buf, size_t buflen)
+{
+    time_t secs = (time_t)(unix_ms / 1000);
+    struct tm tm;
+    gmtime_r(&secs, &tm);
+    size_t n = strftime(buf, buflen, "%Y-%m-%dT%H:%M:%S", &tm);
+    snprintf(buf + n, buflen - n, ".%03dZ", (int)(unix_ms % 1000));
+}
+
+static void write_line(int fd, json_t *obj)
+{
+    char *line = json_dumps(obj, JSON_COMPACT | JSON_PRESERVE_ORDER);
+    if (line == NULL)
+        return;
+    size_t len = strlen(line);
+    line[len] = '\n'; /* json_dumps' NUL is replaced; the length is kept */
+    ssize_t off = 0;
+    while ((size_t)off < len + 1) {
+        ssize_t n = write(fd, line + off, len + 1 - (size_t)off);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            break;
+        off += n;
+    }
+    free(line);
+}
+
+static json_t *str_or_null(const char *s)
+{
+    return s != NULL ? json_string(s) : json_null();
+}
+
+/* A path that is not valid UTF-8 is logged with those bytes as '?', not dropped. */
+static json_t *path_json(const char *path)
+{
+    json_t *s = json_string(path);
+    if (s != NULL)
+        return s;
+    char *copy = strdup(path);
+    if (copy == NULL)
+        return json_null();
+    for (char *p = copy; *p != '\0'; p++)
+        if ((unsigned char)*p >= 0x80)
+            *p = '?';
+    s = json_string(copy);
+    free(copy);
+    return s != NULL ? s : json_null();
+}
+
+void access_log_write(struct access_log *log, const struct access_entry *e)
+{
+    if (log == NULL)
+        return;
+    char when[40];
+    format_time(e->time_unix_ms, when, sizeof(when));
+    json_t *o = json_object();
+    if (o == NULL)
+        return;
+    json_object_set_new(o, "time", json_string(when));
+    json_object_set_new(o, "client", str_or_null(e->client));
+    json_object_set_new(o, "method", str_or_null(e->method));
+    json_object_set_new(o, "path", e->path != NULL ? path_json(e->path) : json_null());
+    json_object_set_new(o, "status", json_integer(e->status));
+    json_object_set_new(o, "user", str_or_null(e->user));
+    json_object_set_new(o, "plan", str_or_null(e->plan));
+    json_object_set_new(o, "decision", str_or_null(e->decision));
+    if (e->has_limit) {
+        json_object_set_new(o, "limit", json_integer(e->limit));
+        json_object_set_new(o, "remaining", json_integer(e->remaining));
+    }
+    if (e->limit_type != NULL) {
+        json_object_set_new(o, "user_id", str_or_null(e->user));
+        json_object_set_new(o, "limit_type", json_string(e->limit_type));
+        json_object_set_new(o, "current_count", json_integer(e->current_count));
+    }
+    json_object_set_new(o, "upstream_ms", e->upstream_ms >= 0 ? json_integer(e->upstream_ms) : json_null());
+    json_object_set_new(o, "total_ms", json_integer(e->total_ms));
+    json_object_set_new(o, "bytes_sent", json_integer((json_int_t)e->bytes_sent));
+    write_line(log->fd, o);
+    json_decref(o);
+}
+
+void log_rejection(const char *user, const char *plan, const char *limit_type, int64_t current_count, int64_t limit)
+{
+    char when[40];
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    format_time((int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000, when, sizeof(when));
+    json_t *o = json_object();
+    if (o == NULL)
+        return;
+    json_object_set_new(o, "time", json_string(when));
+    json_object_set_new(o, "level", json_string("warn"));
+    json_object_set_new(o, "msg", json_string("limit exceeded"));
+    json_object_set_new(o, "user_id", str_or_null(user));
+    json_object_set_new(o, "plan", str_or_null(plan));
+    json_object_set_new(o, "limit_type", json_string(limit_type));
+    json_object_set_new(o, "current_count", json_integer(current_count));
+    json_object_set_new(o, "limit", json_integer(limit));
+    write_line(STDERR_FILENO, o);
+    json_decref(o);
+}

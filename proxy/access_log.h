@@ -1,0 +1,39 @@
+/* The access log: one JSON object per request, written with a single write(2) so lines
+ * from several workers never interleave. Never holds an API key: the request path hands
+ * it user ids, plan names and the path only. */
+#pragma once
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+struct access_log;
+
+struct access_entry {
+    int64_t time_unix_ms;
+    const char *client;
+    const char *method;
+    const char *path;            /* raw path and query */
+    unsigned status;
+    const char *user;            /* NULL when unauthenticated */
+    const char *plan;
+    const char *decision;        /* "allowed", "rejected", "shadow", "exempt", "unauthenticated",
+                                    "store_unavailable", "error" */
+    bool has_limit;
+    int64_t limit, remaining;
+    const char *limit_type;      /* for a rejection: "http", "concurrency", ... */
+    int64_t current_count;
+    int64_t upstream_ms;         /* -1 when not forwarded */
+    int64_t total_ms;
+    uint64_t bytes_sent;
+};
+
+/* target: "-" for stdout, else a path opened for appending. Returns 0 and sets *plog,
+ * or a negative errno with a reason in err. */
+int access_log_open(const char *target, struct access_log **plog, char *err, size_t errlen);
+void access_log_close(struct access_log *log);
+
+void access_log_write(struct access_log *log, const struct access_entry *e);
+
+/* A warning line on stderr for a rejected request: user_id, limit_type, current_count,
+ * limit. */
+void log_rejection(const char *user, const char *plan, const char *limit_type, int64_t current_count, int64_t limit);

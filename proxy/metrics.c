@@ -1,0 +1,280 @@
+#include "proxy/metrics.h"
+
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Distinct (plan, code) pairs kept per worker; plans are few and codes fewer. */
+#define MAX_SERIES 512
+#define PLAN_NAME_MAX 64
+
+static const double bucket_bounds[] = { 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10 };
+#define N_BUCKETS (sizeof(bucket_bounds) / sizeof(bucket_bounds[0]))
+
+static const char *const limit_type_names[] = { "http", "concurrency", "ws_connection", "ws_message" };
+#define N_LIMIT_TYPES 4
+
+struct histogram {
+    uint64_t buckets[N_BUCKETS]; /* not cumulative; summed up when rendered */
+    uint64_t count;
+    int64_t sum_ns;
+};
+
+struct series {
+    char plan[PLAN_NAME_MAX];
+    unsigned code;               /* 0 for a limit-hit series */
+    unsigned limit_type;
+    uint64_t value;
+};
+
+struct metrics {
+    pthread_mutex_t lock;        /* uncontended but for scrapes */
+    struct series requests[MAX_SERIES];
+    size_t n_requests;
+    struct series hits[MAX_SERIES];
+    size_t n_hits;
+    uint64_t store_errors;
+    struct histogram store, upstream;
+    int64_t connections, websockets;
+};
+
+struct metrics *metrics_create(void)
+{
+    struct metrics *m = calloc(1, sizeof(*m));
+    if (m != NULL)
+        pthread_mutex_init(&m->lock, NULL);
+    return m;
+}
+
+void metrics_destroy(struct metrics *m)
+{
+    if (m == NULL)
+        return;
+    pthread_mutex_destroy(&m->lock);
+    free(m);
+}
+
+static void bump(struct series *s, size_t *pn, const char *plan, unsigned code, unsigned type)
+{
+    if (plan == NULL)
+        plan = "";
+    for (size_t i = 0; i < *pn; i++) {
+        if (s[i].code == code && s[i].limit_type == type && strcmp(s[i].plan, plan) == 0) {
+            s[i].value++;
+            return;
+        }
+    }
+    if (*pn == MAX_SERIES)
+        return;
+    struct series *fresh = &s[(*pn)++];
+    snprintf(fresh->plan, sizeof(fresh->plan), "%s", plan);
+    fresh->code = code;
+    fresh->limit_type = type;
+    fresh->value = 1;
+}
+
+void metrics_count_request(struct metrics *m, const char *plan, unsigned code)
+{
+    pthread_mutex_lock(&m->lock);
+    bump(m->requests, &m->n_requests, plan, code, 0);
+    pthread_mutex_unlock(&m->lock);
+}
+
+void metrics_count_limit_hit(struct metrics *m, enum limit_type type, const char *plan)
+{
+    pthread_mutex_lock(&m->lock);
+    bump(m->hits, &m->n_hits, plan, 0, (unsigned)type);
+    pthread_mutex_unlock(&m->lock);
+}
+
+void metrics_count_store_error(struct metrics *m)
+{
+    pthread_mutex_lock(&m->lock);
+    m->store_errors++;
+    pthread_mutex_unlock(&m->lock);
+}
+
+static void observe(struct metrics *m, struct histogram *h, int64_t ns)
+{
+    double seconds = (double)ns / 1e9;
+    pthread_mutex_lock(&m->lock);
+    size_t i = 0;
+    while (i < N_BUCKETS && seconds > bucket_bounds[i])
+        i++;
+    if (i < N_BUCKETS)
+        h->buckets[i]++;
+    h->count++;
+    h->sum_ns += ns;
+    pthread_mutex_unlock(&m->lock);
+}
+
+void metrics_observe_store(struct metrics *m, int64_t ns)
+{
+    observe(m, &m->store, ns);
+}
+
+void metrics_observe_upstream(struct metrics *m, int64_t ns)
+{
+    observe(m, &m->upstream, ns);
+}
+
+void metrics_add_connections(struct metrics *m, int delta)
+{
+    pthread_mutex_lock(&m->lock);
+    m->connections += delta;
+    pthread_mutex_unlock(&m->lock);
+}
+
+void metrics_add_websockets(struct metrics *m, int delta)
+{
+    pthread_mutex_lock(&m->lock);
+    m->websockets += delta;
+    pthread_mutex_unlock(&m->lock);
+}
+
+/* A growable output string; on allocation failure it stays failed and renders NULL. */
+struct text {
+    char *data;
+    size_t len, cap;
+    int failed;
+};
+
+static void text_printf(struct text *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void text_printf(struct text *t, const char *fmt, ...)
+{
+    if (t->failed)
+        return;
+    for (;;) {
+        va_list ap;
+        va_start(ap, fmt);
+        int n = vsnprintf(t->data ? t->data + t->len : NULL, t->data ? t->cap - t->len : 0, fmt, ap);
+        va_end(ap);
+        if (n < 0) {
+            t->failed = 1;
+            return;
+        }
+        if (t->data != NULL && t->len + (size_t)n < t->cap) {
+            t->len += (size_t)n;
+            return;
+        }
+        size_t cap = t->cap ? t->cap * 2 : 4096;
+        while (cap <= t->len + (size_t)n)
+            cap *= 2;
+        char *grown = realloc(t->data, cap);
+        if (grown == NULL) {
+            t->failed = 1;
+            return;
+        }
+        t->data = grown;
+        t->cap = cap;
+    }
+}
+
+/* Plan names are catalog-checked, but a label value is escaped all the same. */
+static void label_value(char *out, size_t outlen, const char *in)
+{
+    size_t o = 0;
+    for (; *in != '\0' && o + 3 < outlen; in++) {
+        if (*in == '"' || *in == '\\')
+            out[o++] = '\\';
+        if (*in == '\n') {
+            out[o++] = '\\';
+            out[o++] = 'n';
+            continue;
+        }
+        out[o++] = *in;
+    }
+    out[o] = '\0';
+}
+
+static void merge(struct series *into, size_t *pn, const struct series *from, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        size_t j = 0;
+        while (j < *pn && !(into[j].code == from[i].code && into[j].limit_type == from[i].limit_type &&
+                            strcmp(into[j].plan, from[i].plan) == 0))
+            j++;
+        if (j == *pn) {
+            if (*pn == MAX_SERIES)
+                continue;
+            into[(*pn)++] = from[i];
+        } else {
+            into[j].value += from[i].value;
+        }
+    }
+}
+
+static void render_histogram(struct text *t, const char *name, const char *help, const struct histogram *h)
+{
+    text_printf(t, "# HELP %s %s\n# TYPE %s histogram\n", name, help, name);
+    uint64_t cumulative = 0;
+    for (size_t i = 0; i < N_BUCKETS; i++) {
+        cumulative += h->buckets[i];
+        text_printf(t, "%s_bucket{le=\"%g\"} %llu\n", name, bucket_bounds[i], (unsigned long long)cumulative);
+    }
+    text_printf(t, "%s_bucket{le=\"+Inf\"} %llu\n", name, (unsigned long long)h->count);
+    text_printf(t, "%s_sum %.9f\n%s_count %llu\n", name, (double)h->sum_ns / 1e9, name, (unsigned long long)h->count);
+}
+
+char *metrics_render(struct metrics *const *all, size_t n)
+{
+    struct metrics *sum = metrics_create();
+    if (sum == NULL)
+        return NULL;
+    for (size_t i = 0; i < n; i++) {
+        struct metrics *m = all[i];
+        pthread_mutex_lock(&m->lock);
+        merge(sum->requests, &sum->n_requests, m->requests, m->n_requests);
+        merge(sum->hits, &sum->n_hits, m->hits, m->n_hits);
+        sum->store_errors += m->store_errors;
+        for (size_t b = 0; b < N_BUCKETS; b++) {
+            sum->store.buckets[b] += m->store.buckets[b];
+            sum->upstream.buckets[b] += m->upstream.buckets[b];
+        }
+        sum->store.count += m->store.count;
+        sum->store.sum_ns += m->store.sum_ns;
+        sum->upstream.count += m->upstream.count;
+        sum->upstream.sum_ns += m->upstream.sum_ns;
+        sum->connections += m->connections;
+        sum->websockets += m->websockets;
+        pthread_mutex_unlock(&m->lock);
+    }
+
+    struct text t = { 0 };
+    char plan[2 * PLAN_NAME_MAX];
+    text_printf(&t, "# HELP tierproxy_requests_total Requests answered, by plan and status code.\n"
+                    "# TYPE tierproxy_requests_total counter\n");
+    for (size_t i = 0; i < sum->n_requests; i++) {
+        label_value(plan, sizeof(plan), sum->requests[i].plan);
+        text_printf(&t, "tierproxy_requests_total{plan=\"%s\",code=\"%u\"} %llu\n", plan, sum->requests[i].code,
+                    (unsigned long long)sum->requests[i].value);
+    }
+    text_printf(&t, "# HELP tierproxy_rate_limit_hits_total Requests and connections refused by a limit.\n"
+                    "# TYPE tierproxy_rate_limit_hits_total counter\n");
+    for (size_t i = 0; i < sum->n_hits; i++) {
+        label_value(plan, sizeof(plan), sum->hits[i].plan);
+        unsigned type = sum->hits[i].limit_type < N_LIMIT_TYPES ? sum->hits[i].limit_type : 0;
+        text_printf(&t, "tierproxy_rate_limit_hits_total{limit_type=\"%s\",plan=\"%s\"} %llu\n",
+                    limit_type_names[type], plan, (unsigned long long)sum->hits[i].value);
+    }
+    text_printf(&t, "# HELP tierproxy_store_errors_total Limiter store calls that failed or found it down.\n"
+                    "# TYPE tierproxy_store_errors_total counter\ntierproxy_store_errors_total %llu\n",
+                (unsigned long long)sum->store_errors);
+    render_histogram(&t, "tierproxy_store_seconds", "Time for one limiter store check.", &sum->store);
+    render_histogram(&t, "tierproxy_upstream_seconds", "Time from forwarding to the upstream's response head.",
+                     &sum->upstream);
+    text_printf(&t, "# HELP tierproxy_connections Open client connections.\n# TYPE tierproxy_connections gauge\n"
+                    "tierproxy_connections %lld\n",
+                (long long)sum->connections);
+    text_printf(&t, "# HELP tierproxy_websockets Open WebSocket tunnels.\n# TYPE tierproxy_websockets gauge\n"
+                    "tierproxy_websockets %lld\n",
+                (long long)sum->websockets);
+    metrics_destroy(sum);
+    if (t.failed) {
+        free(t.data);
+        return NULL;
+    }
+    return t.data;
+}
