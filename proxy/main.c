@@ -2,6 +2,7 @@
  * worker per core on a shared port, and waits for signals. */
 #include <errno.h>
 #include <pthread.h>
+#include <semaphore.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -39,8 +40,70 @@ static int check_catalog(const struct proxy_config *cfg)
     return rc;
 }
 
-static int serve(struct proxy_config *cfg)
+/* Settings the running process cannot change: a reload keeps the running values (by
+ * swapping them into the new configuration, so each struct still frees its own) and
+ * names them. */
+static void keep_restart_only_settings(struct proxy_config *running, struct proxy_config *fresh)
 {
+    char changed[256] = "";
+#define KEEP_STR(field, name)                                                                  \
+    do {                                                                                       \
+        const char *a = running->field ? running->field : "", *b = fresh->field ? fresh->field : ""; \
+        if (strcmp(a, b) != 0)                                                                 \
+            snprintf(changed + strlen(changed), sizeof(changed) - strlen(changed), " %s", name); \
+        char *kept = running->field;                                                           \
+        running->field = fresh->field;                                                         \
+        fresh->field = kept;                                                                   \
+    } while (0)
+#define KEEP_NUM(field, name)                                                                  \
+    do {                                                                                       \
+        if (running->field != fresh->field) {                                                  \
+            snprintf(changed + strlen(changed), sizeof(changed) - strlen(changed), " %s", name); \
+            fresh->field = running->field;                                                     \
+        }                                                                                      \
+    } while (0)
+    KEEP_STR(listen_host, "[proxy] listen");
+    KEEP_NUM(listen_port, "[proxy] listen");
+    KEEP_NUM(workers, "[proxy] workers");
+    KEEP_STR(admin_host, "[admin] listen");
+    KEEP_NUM(admin_port, "[admin] listen");
+    KEEP_STR(db, "[plans] db");
+    KEEP_NUM(refresh_ms, "[plans] refresh_ms");
+    KEEP_NUM(store, "[limits] store");
+    KEEP_STR(redis_url, "[limits] redis");
+    KEEP_STR(key_prefix, "[limits] key_prefix");
+    KEEP_NUM(lease_ttl_ms, "[limits] lease_ttl_ms");
+    KEEP_STR(access_log, "[log] access");
+#undef KEEP_STR
+#undef KEEP_NUM
+    if (changed[0] != '\0')
+        fprintf(stderr, "tierproxy: SIGHUP: these take effect at restart, not now:%s\n", changed);
+}
+
+/* Reads the configuration file again. Returns the new configuration, or NULL (with a log
+ * line saying why) when it is bad: the running one is kept. */
+static struct proxy_config *reload(struct proxy_config *running, int argc, char **argv, char **envp)
+{
+    if (running->config_path == NULL) {
+        fprintf(stderr, "tierproxy: SIGHUP: no configuration file (-c) to reload\n");
+        return NULL;
+    }
+    struct proxy_config *fresh = calloc(1, sizeof(*fresh));
+    if (fresh == NULL)
+        return NULL;
+    char err[1024];
+    if (config_reload(running, argc, argv, envp, fresh, err, sizeof(err)) != 0) {
+        fprintf(stderr, "tierproxy: SIGHUP: keeping the running configuration: %s\n", err);
+        free(fresh);
+        return NULL;
+    }
+    keep_restart_only_settings(running, fresh);
+    return fresh;
+}
+
+static int serve(struct proxy_config *cfg, int argc, char **argv, char **envp)
+{
+    struct proxy_config *live = cfg;
     char err[512];
     int status = 1;
     struct snapshot_watch *catalog = NULL;
@@ -119,7 +182,24 @@ static int serve(struct proxy_config *cfg)
         if (sigwait(&sigs, &sig) != 0)
             continue;
         if (sig == SIGHUP) {
-            fprintf(stderr, "tierproxy: SIGHUP: configuration reload is not supported yet; keeping the running one\n");
+            struct proxy_config *fresh = reload(live, argc, argv, envp);
+            if (fresh == NULL)
+                continue;
+            sem_t switched;
+            sem_init(&switched, 0, 0);
+            for (int i = 0; i < started; i++)
+                worker_reload(&workers[i], fresh, &switched);
+            for (int i = 0; i < started; i++)
+                while (sem_wait(&switched) != 0)
+                    ;
+            sem_destroy(&switched);
+            /* No worker looks at the old configuration any more. */
+            if (live != cfg) {
+                config_free(live);
+                free(live);
+            }
+            live = fresh;
+            fprintf(stderr, "tierproxy: SIGHUP: configuration reloaded from %s\n", live->config_path);
             continue;
         }
         fprintf(stderr, "tierproxy: %s: draining\n", sig == SIGTERM ? "SIGTERM" : "SIGINT");
@@ -133,6 +213,10 @@ stop:
     for (int i = 0; i < started; i++)
         worker_join_and_destroy(&workers[i]);
 out:
+    if (live != cfg) {
+        config_free(live);
+        free(live);
+    }
     free(workers);
     free(limiters);
     free(metrics);
@@ -172,7 +256,7 @@ int main(int argc, char **argv, char **envp)
     case CONFIG_RUN:
         curl_global_init(CURL_GLOBAL_DEFAULT);
         evthread_use_pthreads();
-        status = serve(&cfg);
+        status = serve(&cfg, argc, argv, envp);
         curl_global_cleanup();
         break;
     }

@@ -14,6 +14,9 @@
 #include "proxy/respond.h"
 #include "proxy/worker.h"
 
+/* The largest request head (request line and headers) accepted, as nginx's 4 x 16k. */
+#define MAX_HEAD_BYTES (64 * 1024)
+
 /* The largest selection of limits one request can meet (rate, concurrency, messages). */
 #define MAX_SELECTED 48
 
@@ -355,6 +358,13 @@ started:
     return MHD_YES;
 }
 
+static enum MHD_Result add_header_size(void *cls, enum MHD_ValueKind kind, const char *name, const char *value)
+{
+    size_t *total = cls;
+    *total += strlen(name) + (value != NULL ? strlen(value) : 0) + 4;
+    return MHD_YES;
+}
+
 enum MHD_Result request_handle(void *cls, struct MHD_Connection *conn, const char *url, const char *method,
                                const char *version, const char *upload_data, size_t *upload_data_size,
                                void **req_cls)
@@ -368,6 +378,10 @@ enum MHD_Result request_handle(void *cls, struct MHD_Connection *conn, const cha
     case PHASE_HEAD: {
         r->method = method;
         r->phase = PHASE_BODY;
+        size_t head_bytes = strlen(r->raw_uri) + strlen(method);
+        MHD_get_connection_values(conn, MHD_HEADER_KIND, add_header_size, &head_bytes);
+        if (head_bytes > MAX_HEAD_BYTES)
+            return queue_now(r, MHD_HTTP_REQUEST_HEADER_FIELDS_TOO_LARGE, respond_error(r, "request_header_too_large"));
         const char *cl = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
         if (cl != NULL) {
             char *end;

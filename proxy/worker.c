@@ -127,6 +127,20 @@ static void on_stop(evutil_socket_t fd, short what, void *arg)
     on_drain_timer(-1, 0, w);
 }
 
+static void on_reload(evutil_socket_t fd, short what, void *arg)
+{
+    struct worker *w = arg;
+    w->cfg = w->next_cfg;
+    sem_post(w->reload_done);
+}
+
+void worker_reload(struct worker *w, const struct proxy_config *cfg, sem_t *done)
+{
+    w->next_cfg = cfg;
+    w->reload_done = done;
+    event_active(w->reload_event, EV_TIMEOUT, 1);
+}
+
 static int make_listen_addr(const struct proxy_config *cfg, struct sockaddr_storage *ss, int *pipv6)
 {
     memset(ss, 0, sizeof(*ss));
@@ -179,7 +193,9 @@ int worker_init(struct worker *w, int index, const struct proxy_shared *shared, 
                                  MHD_OPTION_NOTIFY_COMPLETED, request_completed, (void *)w,
                                  MHD_OPTION_NOTIFY_CONNECTION, on_connection, (void *)w,
                                  MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)75,
-                                 MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(64 * 1024),
+                                 /* Room for heads past our own limit, so that we, not MHD's
+                                    HTML page, answer them (431 with a JSON body). */
+                                 MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(1024 * 1024),
                                  MHD_OPTION_END);
     if (w->daemon == NULL) {
         snprintf(err, errlen, "cannot listen on %s:%u (address in use, or not allowed)", cfg->listen_host,
@@ -195,7 +211,9 @@ int worker_init(struct worker *w, int index, const struct proxy_shared *shared, 
     w->mhd_timer = evtimer_new(w->base, on_mhd_timer, w);
     w->stop_event = event_new(w->base, -1, 0, on_stop, w);
     w->drain_timer = evtimer_new(w->base, on_drain_timer, w);
+    w->reload_event = event_new(w->base, -1, 0, on_reload, w);
     if (w->mhd_io == NULL || w->mhd_timer == NULL || w->stop_event == NULL || w->drain_timer == NULL ||
+        w->reload_event == NULL ||
         event_add(w->mhd_io, NULL) < 0) {
         snprintf(err, errlen, "cannot register events");
         return -ENOMEM;
@@ -275,6 +293,8 @@ void worker_join_and_destroy(struct worker *w)
         event_free(w->stop_event);
     if (w->drain_timer != NULL)
         event_free(w->drain_timer);
+    if (w->reload_event != NULL)
+        event_free(w->reload_event);
     if (w->base != NULL)
         event_base_free(w->base);
     metrics_destroy(w->metrics);

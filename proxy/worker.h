@@ -4,6 +4,7 @@
  * catalog watcher and the memory store, which are thread-safe. */
 #pragma once
 #include <pthread.h>
+#include <semaphore.h>
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -40,6 +41,9 @@ struct worker {
     struct event *mhd_timer;        /* MHD's own timeouts, and "run MHD soon" */
     struct event *stop_event;       /* activated from the main thread */
     struct event *drain_timer;
+    struct event *reload_event;     /* activated from the main thread */
+    const struct proxy_config *next_cfg;
+    sem_t *reload_done;
 
     CURLM *multi;
     struct event *curl_timer;
@@ -68,6 +72,10 @@ int worker_start(struct worker *w);
 /* Asks the worker to stop accepting, finish in-flight requests (up to drain_ms) and
  * leave its loop. Thread-safe; returns at once. */
 void worker_request_stop(struct worker *w);
+
+/* Hands the worker a new configuration: it switches on its own loop, between callbacks,
+ * then posts `done`. Thread-safe; returns at once. cfg must live until done is posted. */
+void worker_reload(struct worker *w, const struct proxy_config *cfg, sem_t *done);
 
 /* Joins the thread and frees everything worker_init made. */
 void worker_join_and_destroy(struct worker *w);
