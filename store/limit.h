@@ -10,6 +10,7 @@ enum limit_algorithm {
     LIMIT_SLIDING_WINDOW,    /* two fixed windows, previous one weighted by overlap */
     LIMIT_TOKEN_BUCKET,      /* capacity rate+burst, refills rate per window */
     LIMIT_FIXED_WINDOW,      /* counter reset at each multiple of window */
+    LIMIT_CONCURRENCY,       /* at most `rate` leases held at once; window_ms = lease TTL */
 };
 
 /* Largest (rate + burst) * window_ms accepted, so that every store (Redis Lua numbers are
@@ -26,7 +27,11 @@ struct limit_rule {
     int64_t window_ms;   /* >= 1 */
 };
 
-/* A store's answer for one rule. */
+/* A concurrency rule: rate = N slots, burst = 0, window_ms = the lease TTL (a lease that
+ * is not renewed within it stops counting). Its verdict: limit = N, remaining = free slots
+ * after this request, reset_ms = 1000 when rejected (when a slot frees is unknowable).
+ *
+ * A store's answer for one rule. */
 struct limit_verdict {
     bool allowed;
     int64_t limit;       /* rate + burst */

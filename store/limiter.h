@@ -37,6 +37,7 @@ struct redis_store_options {
     const char *url;            /* redis://[:password@]host:port/db or unix:///path */
     const char *key_prefix;     /* e.g. "tierproxy:" */
     int64_t command_timeout_ms; /* a reply slower than this counts as a store failure */
+    int64_t lease_ttl_ms;       /* leases are renewed every lease_ttl_ms / 3 (0: 30000) */
 };
 
 /* The state of the memory store, shared by every worker thread of one process.
@@ -67,6 +68,30 @@ void limiter_destroy(struct limiter *limiter);
 int limiter_check(struct limiter *limiter, const char *subject, size_t subject_len,
                   const struct limit_rule *rules, size_t n, int64_t now_ms,
                   limiter_done_fn *done, void *arg);
+
+/* limiter_check, for checks that may hold concurrency slots. lease_id names this
+ * request's leases (unique per process and request, e.g. "<instance>:<worker>:<seq>",
+ * at most 64 bytes); it is required when any rule is LIMIT_CONCURRENCY. When the check is
+ * allowed, every concurrency rule holds a lease named lease_id, counted fleet-wide (redis)
+ * or process-wide (memory), until limiter_release. The limiter keeps track of the leases
+ * it holds and renews them all in one batched store call per interval, so a process that
+ * dies stops counting within the lease TTL. Same returns as limiter_check. */
+int limiter_check_leased(struct limiter *limiter, const char *subject, size_t subject_len,
+                         const struct limit_rule *rules, size_t n, int64_t now_ms, const char *lease_id,
+                         limiter_done_fn *done, void *arg);
+
+/* Gives back the leases an allowed limiter_check_leased took (rules and lease_id as
+ * passed to it; rules that are not concurrency rules are ignored). Fire and forget: when
+ * the store cannot be told, the lease stops counting at its TTL. */
+void limiter_release(struct limiter *limiter, const char *subject, size_t subject_len,
+                     const struct limit_rule *rules, size_t n, const char *lease_id);
+
+/* Gives back every lease this limiter still holds, in one store call, then calls done
+ * (from the loop; at once for memory or when the store is down). For SIGTERM. */
+void limiter_release_all(struct limiter *limiter, void (*done)(void *arg), void *arg);
+
+/* Leases this limiter holds now (for tests and metrics). */
+size_t limiter_lease_count(const struct limiter *limiter);
 
 /* True while the store answers (for /health). */
 bool limiter_available(const struct limiter *limiter);

@@ -1,0 +1,14 @@
+/* One rule for one subject, in process, with no locking: the per-connection counter the
+ * proxy keeps for a WebSocket's --ws-messages limit. Same arithmetic as the stores. */
+#pragma once
+#include "store/limit.h"
+
+struct local_limit;
+
+/* Returns NULL on allocation failure. */
+struct local_limit *local_limit_create(void);
+void local_limit_destroy(struct local_limit *l);
+
+/* Checks and (when allowed) records one event at now_ms under rule (a rate rule).
+ * Returns true when allowed; fills *v when v is not NULL. */
+bool local_limit_check(struct local_limit *l, const struct limit_rule *rule, int64_t now_ms, struct limit_verdict *v);
