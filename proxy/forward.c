@@ -178,7 +178,7 @@ static void arm_upstream_timer(struct request *r)
 }
 
 /* Response headers that describe the upstream connection, not the message. */
-static bool is_hop_by_hop(const char *name, size_t len)
+bool forward_is_hop_by_hop(const char *name, size_t len)
 {
     static const char *const hop[] = { "connection", "keep-alive", "proxy-connection", "proxy-authenticate",
                                        "proxy-authorization", "te", "trailer", "transfer-encoding", "upgrade" };
@@ -277,7 +277,7 @@ static size_t on_upstream_header(char *line, size_t size, size_t nitems, void *u
         value++;
         value_len--;
     }
-    if (is_hop_by_hop(line, name_len))
+    if (forward_is_hop_by_hop(line, name_len))
         return size * nitems;
     if (name_len == 14 && strncasecmp(line, "content-length", 14) == 0) {
         char buf[32];
@@ -334,10 +334,7 @@ static ssize_t read_response_body(void *cls, uint64_t pos, char *buf, size_t max
         return r->upstream_result == CURLE_OK ? MHD_CONTENT_READER_END_OF_STREAM : MHD_CONTENT_READER_END_WITH_ERROR;
     /* Nothing to send yet: sleep until curl brings more, instead of being polled. */
     r->reader_waiting = true;
-    if (!r->suspended) {
-        MHD_suspend_connection(r->conn);
-        r->suspended = true;
-    }
+    request_suspend(r);
     return 0;
 }
 
@@ -412,7 +409,7 @@ static enum MHD_Result copy_request_header(void *cls, enum MHD_ValueKind kind, c
 {
     struct header_filter *f = cls;
     size_t len = strlen(name);
-    if (is_hop_by_hop(name, len) || named_in_connection(f->connection_tokens, name))
+    if (forward_is_hop_by_hop(name, len) || named_in_connection(f->connection_tokens, name))
         return MHD_YES;
     if (strcasecmp(name, "Content-Length") == 0 || strcasecmp(name, "Expect") == 0)
         return MHD_YES;
@@ -436,7 +433,7 @@ static enum MHD_Result copy_request_header(void *cls, enum MHD_ValueKind kind, c
     return MHD_YES;
 }
 
-static int build_upstream_headers(struct request *r)
+int forward_build_headers(struct request *r, bool websocket)
 {
     const struct proxy_config *cfg = r->w->cfg;
     const union MHD_ConnectionInfo *ci = MHD_get_connection_info(r->conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
@@ -471,6 +468,15 @@ static int build_upstream_headers(struct request *r)
         if (rc == 0)
             rc = append_header(&r->upstream_headers, "X-Tier-Plan", r->plan->name);
     }
+    if (websocket) {
+        /* The upgrade is the one hop-by-hop exchange a tunnel must pass on. */
+        const char *upgrade = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "Upgrade");
+        if (rc == 0)
+            rc = append_header(&r->upstream_headers, "Connection", "Upgrade");
+        if (rc == 0)
+            rc = append_header(&r->upstream_headers, "Upgrade", upgrade != NULL ? upgrade : "websocket");
+        return rc;
+    }
     /* Keep curl from adding headers the client did not send. */
     if (rc == 0) {
         struct curl_slist *grown = curl_slist_append(r->upstream_headers, "Expect:");
@@ -496,7 +502,7 @@ void forward_start(struct request *r)
     r->resp_content_length = -1;
     r->upstream_timer = evtimer_new(w->base, on_upstream_timeout, r);
     r->easy = curl_easy_init();
-    if (r->easy == NULL || r->upstream_timer == NULL || build_upstream_headers(r) < 0)
+    if (r->easy == NULL || r->upstream_timer == NULL || forward_build_headers(r, false) < 0)
         goto fail;
 
     CURL *e = r->easy;

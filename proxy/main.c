@@ -7,8 +7,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <curl/curl.h>
+#include <openssl/rand.h>
 #include <event2/thread.h>
 
 #include "proxy/access_log.h"
@@ -101,6 +103,19 @@ static struct proxy_config *reload(struct proxy_config *running, int argc, char 
     return fresh;
 }
 
+/* A random name for this process's leases, so that no two proxies share one. */
+static void make_instance_id(char *buf, size_t buflen)
+{
+    unsigned char raw[8];
+    if (RAND_bytes(raw, sizeof(raw)) != 1) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        memcpy(raw, &ts.tv_nsec, sizeof(raw) < sizeof(ts.tv_nsec) ? sizeof(raw) : sizeof(ts.tv_nsec));
+    }
+    for (size_t i = 0; i < sizeof(raw) && 2 * i + 2 < buflen; i++)
+        snprintf(buf + 2 * i, 3, "%02x", raw[i]);
+}
+
 static int serve(struct proxy_config *cfg, int argc, char **argv, char **envp)
 {
     struct proxy_config *live = cfg;
@@ -139,12 +154,14 @@ static int serve(struct proxy_config *cfg, int argc, char **argv, char **envp)
         goto out;
     }
     struct proxy_shared shared = {
+        .instance_id = "",
         .cfg = cfg,
         .catalog = catalog,
         .memory = memory,
         .access_log = access_log,
         .log_warnings = strcmp(cfg->log_level, "error") != 0,
     };
+    make_instance_id(shared.instance_id, sizeof(shared.instance_id));
     workers = calloc((size_t)cfg->workers, sizeof(*workers));
     limiters = calloc((size_t)cfg->workers, sizeof(*limiters));
     metrics = calloc((size_t)cfg->workers, sizeof(*metrics));

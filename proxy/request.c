@@ -6,12 +6,15 @@
 #include <string.h>
 #include <strings.h>
 
+#include <event2/event.h>
+
 #include "proxy/access_log.h"
 #include "proxy/config.h"
 #include "proxy/metrics.h"
 #include "proxy/forward.h"
 #include "proxy/netaddr.h"
 #include "proxy/respond.h"
+#include "proxy/websocket.h"
 #include "proxy/worker.h"
 
 /* The largest request head (request line and headers) accepted, as nginx's 4 x 16k. */
@@ -80,10 +83,22 @@ void *request_uri_logger(void *cls, const char *uri, struct MHD_Connection *conn
     return r;
 }
 
+void request_release_slots(struct request *r)
+{
+    if (!r->lease_held)
+        return;
+    r->lease_held = false;
+    limiter_release(r->w->limiter, r->subject, strlen(r->subject), r->rules, r->n_checked, r->lease_id);
+}
+
 void request_unref(struct request *r)
 {
     if (--r->refs > 0)
         return;
+    request_release_slots(r);
+    if (r->close_watch != NULL)
+        event_free(r->close_watch);
+    ws_release(r);
     forward_release(r);
     if (r->pending != NULL)
         MHD_destroy_response(r->pending);
@@ -108,6 +123,8 @@ void request_wake(struct request *r)
     r->reader_waiting = false;
     if (r->suspended) {
         r->suspended = false;
+        if (r->close_watch != NULL)
+            event_del(r->close_watch);
         MHD_resume_connection(r->conn);
     }
     worker_kick_mhd(r->w);
@@ -125,12 +142,36 @@ void request_set_pending(struct request *r, unsigned status, struct MHD_Response
     request_wake(r);
 }
 
-static void suspend(struct request *r)
+/* MHD does not notice a client that leaves while its connection is suspended: without
+ * this, a slot would stay taken until the upstream answered. */
+static void on_client_closed(evutil_socket_t fd, short what, void *arg)
 {
-    if (!r->suspended) {
-        r->suspended = true;
-        MHD_suspend_connection(r->conn);
+    struct request *r = arg;
+    if (r->mhd_done || r->client_gone)
+        return;
+    r->client_gone = true;
+    r->decision = r->decision != NULL ? r->decision : "client_closed";
+    request_release_slots(r);
+    forward_abort(r);
+    if (r->phase == PHASE_RESPONDING)
+        request_wake(r); /* the body reader sees the transfer cut short and ends */
+    else
+        request_set_pending(r, 499, respond_error(r, "client_closed_request"));
+}
+
+void request_suspend(struct request *r)
+{
+    if (r->suspended)
+        return;
+    r->suspended = true;
+    MHD_suspend_connection(r->conn);
+    if (r->close_watch == NULL) {
+        const union MHD_ConnectionInfo *ci = MHD_get_connection_info(r->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+        if (ci != NULL)
+            r->close_watch = event_new(r->w->base, ci->connect_fd, EV_CLOSED, on_client_closed, r);
     }
+    if (r->close_watch != NULL)
+        event_add(r->close_watch, NULL);
 }
 
 static enum MHD_Result queue_pending(struct request *r)
@@ -232,6 +273,14 @@ static const struct limit_verdict *rejecting_verdict(const struct request *r)
     return over;
 }
 
+static void start_upstream(struct request *r)
+{
+    if (ws_is_upgrade(r->conn, r->method))
+        ws_start(r);
+    else
+        forward_start(r);
+}
+
 static void apply_verdict(struct request *r, const struct limiter_result *result)
 {
     struct worker *w = r->w;
@@ -241,8 +290,12 @@ static void apply_verdict(struct request *r, const struct limiter_result *result
     if (result->status != LIMITER_DECIDED) {
         metrics_count_store_error(w->metrics);
         r->decision = "store_unavailable";
-        if (cfg->rate_fail_open)
-            forward_start(r);
+        bool has_rate = false;
+        for (size_t i = 0; i < r->n_checked; i++)
+            has_rate |= r->rules[i].algorithm != LIMIT_CONCURRENCY;
+        bool open = (!has_rate || cfg->rate_fail_open) && (!r->has_concurrency || cfg->concurrency_fail_open);
+        if (open)
+            start_upstream(r);
         else
             request_set_pending(r, MHD_HTTP_SERVICE_UNAVAILABLE, respond_error(r, "limiter_unavailable"));
         return;
@@ -250,21 +303,31 @@ static void apply_verdict(struct request *r, const struct limiter_result *result
     r->verdict = *result;
     r->have_verdict = true;
     if (result->allowed) {
+        r->lease_held = r->has_concurrency;
         r->decision = "allowed";
-        forward_start(r);
+        start_upstream(r);
         return;
     }
-    metrics_count_limit_hit(w->metrics, LIMIT_TYPE_HTTP, r->plan->name);
     const struct limit_verdict *over = rejecting_verdict(r);
+    bool rate_rejected = false;
+    for (size_t i = 0; i < result->n; i++)
+        rate_rejected |= !result->verdicts[i].allowed && r->rules[i].algorithm != LIMIT_CONCURRENCY;
+    enum limit_type type = rate_rejected ? LIMIT_TYPE_HTTP
+                           : r->ws_upgrade ? LIMIT_TYPE_WS_CONNECTION
+                                           : LIMIT_TYPE_CONCURRENCY;
+    static const char *const type_names[] = { "http", "concurrency", "ws_connection", "ws_message" };
+    r->limit_type = type_names[type];
+    metrics_count_limit_hit(w->metrics, type, r->plan->name);
     if (w->shared->log_warnings)
-        log_rejection(r->user_id, r->plan->name, "http", over->limit - over->remaining, over->limit);
+        log_rejection(r->user_id, r->plan->name, r->limit_type, over->limit - over->remaining, over->limit);
     if (r->plan->shadow) {
         r->decision = "shadow";
-        forward_start(r);
+        start_upstream(r);
         return;
     }
     r->decision = "rejected";
-    struct MHD_Response *resp = respond_limited(r, "rate_limit_exceeded", respond_retry_after_s(r));
+    struct MHD_Response *resp = respond_limited(r, rate_rejected ? "rate_limit_exceeded" : "concurrency_limit_exceeded",
+                                                respond_retry_after_s(r));
     if (resp != NULL)
         respond_add_ratelimit_headers(r, resp);
     request_set_pending(r, MHD_HTTP_TOO_MANY_REQUESTS, resp);
@@ -273,8 +336,13 @@ static void apply_verdict(struct request *r, const struct limiter_result *result
 static void on_verdict(void *arg, const struct limiter_result *result)
 {
     struct request *r = arg;
-    if (!r->mhd_done)
+    if (!r->mhd_done && !r->client_gone) {
         apply_verdict(r, result);
+    } else if (result->status == LIMITER_DECIDED && result->allowed && r->has_concurrency) {
+        /* The client left while the store decided: the slot it was given goes back. */
+        r->lease_held = true;
+        request_release_slots(r);
+    }
     request_unref(r);
 }
 
@@ -291,11 +359,12 @@ static enum MHD_Result decide(struct request *r, const char *path)
 {
     struct worker *w = r->w;
     const struct proxy_config *cfg = w->cfg;
+    r->ws_upgrade = ws_is_upgrade(r->conn, r->method);
 
     if (is_exempt(cfg, path)) {
         r->exempt = true;
         r->decision = "exempt";
-        forward_start(r);
+        start_upstream(r);
         goto started;
     }
 
@@ -329,23 +398,46 @@ static enum MHD_Result decide(struct request *r, const char *path)
     size_t n = tier_plan_select(r->plan, r->method, path, strlen(path), selected, MAX_SELECTED);
     if (n > MAX_SELECTED)
         n = MAX_SELECTED;
-    struct limit_rule rules[LIMITER_MAX_RULES];
-    for (size_t i = 0; i < n && r->n_rate_limits < LIMITER_MAX_RULES; i++) {
-        if (selected[i]->kind != TIER_LIMIT_RATE)
+    bool websocket = ws_is_upgrade(r->conn, r->method);
+    for (size_t i = 0; i < n; i++) {
+        const struct tier_limit *l = selected[i];
+        if (l->kind == TIER_LIMIT_WS_MESSAGES) {
+            if (websocket && !r->has_ws_rule) {
+                r->has_ws_rule = true;
+                r->ws_rule = l->rule;
+            }
             continue;
-        rules[r->n_rate_limits] = selected[i]->rule;
-        r->rate_limits[r->n_rate_limits++] = selected[i];
+        }
+        if (r->n_checked == LIMITER_MAX_RULES)
+            continue;
+        struct limit_rule rule = l->rule;
+        if (l->kind == TIER_LIMIT_CONCURRENCY) {
+            rule.algorithm = LIMIT_CONCURRENCY;
+            rule.burst = 0;
+            rule.window_ms = cfg->lease_ttl_ms;
+            r->has_concurrency = true;
+        }
+        r->rules[r->n_checked] = rule;
+        r->checked[r->n_checked++] = l;
     }
-    if (r->n_rate_limits == 0) {
+    if (r->n_checked == 0) {
         r->decision = "allowed";
-        forward_start(r);
+        start_upstream(r);
         goto started;
     }
 
     r->phase = PHASE_CHECKING;
     r->refs++; /* the limiter's, until on_verdict */
     r->store_started_ns = clock_mono_ns();
-    int rc = limiter_check(w->limiter, r->subject, strlen(r->subject), rules, r->n_rate_limits, -1, on_verdict, r);
+    int rc;
+    if (r->has_concurrency) {
+        snprintf(r->lease_id, sizeof(r->lease_id), "%s:%d:%llu", w->shared->instance_id, w->index,
+                 (unsigned long long)++w->lease_seq);
+        rc = limiter_check_leased(w->limiter, r->subject, strlen(r->subject), r->rules, r->n_checked, -1, r->lease_id,
+                                  on_verdict, r);
+    } else {
+        rc = limiter_check(w->limiter, r->subject, strlen(r->subject), r->rules, r->n_checked, -1, on_verdict, r);
+    }
     if (rc < 0) {
         r->refs--;
         struct limiter_result unavailable = { .status = LIMITER_UNAVAILABLE };
@@ -354,7 +446,7 @@ static enum MHD_Result decide(struct request *r, const char *path)
 started:
     if (r->pending != NULL)
         return queue_pending(r);
-    suspend(r);
+    request_suspend(r);
     return MHD_YES;
 }
 
@@ -413,7 +505,7 @@ enum MHD_Result request_handle(void *cls, struct MHD_Connection *conn, const cha
     case PHASE_FORWARDING:
         if (r->pending != NULL)
             return queue_pending(r);
-        suspend(r);
+        request_suspend(r);
         return MHD_YES;
     case PHASE_RESPONDING:
         break;
@@ -456,7 +548,7 @@ static void account(struct request *r)
         e.remaining = closest->remaining;
         if (!r->verdict.allowed) {
             const struct limit_verdict *over = rejecting_verdict(r);
-            e.limit_type = "http";
+            e.limit_type = r->limit_type != NULL ? r->limit_type : "http";
             e.limit = over->limit;
             e.remaining = over->remaining;
             e.current_count = over->limit - over->remaining;
@@ -473,6 +565,8 @@ void request_completed(void *cls, struct MHD_Connection *conn, void **req_cls, e
     *req_cls = NULL;
     r->mhd_done = true;
     forward_abort(r);
+    if (!ws_tunnel_active(r))
+        request_release_slots(r);
     if (r->status != 0)
         account(r);
     request_unref(r);

@@ -15,6 +15,7 @@
 
 struct worker;
 struct event;
+struct ws_tunnel;
 
 /* A growable byte buffer with a cap that input cannot push it past. */
 struct bytebuf {
@@ -64,8 +65,19 @@ struct request {
     const char *user_id;          /* for X-Tier-User */
     bool exempt;
     char subject[160];            /* limiter subject: "u:<id>" or "ip:<addr>" */
-    const struct tier_limit *rate_limits[LIMITER_MAX_RULES];
-    size_t n_rate_limits;
+    const struct tier_limit *checked[LIMITER_MAX_RULES]; /* the limits sent to the store */
+    struct limit_rule rules[LIMITER_MAX_RULES];          /* ... as the store sees them */
+    size_t n_checked;
+    bool has_concurrency;
+    char lease_id[64];
+    bool lease_held;              /* concurrency slots taken; given back exactly once */
+    bool has_ws_rule;             /* --ws-messages for a WebSocket */
+    struct limit_rule ws_rule;
+    struct ws_tunnel *ws;         /* when the request is a WebSocket handshake */
+    struct event *close_watch;    /* notices a client that leaves while suspended */
+    bool client_gone;
+    bool ws_upgrade;              /* a WebSocket handshake */
+    const char *limit_type;       /* what rejected it: "http", "concurrency", "ws_connection" */
     struct limiter_result verdict;
     bool have_verdict;            /* a decided check whose headers go on the response */
 
@@ -105,6 +117,12 @@ enum MHD_Result request_handle(void *cls, struct MHD_Connection *conn, const cha
                                size_t *upload_data_size, void **req_cls);
 void request_completed(void *cls, struct MHD_Connection *conn, void **req_cls,
                        enum MHD_RequestTerminationCode toe);
+
+/* Suspends r's MHD connection until request_wake, watching for the client leaving. */
+void request_suspend(struct request *r);
+
+/* Gives back r's concurrency slots, if it holds any (idempotent). */
+void request_release_slots(struct request *r);
 
 /* Drops one reference; frees the request when none is left. */
 void request_unref(struct request *r);

@@ -51,15 +51,16 @@ void respond_add_ratelimit_headers(const struct request *r, struct MHD_Response 
         return;
     struct ratelimit_item items[LIMITER_MAX_RULES];
     size_t n = 0;
-    for (size_t i = 0; i < r->verdict.n && i < r->n_rate_limits; i++) {
+    for (size_t i = 0; i < r->verdict.n && i < r->n_checked; i++) {
         const struct limit_verdict *v = &r->verdict.verdicts[i];
+        bool concurrency = r->checked[i]->kind == TIER_LIMIT_CONCURRENCY;
         items[n++] = (struct ratelimit_item){
-            .name = r->rate_limits[i]->name,
+            .name = r->checked[i]->name,
             .limit = v->limit,
             .remaining = v->remaining,
             .reset_ms = v->reset_ms,
-            .window_ms = r->rate_limits[i]->rule.window_ms,
-            .concurrency = false,
+            .window_ms = concurrency ? 0 : r->checked[i]->rule.window_ms,
+            .concurrency = concurrency,
         };
     }
     ratelimit_headers_render(r->w->cfg->headers, items, n, r->verdict.now_ms, add_to_response, response);

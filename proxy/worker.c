@@ -15,6 +15,7 @@
 #include "proxy/forward.h"
 #include "proxy/metrics.h"
 #include "proxy/request.h"
+#include "proxy/websocket.h"
 #include "store/limiter.h"
 #include "tiers/snapshot.h"
 
@@ -102,11 +103,18 @@ static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_
     metrics_add_connections(w->metrics, toe == MHD_CONNECTION_NOTIFY_STARTED ? 1 : -1);
 }
 
+static void on_leases_released(void *arg)
+{
+    struct worker *w = arg;
+    event_base_loopbreak(w->base);
+}
+
 static void on_drain_timer(evutil_socket_t fd, short what, void *arg)
 {
     struct worker *w = arg;
     if (w->active_requests == 0 || clock_mono_ms() >= w->drain_deadline_ms) {
-        event_base_loopbreak(w->base);
+        /* Whatever is still held (requests cut off by the deadline) goes back in one call. */
+        limiter_release_all(w->limiter, on_leases_released, w);
         return;
     }
     static const struct timeval tick = { 0, 50 * 1000 };
@@ -124,6 +132,7 @@ static void on_stop(evutil_socket_t fd, short what, void *arg)
     if (listen_fd != MHD_INVALID_SOCKET)
         close(listen_fd);
     w->drain_deadline_ms = clock_mono_ms() + DRAIN_MS;
+    ws_close_all(w);
     on_drain_timer(-1, 0, w);
 }
 
@@ -182,7 +191,7 @@ int worker_init(struct worker *w, int index, const struct proxy_shared *shared, 
         snprintf(err, errlen, "listen address \"%s\" is not an IP address", cfg->listen_host);
         return -EINVAL;
     }
-    unsigned flags = MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME;
+    unsigned flags = MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME | MHD_ALLOW_UPGRADE;
     if (ipv6)
         flags |= MHD_USE_IPv6;
     w->daemon = MHD_start_daemon(flags, 0, NULL, NULL, request_handle, w,
@@ -219,6 +228,13 @@ int worker_init(struct worker *w, int index, const struct proxy_shared *shared, 
         return -ENOMEM;
     }
 
+    char resolve_err[256] = "";
+    if (ws_resolve_upstreams(w, resolve_err, sizeof(resolve_err)) < 0) {
+        snprintf(err, errlen, "out of memory");
+        return -ENOMEM;
+    }
+    if (resolve_err[0] != '\0' && index == 0)
+        fprintf(stderr, "tierproxy: %s\n", resolve_err);
     if (forward_init(w) < 0) {
         snprintf(err, errlen, "cannot set up libcurl");
         return -ENOMEM;
@@ -229,6 +245,7 @@ int worker_init(struct worker *w, int index, const struct proxy_shared *shared, 
             .url = cfg->redis_url,
             .key_prefix = cfg->key_prefix,
             .command_timeout_ms = 0,
+            .lease_ttl_ms = cfg->lease_ttl_ms,
         };
         w->limiter = limiter_redis_create(w->base, &opts, err, errlen);
     } else {
@@ -283,6 +300,7 @@ void worker_join_and_destroy(struct worker *w)
     if (w->limiter != NULL)
         limiter_destroy(w->limiter);
     forward_destroy(w);
+    ws_free_upstreams(w);
     if (w->snap != NULL)
         snapshot_unref(w->snap);
     if (w->mhd_io != NULL)

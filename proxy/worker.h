@@ -19,6 +19,7 @@ struct snapshot;
 struct snapshot_watch;
 struct proxy_config;
 struct request;
+struct upstream_addr;
 
 /* What every worker shares, owned by main. */
 struct proxy_shared {
@@ -26,6 +27,7 @@ struct proxy_shared {
     struct snapshot_watch *catalog;
     struct memory_store *memory;     /* NULL with the redis store */
     struct access_log *access_log;   /* NULL when off */
+    char instance_id[24];            /* names this process's concurrency leases */
     bool log_warnings;               /* [log] level is debug, info or warn */
 };
 
@@ -49,6 +51,9 @@ struct worker {
     struct event *curl_timer;
     CURLSH *curl_share;             /* DNS cache for the upstream names */
     unsigned upstream_next;         /* round robin over cfg->upstreams */
+    struct upstream_addr *ws_upstreams; /* resolved once, for WebSocket tunnels */
+    size_t n_ws_upstreams;
+    uint64_t lease_seq;
 
     struct limiter *limiter;
     struct metrics *metrics;

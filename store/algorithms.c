@@ -6,7 +6,8 @@
  *   sliding-log:    a = entries in (te - W, te], b = ring index of the first of them
  *   sliding-window: a = current window index, b = its count, c = previous window's count
  *   token-bucket:   a = level (tokens * W) at te
- *   fixed-window:   a = window index, b = its count */
+ *   fixed-window:   a = window index, b = its count
+ *   concurrency:    a = leases held (after the commit, once committed) */
 #include "store/algorithms.h"
 
 #include <errno.h>
@@ -38,7 +39,10 @@ static bool compatible(const struct algo_state *s, const struct limit_rule *rule
 {
     if (s->algorithm != (int)rule->algorithm)
         return false;
-    return rule->algorithm == LIMIT_SLIDING_LOG || s->window_ms == rule->window_ms;
+    /* A concurrency state is a count of leases; its window is their TTL, which may change
+     * while they are held. */
+    return rule->algorithm == LIMIT_SLIDING_LOG || rule->algorithm == LIMIT_CONCURRENCY ||
+           s->window_ms == rule->window_ms;
 }
 
 void algo_state_init(struct algo_state *s)
@@ -251,6 +255,35 @@ static void fw_verdict(const struct limit_rule *rule, const struct algo_eval *ev
     v->reset_ms = count == 0 ? 0 : (ev->a + 1) * w - ev->te;
 }
 
+/* ---- concurrency: a count of leases held ---- */
+
+static void cc_decide(const struct algo_state *s, const struct limit_rule *rule, int64_t now, struct algo_eval *ev)
+{
+    ev->te = now;
+    ev->a = !ev->stale && s->algorithm >= 0 ? s->u.cc.held : 0;
+    ev->allowed = ev->a < capacity(rule);
+}
+
+static void cc_verdict(const struct limit_rule *rule, const struct algo_eval *ev, struct limit_verdict *v)
+{
+    int64_t c = capacity(rule);
+    if (ev->allowed) {
+        v->remaining = ev->a < c ? c - ev->a : 0;
+        v->reset_ms = 0;
+    } else {
+        v->remaining = 0;
+        v->reset_ms = 1000;
+    }
+}
+
+bool algo_release(struct algo_state *s)
+{
+    if (s->algorithm != LIMIT_CONCURRENCY || s->u.cc.held <= 0)
+        return false;
+    s->u.cc.held--;
+    return true;
+}
+
 /* ---- dispatch ---- */
 
 void algo_decide(const struct algo_state *s, const struct limit_rule *rule, int64_t now, struct algo_eval *ev)
@@ -262,6 +295,7 @@ void algo_decide(const struct algo_state *s, const struct limit_rule *rule, int6
     case LIMIT_SLIDING_WINDOW: sw_decide(s, rule, now, ev); break;
     case LIMIT_TOKEN_BUCKET: tb_decide(s, rule, now, ev); break;
     case LIMIT_FIXED_WINDOW: fw_decide(s, rule, now, ev); break;
+    case LIMIT_CONCURRENCY: cc_decide(s, rule, now, ev); break;
     }
 }
 
@@ -299,6 +333,10 @@ void algo_commit(struct algo_state *s, const struct limit_rule *rule, struct alg
         s->u.fw.w = ev->a;
         s->u.fw.n = ev->b;
         break;
+    case LIMIT_CONCURRENCY:
+        ev->a++;
+        s->u.cc.held = ev->a;
+        break;
     }
 }
 
@@ -312,6 +350,7 @@ void algo_verdict(const struct algo_state *s, const struct limit_rule *rule, con
     case LIMIT_SLIDING_WINDOW: sw_verdict(rule, ev, v); break;
     case LIMIT_TOKEN_BUCKET: tb_verdict(rule, ev, v); break;
     case LIMIT_FIXED_WINDOW: fw_verdict(rule, ev, v); break;
+    case LIMIT_CONCURRENCY: cc_verdict(rule, ev, v); break;
     }
 }
 
@@ -329,6 +368,8 @@ int64_t algo_dead_ms(const struct algo_state *s, const struct limit_rule *rule)
     }
     case LIMIT_FIXED_WINDOW:
         return (s->u.fw.w + 1) * s->window_ms;
+    case LIMIT_CONCURRENCY:
+        return s->u.cc.held > 0 ? INT64_MAX : INT64_MIN;
     default:
         return INT64_MIN;
     }

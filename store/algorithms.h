@@ -9,7 +9,12 @@
  * state's newest time. The verdict describes the state after the check:
  *   remaining = requests that could still be admitted right now (0 when rejected);
  *   reset_ms  = ms until `remaining` goes up by one with no other traffic (for a rejected
- *               request: until it would be allowed), 0 when nothing is in use. */
+ *               request: until it would be allowed), 0 when nothing is in use.
+ *
+ * LIMIT_CONCURRENCY is here too, for the memory store: its state is the number of leases
+ * held (no clock, no TTL: one process knows when its leases end), a commit takes one and
+ * algo_release gives one back. Verdict: remaining = rate - held, reset_ms = 1000 when
+ * rejected, else 0 (when a slot frees is unknowable). */
 #pragma once
 #include <stdbool.h>
 #include <stdint.h>
@@ -28,6 +33,7 @@ struct algo_state {
             int64_t *ts;
             uint32_t head, len, cap;              /* ring; cap is 0 or a power of two */
         } sl;
+        struct { int64_t held; } cc;              /* leases held */
     } u;
 };
 
@@ -58,5 +64,10 @@ void algo_commit(struct algo_state *s, const struct limit_rule *rule, struct alg
 void algo_verdict(const struct algo_state *s, const struct limit_rule *rule, const struct algo_eval *ev,
                   struct limit_verdict *v);
 
-/* The time from which the state is equivalent to an empty one (INT64_MIN when empty). */
+/* The time from which the state is equivalent to an empty one (INT64_MIN when empty;
+ * INT64_MAX for a concurrency state that holds leases: it only empties by algo_release). */
 int64_t algo_dead_ms(const struct algo_state *s, const struct limit_rule *rule);
+
+/* Gives back one lease of a concurrency state. Returns true when one was held (a state of
+ * another algorithm, or one with none held, is left alone). */
+bool algo_release(struct algo_state *s);

@@ -7,13 +7,20 @@
 --                      sliding-window: hash a=<tag> w=<window index> c=<count> p=<previous count>
 --                      token-bucket:   hash a=<tag> l=<tokens * window_ms> t=<ms of l>
 --                      fixed-window:   hash a=<tag> w=<window index> n=<count>
+--                      concurrency:    sorted set, member = lease id, score = its expiry in ms
 --                    tag = "<algorithm>:<window_ms>"; a key of another type or tag is stale
 --                    and is treated as empty (and replaced when the request is recorded)
 -- ARGV[1]            now in Unix ms, or negative: the server clock (TIME)
 -- ARGV[4i-2 .. 4i+1] rule i: algorithm (0 sliding-log, 1 sliding-window, 2 token-bucket,
---                    3 fixed-window), rate, burst, window_ms
+--                    3 fixed-window, 4 concurrency), rate, burst, window_ms
+--                    (concurrency: rate = N slots, burst 0, window_ms = the lease TTL)
+-- ARGV[4n+2]         the lease id; present only when some rule is a concurrency rule
 -- Returns {now, all_allowed, then per rule: allowed, limit, remaining, reset_ms}.
 -- Reads first; writes (with a TTL on every key written) only when every rule allows.
+-- A concurrency rule counts the leases whose expiry is after now (live); it allows when
+-- live < N, and then drops the expired ones, adds the lease with score now + TTL and makes
+-- sure the key lives at least TTL longer. Verdict: remaining N - held, reset 1000 when
+-- rejected (when a lease ends is unknowable). store/renew.lua keeps held leases alive.
 
 local fmt = string.format   -- '%d' keeps integers exact (a number argument may become "1e+9")
 local floor, ceil = math.floor, math.ceil
@@ -69,6 +76,14 @@ for i = 1, n do
     end
     va[i] = count
     ok[i] = count < c
+  elseif g == 4 then
+    local live = rpcall('ZCOUNT', k, fmt('(%d', t), '+inf')
+    if type(live) ~= 'number' then
+      stale[i] = true
+      live = 0
+    end
+    va[i] = live
+    ok[i] = live < c
   else
     local h
     tag[i] = ARGV[j] .. ':' .. ARGV[j + 3]
@@ -169,7 +184,7 @@ for i = 1, n do
     local avail = floor(level / w)
     rem, reset = avail, 0
     if level < cw then reset = ceil_div((avail + 1) * w - level, r) end
-  else
+  elseif g == 3 then
     local idx, count = va[i], vb[i]
     if all == 1 then
       count = count + 1
@@ -179,6 +194,15 @@ for i = 1, n do
     rem, reset = 0, 0
     if count < c then rem = c - count end
     if count > 0 then reset = (idx + 1) * w - t end
+  elseif g == 4 then
+    local held = va[i]
+    if all == 1 then
+      call('ZREMRANGEBYSCORE', k, '-inf', fmt('%d', t))
+      call('ZADD', k, fmt('%d', t + w), ARGV[4 * n + 2])
+      if call('PTTL', k) < w then call('PEXPIRE', k, fmt('%d', w)) end
+      held = held + 1
+    end
+    if ok[i] then rem, reset = c - held, 0 else rem, reset = 0, 1000 end
   end
   local a = 0
   if ok[i] then a = 1 end

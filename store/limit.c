@@ -12,9 +12,13 @@ static const char *const algorithm_names[] = {
     [LIMIT_SLIDING_WINDOW] = "sliding-window",
     [LIMIT_TOKEN_BUCKET] = "token-bucket",
     [LIMIT_FIXED_WINDOW] = "fixed-window",
+    [LIMIT_CONCURRENCY] = "concurrency",
 };
 
 #define N_ALGORITHMS (sizeof(algorithm_names) / sizeof(algorithm_names[0]))
+/* limit_algorithm_parse only knows the rate algorithms (tierctl --algorithm); a concurrency
+ * rule comes from a --concurrency limit, never from a name. */
+#define N_RATE_ALGORITHMS ((size_t)LIMIT_CONCURRENCY)
 
 const char *limit_algorithm_name(enum limit_algorithm algorithm)
 {
@@ -27,7 +31,7 @@ int limit_algorithm_parse(const char *text, enum limit_algorithm *palgorithm)
 {
     if (text == NULL)
         return -EINVAL;
-    for (size_t i = 0; i < N_ALGORITHMS; i++) {
+    for (size_t i = 0; i < N_RATE_ALGORITHMS; i++) {
         if (strcmp(text, algorithm_names[i]) == 0) {
             *palgorithm = (enum limit_algorithm)i;
             return 0;
@@ -140,6 +144,8 @@ int limit_rule_validate(const struct limit_rule *rule)
         return -EINVAL;
     if (rule->rate >= LIMIT_MAX_PRODUCT || rule->burst >= LIMIT_MAX_PRODUCT)
         return -EINVAL;
+    if (rule->algorithm == LIMIT_CONCURRENCY && rule->burst != 0)
+        return -EINVAL;   /* N slots, no burst */
     int64_t capacity = rule->rate + rule->burst;   /* < 2^53, no overflow */
     if (capacity >= LIMIT_MAX_PRODUCT / rule->window_ms + 1 || capacity * rule->window_ms >= LIMIT_MAX_PRODUCT)
         return -EINVAL;

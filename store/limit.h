@@ -42,7 +42,8 @@ struct limit_verdict {
 /* Returns the algorithm's name as tierctl spells it ("sliding-log", ...). */
 const char *limit_algorithm_name(enum limit_algorithm algorithm);
 
-/* Parses "sliding-log" etc. into *palgorithm. Returns 0, or -EINVAL for an unknown name. */
+/* Parses "sliding-log" etc. into *palgorithm. Returns 0, or -EINVAL for an unknown name.
+ * Only the four rate algorithms parse: "concurrency" (LIMIT_CONCURRENCY's name) does not. */
 int limit_algorithm_parse(const char *text, enum limit_algorithm *palgorithm);
 
 /* Parses N/WINDOW: "100/min", "10/15s", "3000/1min", "5/h", "1000/day".
@@ -53,5 +54,6 @@ int limit_rate_parse(const char *text, int64_t *pcount, int64_t *pwindow_ms);
 /* Writes the canonical text of a rate ("100/min", "10/15s") into buf. Returns buf. */
 char *limit_rate_format(int64_t count, int64_t window_ms, char *buf, size_t buflen);
 
-/* Checks that a rule's numbers are in range. Returns 0 or -EINVAL. */
+/* Checks that a rule's numbers are in range (a concurrency rule: burst 0). Returns 0 or
+ * -EINVAL. */
 int limit_rule_validate(const struct limit_rule *rule);

@@ -5,21 +5,30 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "store/lease_table.h"
 #include "store/limiter.h"
 
 /* Longest subject limiter_check accepts (bytes). */
 #define LIMITER_MAX_SUBJECT 512
 
 struct limiter_ops {
-    /* Arguments are already validated by limiter_check. */
+    /* Arguments are already validated by limiter_check / limiter_check_leased; lease_id
+     * (with its length) is non-NULL exactly when some rule is LIMIT_CONCURRENCY. */
     int (*check)(struct limiter *limiter, const char *subject, size_t subject_len,
-                 const struct limit_rule *rules, size_t n, int64_t now_ms, limiter_done_fn *done, void *arg);
+                 const struct limit_rule *rules, size_t n, int64_t now_ms, const char *lease_id,
+                 size_t lease_id_len, limiter_done_fn *done, void *arg);
     void (*destroy)(struct limiter *limiter);
     bool (*available)(const struct limiter *limiter);
+    /* Gives back one tracked lease: the store's count, then lease_table_remove. */
+    void (*release)(struct limiter *limiter, struct lease *lease);
+    /* Gives back every tracked lease (the table is empty when this returns) and calls
+     * done exactly once. */
+    void (*release_all)(struct limiter *limiter, void (*done)(void *arg), void *arg);
 };
 
 struct limiter {
     const struct limiter_ops *ops;
+    struct lease_table leases;   /* the concurrency leases this limiter holds */
 };
 
 /* Fills result as LIMITER_UNAVAILABLE for n rules. */

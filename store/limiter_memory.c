@@ -9,7 +9,13 @@
  * all (algo_dead_ms). One window after that it is dropped -- the extra window keeps a clock
  * that steps back by less than a window clamped, as Redis keeps a key for its TTL -- when
  * its chain is walked; each check also sweeps one more bucket of its stripe, so idle
- * subjects go away as traffic flows. */
+ * subjects go away as traffic flows.
+ *
+ * Concurrency rules (LIMIT_CONCURRENCY) are a count of leases per (subject, rule) in the
+ * same slots, taken in the same locked step as the rate rules. The lease ids are tracked
+ * per limiter (its lease table), so a release gives back only a lease that limiter holds
+ * and a count cannot go negative. The TTL plays no part in one process: a slot that holds
+ * leases is never evicted, and limiter_destroy gives back everything its limiter holds. */
 #include "store/limiter_impl.h"
 
 #include <errno.h>
@@ -187,6 +193,26 @@ size_t memory_store_subjects(struct memory_store *store)
     return total;
 }
 
+static struct mem_entry *find_entry(struct mem_stripe *st, size_t b, uint64_t hash, const char *subject,
+                                    size_t subject_len)
+{
+    struct mem_entry *e = st->buckets[b];
+    while (e != NULL && !(e->hash == hash && e->subject_len == subject_len &&
+                          memcmp(e->subject, subject, subject_len) == 0))
+        e = e->next;
+    return e;
+}
+
+/* When a slot may be dropped: one window after its state is dead; never while it holds
+ * leases. */
+static int64_t slot_evict_ms(const struct mem_slot *slot, const struct limit_rule *rule)
+{
+    int64_t dead = algo_dead_ms(&slot->st, rule);
+    if (dead == INT64_MIN || dead == INT64_MAX)
+        return dead;
+    return dead + rule->window_ms;
+}
+
 static struct mem_slot *find_slot(struct mem_entry *e, int64_t id)
 {
     if (e == NULL)
@@ -249,9 +275,22 @@ static struct mem_entry *ensure_slots(struct mem_stripe *st, struct mem_entry *e
     return e;
 }
 
+/* Removes the leases a check added to the table before it was decided. */
+static void untrack(struct limiter *limiter, const char *subject, size_t subject_len,
+                    const struct limit_rule *rules, size_t n, const char *lease_id, size_t id_len)
+{
+    for (size_t i = 0; i < n; i++) {
+        if (rules[i].algorithm != LIMIT_CONCURRENCY)
+            continue;
+        struct lease *l = lease_table_find(&limiter->leases, subject, subject_len, rules[i].id, lease_id, id_len);
+        if (l != NULL)
+            lease_table_remove(&limiter->leases, l);
+    }
+}
+
 static int memory_check(struct limiter *limiter, const char *subject, size_t subject_len,
-                        const struct limit_rule *rules, size_t n, int64_t now_ms,
-                        limiter_done_fn *done, void *arg)
+                        const struct limit_rule *rules, size_t n, int64_t now_ms, const char *lease_id,
+                        size_t lease_id_len, limiter_done_fn *done, void *arg)
 {
     struct memory_limiter *ml = (struct memory_limiter *)limiter;
     int64_t now = now_ms >= 0 ? now_ms : realtime_ms();
@@ -269,6 +308,19 @@ static int memory_check(struct limiter *limiter, const char *subject, size_t sub
     algo_state_init(&empty);
     int r = 0;
 
+    /* The leases are tracked first, so that nothing can fail once the store recorded them;
+     * they are taken out again when the check is not allowed. */
+    for (size_t i = 0; lease_id != NULL && i < n; i++) {
+        if (rules[i].algorithm != LIMIT_CONCURRENCY)
+            continue;
+        r = lease_table_add(&limiter->leases, subject, subject_len, rules[i].id, rules[i].window_ms, lease_id,
+                            lease_id_len);
+        if (r != 0) {
+            untrack(limiter, subject, subject_len, rules, i, lease_id, lease_id_len);
+            return r == -ENOMEM ? -ENOMEM : -EINVAL;
+        }
+    }
+
     pthread_mutex_lock(&st->lock);
 
     /* Incremental sweep of one other bucket, then the subject's own chain. */
@@ -276,10 +328,7 @@ static int memory_check(struct limiter *limiter, const char *subject, size_t sub
     st->sweep = (st->sweep + 1) & (st->nbuckets - 1);
     size_t b = bucket_of(st, hash);
     sweep_chain(st, &st->buckets[b], now);
-    struct mem_entry *e = st->buckets[b];
-    while (e != NULL && !(e->hash == hash && e->subject_len == subject_len &&
-                          memcmp(e->subject, subject, subject_len) == 0))
-        e = e->next;
+    struct mem_entry *e = find_entry(st, b, hash, subject, subject_len);
     if (e != NULL)
         prune_slots(e, now);
 
@@ -301,6 +350,8 @@ static int memory_check(struct limiter *limiter, const char *subject, size_t sub
         }
         if (e == NULL || r != 0) {
             pthread_mutex_unlock(&st->lock);
+            if (lease_id != NULL)
+                untrack(limiter, subject, subject_len, rules, n, lease_id, lease_id_len);
             return -ENOMEM;
         }
         int64_t evict = INT64_MIN;
@@ -311,8 +362,7 @@ static int memory_check(struct limiter *limiter, const char *subject, size_t sub
             struct mem_slot *slot = find_slot(e, rules[i].id);
             algo_commit(&slot->st, &rules[i], &ev[i]);
             algo_verdict(&slot->st, &rules[i], &ev[i], &result.verdicts[i]);
-            int64_t dead = algo_dead_ms(&slot->st, &rules[i]);   /* never empty after a commit */
-            slot->evict_ms = dead == INT64_MIN ? INT64_MIN : dead + rules[i].window_ms;
+            slot->evict_ms = slot_evict_ms(slot, &rules[i]);   /* never empty after a commit */
             if (slot->evict_ms > evict)
                 evict = slot->evict_ms;
         }
@@ -324,14 +374,60 @@ static int memory_check(struct limiter *limiter, const char *subject, size_t sub
         }
     }
     pthread_mutex_unlock(&st->lock);
+    if (!all && lease_id != NULL)
+        untrack(limiter, subject, subject_len, rules, n, lease_id, lease_id_len);
 
     result.allowed = all;
     done(arg, &result);
     return 0;
 }
 
+/* Gives back `count` leases of one (subject, rule) to the shared store. */
+static void give_back(struct memory_limiter *ml, const struct lease_group *g, size_t count)
+{
+    uint64_t hash = hash_subject(g->subject, g->subject_len);
+    struct mem_stripe *st = &ml->store->stripes[hash & (STRIPES - 1)];
+    pthread_mutex_lock(&st->lock);
+    struct mem_entry *e = find_entry(st, bucket_of(st, hash), hash, g->subject, g->subject_len);
+    struct mem_slot *slot = find_slot(e, g->rule_id);
+    if (slot != NULL) {
+        while (count-- > 0 && algo_release(&slot->st))
+            ;
+        if (slot->st.algorithm == LIMIT_CONCURRENCY && slot->st.u.cc.held == 0)
+            slot->evict_ms = INT64_MIN;   /* equivalent to no state: the next walk drops it */
+        int64_t evict = INT64_MIN;
+        for (uint32_t i = 0; i < e->nslots; i++)
+            if (e->slots[i].evict_ms > evict)
+                evict = e->slots[i].evict_ms;
+        e->evict_ms = evict;
+    }
+    pthread_mutex_unlock(&st->lock);
+}
+
+static void memory_release(struct limiter *limiter, struct lease *lease)
+{
+    give_back((struct memory_limiter *)limiter, lease->group, 1);
+    lease_table_remove(&limiter->leases, lease);
+}
+
+static void give_back_all(struct memory_limiter *ml)
+{
+    for (struct lease_group *g = ml->base.leases.groups; g != NULL; g = g->next)
+        give_back(ml, g, g->nleases);
+    lease_table_clear(&ml->base.leases);
+}
+
+static void memory_release_all(struct limiter *limiter, void (*done)(void *arg), void *arg)
+{
+    give_back_all((struct memory_limiter *)limiter);
+    done(arg);
+}
+
+/* The process keeps running without this limiter (one worker of several, or a reload):
+ * its leases are given back rather than held forever. */
 static void memory_destroy(struct limiter *limiter)
 {
+    give_back_all((struct memory_limiter *)limiter);
     free(limiter);
 }
 
@@ -344,6 +440,8 @@ static const struct limiter_ops memory_ops = {
     .check = memory_check,
     .destroy = memory_destroy,
     .available = memory_available,
+    .release = memory_release,
+    .release_all = memory_release_all,
 };
 
 struct limiter *limiter_memory_create(struct memory_store *store)
@@ -354,6 +452,7 @@ struct limiter *limiter_memory_create(struct memory_store *store)
     if (ml == NULL)
         return NULL;
     ml->base.ops = &memory_ops;
+    lease_table_init(&ml->base.leases);
     ml->store = store;
     return &ml->base;
 }

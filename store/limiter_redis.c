@@ -13,6 +13,15 @@
  * exactly once, and why a check's state lives until its callback (hiredis callbacks cannot
  * be cancelled).
  *
+ * Concurrency leases: a leased check that is allowed adds its leases to the limiter's lease
+ * table when the reply comes (a check that fails on the way holds nothing here; a lease
+ * Redis recorded anyway ends at its TTL). A timer every lease_ttl_ms / 3 sends renew.lua
+ * once with every lease held (RENEW_BATCH leases per call at most), skipped while the
+ * connection is not READY and sent again as soon as it is. limiter_release sends one ZREM
+ * per lease, fire and forget; limiter_release_all sends renew.lua in "release" mode.
+ * limiter_destroy sends nothing: the leases it held stop counting at their TTL, as those
+ * of a proxy that crashed.
+ *
  * limiter_destroy must not be called from inside a done callback of the same limiter. */
 #include "store/limiter_impl.h"
 
@@ -37,25 +46,54 @@
 #define BACKOFF_MAX_MS 1000
 #define DEFAULT_TIMEOUT_MS 200
 #define MIN_CONNECT_TIMEOUT_MS 1000
-#define MAX_ARGS (4 + 5 * LIMITER_MAX_RULES)
+#define MAX_ARGS (5 + 5 * LIMITER_MAX_RULES)
+#define DEFAULT_LEASE_TTL_MS 30000
+#define RENEW_BATCH 16384     /* leases per renew.lua call */
 
 enum conn_state { CONN_IDLE, CONN_CONNECTING, CONN_HANDSHAKE, CONN_READY };
 
-enum pending_kind { P_CHECK, P_AUTH, P_SELECT, P_LOAD };
+enum pending_kind { P_CHECK, P_AUTH, P_SELECT, P_LOAD, P_LOAD_RENEW, P_RENEW, P_RELEASE_ALL, P_ZREM };
 
-/* One command in flight. A check keeps its arguments to resend them as EVAL on NOSCRIPT. */
+struct script {
+    const char *text;
+    size_t len;
+    char sha[41];
+};
+
+/* What an allowed leased check adds to the lease table. */
+struct lease_req {
+    size_t n;
+    int64_t rule_id[LIMITER_MAX_RULES], ttl_ms[LIMITER_MAX_RULES];
+    size_t id_len, subject_len;
+    char id[LEASE_ID_MAX];
+    char subject[];
+};
+
+/* A limiter_release_all in progress: done once its last call is answered. */
+struct release_all {
+    void (*done)(void *arg);
+    void *arg;
+    int outstanding;
+};
+
+/* One command in flight. A script call keeps its arguments to resend them as EVAL on
+ * NOSCRIPT. With a script, argv[0..1] are EVALSHA and the sha (or EVAL and the text) and
+ * argv[2..argc-1] lie back to back in buf; without one, argv[0..argc-1] do. */
 struct pending {
     struct pending *prev, *next;
     struct redis_limiter *rl;
     int64_t sent_ms;
     enum pending_kind kind;
     bool retried;
-    limiter_done_fn *done;
+    const struct script *script;
+    limiter_done_fn *done;          /* P_CHECK */
     void *arg;
     size_t n;
+    struct lease_req *lease;        /* P_CHECK with concurrency rules */
+    struct release_all *all;        /* P_RELEASE_ALL */
     int argc;
-    size_t lens[MAX_ARGS];   /* argv[2..argc-1] lie back to back in buf */
-    char buf[];
+    char *buf;
+    size_t lens[];                  /* argc of them, then buf */
 };
 
 struct redis_limiter {
@@ -71,8 +109,11 @@ struct redis_limiter {
     int64_t backoff_ms;
     int64_t attempt_ms;       /* when the current connection attempt started */
     struct pending *head, *tail;
-    char sha[41];
-    size_t script_len;
+    struct script check, renew;
+    struct event *renew_timer;
+    int64_t lease_ttl_ms;     /* from the options; renewals every min(this, shortest TTL seen) / 3 */
+    int64_t renew_every_ms;
+    int renewing;             /* renewal calls in flight */
     bool destroying;
     char last_error[160];     /* for a debugger */
 };
@@ -124,6 +165,7 @@ static void inflight_remove(struct redis_limiter *rl, struct pending *p)
 /* ---- connection management ---- */
 
 static void start_connect(struct redis_limiter *rl);
+static void renew_now(struct redis_limiter *rl);
 
 static void watchdog_arm(struct redis_limiter *rl)
 {
@@ -191,14 +233,22 @@ static void on_watchdog(evutil_socket_t fd, short what, void *arg)
     watchdog_arm(rl);
 }
 
-static struct pending *pending_new(struct redis_limiter *rl, enum pending_kind kind, size_t bufsize)
+/* A pending command with room for max_args arguments of bufsize bytes in all. */
+static struct pending *pending_new(struct redis_limiter *rl, enum pending_kind kind, size_t max_args, size_t bufsize)
 {
-    struct pending *p = calloc(1, sizeof(*p) + bufsize);
+    struct pending *p = calloc(1, sizeof(*p) + max_args * sizeof(size_t) + bufsize);
     if (p != NULL) {
         p->rl = rl;
         p->kind = kind;
+        p->buf = (char *)(p->lens + max_args);
     }
     return p;
+}
+
+static void pending_free(struct pending *p)
+{
+    free(p->lease);
+    free(p);
 }
 
 /* Sends a command and puts it in flight. Returns 0, or -1 (p is then still the caller's). */
@@ -224,20 +274,23 @@ static void on_setup_reply(redisAsyncContext *ac, void *r, void *privdata)
     if (reply == NULL || rl->ac != ac)
         return;   /* the connection is going away; that is handled where it goes */
     bool good = reply->type != REDIS_REPLY_ERROR;
-    if (kind == P_LOAD)
+    const struct script *script = kind == P_LOAD ? &rl->check : &rl->renew;
+    if (kind == P_LOAD || kind == P_LOAD_RENEW)
         good = good && reply->type == REDIS_REPLY_STRING && reply->len == 40 &&
-               memcmp(reply->str, rl->sha, 40) == 0;
+               memcmp(reply->str, script->sha, 40) == 0;
     if (!good) {
         note_error(rl, kind == P_AUTH ? "AUTH" : kind == P_SELECT ? "SELECT" : "SCRIPT LOAD",
                    reply->type == REDIS_REPLY_ERROR ? reply->str : "unexpected reply");
         drop_connection(rl);
         return;
     }
-    if (kind == P_LOAD) {
+    if (kind == P_LOAD) {   /* the last of the handshake */
         rl->state = CONN_READY;
         rl->backoff_ms = BACKOFF_MIN_MS;
         evtimer_del(rl->watchdog);   /* the connect deadline no longer applies */
         watchdog_arm(rl);
+        /* Leases held across an outage (or a Redis that restarted empty): renew them now. */
+        renew_now(rl);
     }
 }
 
@@ -246,7 +299,7 @@ static int send_setup(struct redis_limiter *rl, enum pending_kind kind, int argc
     size_t lens[4];
     for (int i = 0; i < argc; i++)
         lens[i] = strlen(argv[i]);
-    struct pending *p = pending_new(rl, kind, 0);
+    struct pending *p = pending_new(rl, kind, 0, 0);
     if (p == NULL)
         return -1;
     if (send_command(rl, p, on_setup_reply, argc, argv, lens) != 0) {
@@ -288,6 +341,9 @@ static void on_connect(const redisAsyncContext *cac, int status)
         if (send_setup(rl, P_SELECT, 2, argv) != 0)
             return;
     }
+    const char *load_renew[3] = {"SCRIPT", "LOAD", lua_renew};
+    if (send_setup(rl, P_LOAD_RENEW, 3, load_renew) != 0)
+        return;
     const char *argv[3] = {"SCRIPT", "LOAD", lua_check};
     send_setup(rl, P_LOAD, 3, argv);
 }
@@ -321,9 +377,324 @@ static void start_connect(struct redis_limiter *rl)
     watchdog_arm(rl);
 }
 
-/* ---- checks ---- */
+/* ---- script calls ---- */
 
-static int send_check(struct redis_limiter *rl, struct pending *p);
+static void on_check_reply(redisAsyncContext *ac, void *r, void *privdata);
+static void on_lease_reply(redisAsyncContext *ac, void *r, void *privdata);
+static void on_zrem_reply(redisAsyncContext *ac, void *r, void *privdata);
+
+/* Sends p (again, after NOSCRIPT: as EVAL). Returns 0, or -1 (p is then still the caller's). */
+static int send_pending(struct redis_limiter *rl, struct pending *p)
+{
+    const char *stack_argv[MAX_ARGS];
+    const char **argv = stack_argv;
+    if (p->argc > MAX_ARGS) {
+        argv = malloc((size_t)p->argc * sizeof(*argv));
+        if (argv == NULL)
+            return -1;
+    }
+    int first = 0;
+    if (p->script != NULL) {
+        if (p->retried) {
+            argv[0] = "EVAL";
+            argv[1] = p->script->text;
+            p->lens[0] = 4;
+            p->lens[1] = p->script->len;
+        } else {
+            argv[0] = "EVALSHA";
+            argv[1] = p->script->sha;
+            p->lens[0] = 7;
+            p->lens[1] = 40;
+        }
+        first = 2;
+    }
+    const char *b = p->buf;
+    for (int i = first; i < p->argc; i++) {
+        argv[i] = b;
+        b += p->lens[i];
+    }
+    redisCallbackFn *fn = p->kind == P_CHECK ? on_check_reply : p->kind == P_ZREM ? on_zrem_reply : on_lease_reply;
+    int r = send_command(rl, p, fn, p->argc, argv, p->lens);
+    if (argv != stack_argv)
+        free(argv);
+    return r;
+}
+
+/* The script cache was flushed (or a failover): send the script itself, once. Returns
+ * true when p was sent again (its callback will run again). */
+static bool retry_noscript(struct redis_limiter *rl, redisAsyncContext *ac, struct pending *p,
+                           const redisReply *reply, const char *what)
+{
+    if (reply == NULL || reply->type != REDIS_REPLY_ERROR)
+        return false;
+    note_error(rl, what, reply->str);
+    if (p->script == NULL || p->retried || strncmp(reply->str, "NOSCRIPT", 8) != 0 || rl->ac != ac ||
+        rl->state != CONN_READY)
+        return false;
+    p->retried = true;
+    return send_pending(rl, p) == 0;
+}
+
+static void put_arg(struct pending *p, size_t *off, const char *s, size_t len)
+{
+    memcpy(p->buf + *off, s, len);
+    *off += len;
+    p->lens[p->argc++] = len;
+}
+
+static void put_int(struct pending *p, size_t *off, int64_t v)
+{
+    char tmp[24];
+    int len = snprintf(tmp, sizeof(tmp), "%" PRId64, v);
+    put_arg(p, off, tmp, (size_t)len);
+}
+
+/* Bytes a key takes at most: "<prefix>{<subject>}:<rule id>". */
+static size_t key_max(const struct redis_limiter *rl, size_t subject_len)
+{
+    return rl->prefix_len + subject_len + 24;
+}
+
+static void put_key(struct redis_limiter *rl, struct pending *p, size_t *off, const char *subject,
+                    size_t subject_len, int64_t rule_id)
+{
+    char id[24];
+    int idlen = snprintf(id, sizeof(id), "%" PRId64, rule_id);
+    char *k = p->buf + *off;
+    memcpy(k, rl->prefix, rl->prefix_len);
+    size_t kl = rl->prefix_len;
+    k[kl++] = '{';
+    memcpy(k + kl, subject, subject_len);
+    kl += subject_len;
+    k[kl++] = '}';
+    k[kl++] = ':';
+    memcpy(k + kl, id, (size_t)idlen);
+    kl += (size_t)idlen;
+    *off += kl;
+    p->lens[p->argc++] = kl;
+}
+
+/* ---- leases ---- */
+
+static void renew_arm(struct redis_limiter *rl)
+{
+    if (rl->destroying || evtimer_pending(rl->renew_timer, NULL))
+        return;
+    struct timeval tv = ms_to_tv(rl->renew_every_ms);
+    evtimer_add(rl->renew_timer, &tv);
+}
+
+/* Builds one renew.lua call ("renew" or "release") for the leases from *pg / *pl on, at most
+ * RENEW_BATCH of them, and moves the cursor past them (*pg NULL: all done). Returns NULL
+ * on allocation failure (the cursor is then unchanged). */
+static struct pending *lease_batch(struct redis_limiter *rl, enum pending_kind kind, struct lease_group **pg,
+                                   struct lease **pl)
+{
+    /* First pass: how many keys, leases and bytes. */
+    size_t keys = 0, leases = 0, bytes = 64;   /* numkeys, op, now */
+    struct lease_group *g = *pg;
+    struct lease *l = *pl;
+    while (g != NULL && leases < RENEW_BATCH) {
+        keys++;
+        bytes += key_max(rl, g->subject_len) + 2 * 24;
+        for (; l != NULL && leases < RENEW_BATCH; l = l->next) {
+            leases++;
+            bytes += l->id_len;
+        }
+        if (l == NULL) {
+            g = g->next;
+            l = g != NULL ? g->first : NULL;
+        }
+    }
+    /* EVALSHA sha numkeys key... op now (ttl m id...)... */
+    size_t max_args = 5 + 3 * keys + leases;
+    struct pending *p = pending_new(rl, kind, max_args, bytes);
+    if (p == NULL)
+        return NULL;
+    p->script = &rl->renew;
+    p->argc = 2;
+    size_t off = 0;
+    /* KEYS first, then ARGV: the cursor is walked twice more, keys then their leases. */
+    put_int(p, &off, (int64_t)keys);
+    g = *pg;
+    l = *pl;
+    for (size_t k = 0; k < keys; k++) {
+        put_key(rl, p, &off, g->subject, g->subject_len, g->rule_id);
+        g = g->next;
+    }
+    static const char renew[] = "renew", release[] = "release";
+    if (kind == P_RENEW)
+        put_arg(p, &off, renew, sizeof(renew) - 1);
+    else
+        put_arg(p, &off, release, sizeof(release) - 1);
+    put_int(p, &off, -1);   /* now: the server's clock */
+    g = *pg;
+    l = *pl;
+    size_t left = leases;
+    for (size_t k = 0; k < keys; k++) {
+        size_t m = 0;
+        for (const struct lease *x = l; x != NULL && m < left; x = x->next)
+            m++;
+        put_int(p, &off, g->ttl_ms);
+        put_int(p, &off, (int64_t)m);
+        for (size_t j = 0; j < m; j++, l = l->next)
+            put_arg(p, &off, l->id, l->id_len);
+        left -= m;
+        if (l == NULL) {
+            g = g->next;
+            l = g != NULL ? g->first : NULL;
+        }
+    }
+    *pg = g;
+    *pl = l;
+    return p;
+}
+
+/* Sends every held lease in renew.lua calls. Returns the number of calls sent. */
+static int send_leases(struct redis_limiter *rl, enum pending_kind kind, struct release_all *all)
+{
+    struct lease_group *g = rl->base.leases.groups;
+    struct lease *l = g != NULL ? g->first : NULL;
+    int sent = 0;
+    while (g != NULL) {
+        struct pending *p = lease_batch(rl, kind, &g, &l);
+        if (p == NULL)
+            break;
+        p->all = all;
+        if (send_pending(rl, p) != 0) {
+            pending_free(p);
+            break;
+        }
+        sent++;
+    }
+    return sent;
+}
+
+/* Renews every held lease now, unless the store is down (then: when it is READY again) or
+ * a renewal is still in flight. */
+static void renew_now(struct redis_limiter *rl)
+{
+    if (lease_table_count(&rl->base.leases) == 0)
+        return;
+    renew_arm(rl);
+    if (rl->state != CONN_READY || rl->ac == NULL || rl->renewing > 0)
+        return;
+    if (getenv("MUT")) return;
+    rl->renewing += send_leases(rl, P_RENEW, NULL);
+}
+
+static void on_renew_timer(evutil_socket_t fd, short what, void *arg)
+{
+    renew_now(arg);   /* re-arms itself while leases are held */
+}
+
+static void on_lease_reply(redisAsyncContext *ac, void *r, void *privdata)
+{
+    struct pending *p = privdata;
+    struct redis_limiter *rl = p->rl;
+    redisReply *reply = r;
+    inflight_remove(rl, p);
+    if (retry_noscript(rl, ac, p, reply, p->kind == P_RENEW ? "renew" : "release all"))
+        return;
+    if (reply != NULL && reply->type == REDIS_REPLY_ERROR)
+        note_error(rl, p->kind == P_RENEW ? "renew" : "release all", reply->str);
+    struct release_all *all = p->all;
+    if (p->kind == P_RENEW)
+        rl->renewing--;
+    pending_free(p);
+    if (all != NULL && --all->outstanding == 0) {
+        void (*done)(void *) = all->done;
+        void *arg = all->arg;
+        free(all);
+        done(arg);
+    }
+}
+
+static void on_zrem_reply(redisAsyncContext *ac, void *r, void *privdata)
+{
+    struct pending *p = privdata;
+    redisReply *reply = r;
+    inflight_remove(p->rl, p);
+    if (reply != NULL && reply->type == REDIS_REPLY_ERROR)
+        note_error(p->rl, "release", reply->str);
+    pending_free(p);
+}
+
+/* ZREM <key> <lease id>, fire and forget; nothing when the store is down (the lease ends
+ * at its TTL). */
+static void send_zrem(struct redis_limiter *rl, const char *subject, size_t subject_len, int64_t rule_id,
+                      const char *id, size_t id_len)
+{
+    if (rl->state != CONN_READY || rl->ac == NULL)
+        return;
+    struct pending *p = pending_new(rl, P_ZREM, 3, 4 + key_max(rl, subject_len) + id_len);
+    if (p == NULL)
+        return;
+    size_t off = 0;
+    put_arg(p, &off, "ZREM", 4);
+    put_key(rl, p, &off, subject, subject_len, rule_id);
+    put_arg(p, &off, id, id_len);
+    if (send_pending(rl, p) != 0)
+        pending_free(p);
+}
+
+static void redis_release(struct limiter *limiter, struct lease *lease)
+{
+    struct redis_limiter *rl = (struct redis_limiter *)limiter;
+    const struct lease_group *g = lease->group;
+    send_zrem(rl, g->subject, g->subject_len, g->rule_id, lease->id, lease->id_len);
+    lease_table_remove(&limiter->leases, lease);
+}
+
+static void redis_release_all(struct limiter *limiter, void (*done)(void *arg), void *arg)
+{
+    struct redis_limiter *rl = (struct redis_limiter *)limiter;
+    struct release_all *all = NULL;
+    if (lease_table_count(&limiter->leases) > 0 && rl->state == CONN_READY && rl->ac != NULL)
+        all = calloc(1, sizeof(*all));
+    if (all != NULL) {
+        all->done = done;
+        all->arg = arg;
+        all->outstanding = send_leases(rl, P_RELEASE_ALL, all);
+    }
+    lease_table_clear(&limiter->leases);
+    if (all == NULL || all->outstanding == 0) {
+        free(all);
+        done(arg);
+    }
+}
+
+/* Adds the leases of an allowed check to the table. Returns 0, or -ENOMEM with none of
+ * them added and a ZREM sent for each (the check then counts as failed). */
+static int track(struct redis_limiter *rl, const struct lease_req *lr)
+{
+    struct lease_table *t = &rl->base.leases;
+    size_t i = 0;
+    for (; i < lr->n; i++) {
+        int r = lease_table_add(t, lr->subject, lr->subject_len, lr->rule_id[i], lr->ttl_ms[i], lr->id, lr->id_len);
+        if (r != 0 && r != -EEXIST)   /* EEXIST: the same id twice in flight (a caller's bug); held once */
+            break;
+        if (lr->ttl_ms[i] / 3 < rl->renew_every_ms) {
+            /* a rule with a shorter TTL than the options': renew often enough for it */
+            rl->renew_every_ms = lr->ttl_ms[i] / 3 > 0 ? lr->ttl_ms[i] / 3 : 1;
+            evtimer_del(rl->renew_timer);
+        }
+    }
+    if (i == lr->n) {
+        renew_arm(rl);
+        return 0;
+    }
+    /* Out of memory: give back what Redis recorded, tracked or not. */
+    for (size_t j = 0; j < lr->n; j++) {
+        struct lease *l = lease_table_find(t, lr->subject, lr->subject_len, lr->rule_id[j], lr->id, lr->id_len);
+        if (l != NULL)
+            lease_table_remove(t, l);
+        send_zrem(rl, lr->subject, lr->subject_len, lr->rule_id[j], lr->id, lr->id_len);
+    }
+    return -ENOMEM;
+}
+
+/* ---- checks ---- */
 
 static int parse_reply(const redisReply *reply, size_t n, struct limiter_result *res)
 {
@@ -353,66 +724,23 @@ static void on_check_reply(redisAsyncContext *ac, void *r, void *privdata)
     struct redis_limiter *rl = p->rl;
     redisReply *reply = r;
     inflight_remove(rl, p);
-
-    if (reply != NULL && reply->type == REDIS_REPLY_ERROR) {
-        note_error(rl, "check", reply->str);
-        /* The script cache was flushed (or a failover): send the script itself, once. */
-        if (!p->retried && strncmp(reply->str, "NOSCRIPT", 8) == 0 && rl->ac == ac && rl->state == CONN_READY) {
-            p->retried = true;
-            if (send_check(rl, p) == 0)
-                return;
-        }
-    }
+    if (retry_noscript(rl, ac, p, reply, "check"))
+        return;
 
     struct limiter_result res;
     if (reply == NULL || parse_reply(reply, p->n, &res) != 0)
         limiter_result_unavailable(&res, p->n);
+    else if (res.allowed && p->lease != NULL && track(rl, p->lease) != 0)
+        limiter_result_unavailable(&res, p->n);
     limiter_done_fn *done = p->done;
     void *arg = p->arg;
-    free(p);
+    pending_free(p);
     done(arg, &res);
 }
 
-static int send_check(struct redis_limiter *rl, struct pending *p)
-{
-    const char *argv[MAX_ARGS];
-    size_t lens[MAX_ARGS];
-    if (p->retried) {
-        argv[0] = "EVAL";
-        argv[1] = lua_check;
-        lens[1] = rl->script_len;
-    } else {
-        argv[0] = "EVALSHA";
-        argv[1] = rl->sha;
-        lens[1] = 40;
-    }
-    lens[0] = strlen(argv[0]);
-    const char *b = p->buf;
-    for (int i = 2; i < p->argc; i++) {
-        argv[i] = b;
-        lens[i] = p->lens[i];
-        b += p->lens[i];
-    }
-    return send_command(rl, p, on_check_reply, p->argc, argv, lens);
-}
-
-static void put_arg(struct pending *p, size_t *off, const char *s, size_t len)
-{
-    memcpy(p->buf + *off, s, len);
-    *off += len;
-    p->lens[p->argc++] = len;
-}
-
-static void put_int(struct pending *p, size_t *off, int64_t v)
-{
-    char tmp[24];
-    int len = snprintf(tmp, sizeof(tmp), "%" PRId64, v);
-    put_arg(p, off, tmp, (size_t)len);
-}
-
 static int redis_check(struct limiter *limiter, const char *subject, size_t subject_len,
-                       const struct limit_rule *rules, size_t n, int64_t now_ms,
-                       limiter_done_fn *done, void *arg)
+                       const struct limit_rule *rules, size_t n, int64_t now_ms, const char *lease_id,
+                       size_t lease_id_len, limiter_done_fn *done, void *arg)
 {
     struct redis_limiter *rl = (struct redis_limiter *)limiter;
     struct limiter_result res;
@@ -422,34 +750,40 @@ static int redis_check(struct limiter *limiter, const char *subject, size_t subj
         return 0;
     }
 
-    size_t key_max = rl->prefix_len + subject_len + 24;   /* {subject}: and a 20-digit id */
-    struct pending *p = pending_new(rl, P_CHECK, 24 + n * key_max + 24 + n * 4 * 24);
+    size_t kmax = key_max(rl, subject_len);
+    struct pending *p = pending_new(rl, P_CHECK, MAX_ARGS, 24 + n * kmax + 24 + n * 4 * 24 + lease_id_len);
     if (p == NULL)
         return -ENOMEM;
+    if (lease_id != NULL) {
+        struct lease_req *lr = calloc(1, sizeof(*lr) + subject_len);
+        if (lr == NULL) {
+            pending_free(p);
+            return -ENOMEM;
+        }
+        for (size_t i = 0; i < n; i++) {
+            if (rules[i].algorithm != LIMIT_CONCURRENCY)
+                continue;
+            lr->rule_id[lr->n] = rules[i].id;
+            lr->ttl_ms[lr->n] = rules[i].window_ms;
+            lr->n++;
+        }
+        memcpy(lr->id, lease_id, lease_id_len);
+        lr->id_len = lease_id_len;
+        memcpy(lr->subject, subject, subject_len);
+        lr->subject_len = subject_len;
+        p->lease = lr;
+    }
+    p->script = &rl->check;
     p->done = done;
     p->arg = arg;
     p->n = n;
     p->argc = 2;
 
-    /* EVALSHA sha numkeys key... now (algorithm rate burst window)... */
+    /* EVALSHA sha numkeys key... now (algorithm rate burst window)... [lease id] */
     size_t off = 0;
     put_int(p, &off, (int64_t)n);
-    for (size_t i = 0; i < n; i++) {
-        char id[24];
-        int idlen = snprintf(id, sizeof(id), "%" PRId64, rules[i].id);
-        char *k = p->buf + off;
-        memcpy(k, rl->prefix, rl->prefix_len);
-        size_t kl = rl->prefix_len;
-        k[kl++] = '{';
-        memcpy(k + kl, subject, subject_len);
-        kl += subject_len;
-        k[kl++] = '}';
-        k[kl++] = ':';
-        memcpy(k + kl, id, (size_t)idlen);
-        kl += (size_t)idlen;
-        off += kl;
-        p->lens[p->argc++] = kl;
-    }
+    for (size_t i = 0; i < n; i++)
+        put_key(rl, p, &off, subject, subject_len, rules[i].id);
     put_int(p, &off, now_ms >= 0 ? now_ms : -1);
     for (size_t i = 0; i < n; i++) {
         put_int(p, &off, (int64_t)rules[i].algorithm);
@@ -457,9 +791,11 @@ static int redis_check(struct limiter *limiter, const char *subject, size_t subj
         put_int(p, &off, rules[i].burst);
         put_int(p, &off, rules[i].window_ms);
     }
+    if (lease_id != NULL)
+        put_arg(p, &off, lease_id, lease_id_len);
 
-    if (send_check(rl, p) != 0) {
-        free(p);
+    if (send_pending(rl, p) != 0) {
+        pending_free(p);
         limiter_result_unavailable(&res, n);
         done(arg, &res);
     }
@@ -470,9 +806,11 @@ static void redis_destroy(struct limiter *limiter)
 {
     struct redis_limiter *rl = (struct redis_limiter *)limiter;
     rl->destroying = true;
-    drop_connection(rl);   /* fails every pending check */
+    drop_connection(rl);   /* fails every pending check, ends a release_all */
     event_free(rl->retry);
     event_free(rl->watchdog);
+    event_free(rl->renew_timer);
+    lease_table_clear(&limiter->leases);   /* not given back: they end at their TTL */
     free(rl->prefix);
     memset(&rl->url, 0, sizeof(rl->url));
     free(rl);
@@ -488,16 +826,20 @@ static const struct limiter_ops redis_ops = {
     .check = redis_check,
     .destroy = redis_destroy,
     .available = redis_available,
+    .release = redis_release,
+    .release_all = redis_release_all,
 };
 
-static int sha1_hex(const char *text, char out[41])
+static int script_init(struct script *s, const char *text)
 {
+    s->text = text;
+    s->len = strlen(text);
     unsigned char md[EVP_MAX_MD_SIZE];
     unsigned int mdlen = 0;
-    if (EVP_Digest(text, strlen(text), md, &mdlen, EVP_sha1(), NULL) != 1 || mdlen != 20)
+    if (EVP_Digest(text, s->len, md, &mdlen, EVP_sha1(), NULL) != 1 || mdlen != 20)
         return -1;
     for (unsigned i = 0; i < 20; i++)
-        snprintf(out + 2 * i, 3, "%02x", md[i]);
+        snprintf(s->sha + 2 * i, 3, "%02x", md[i]);
     return 0;
 }
 
@@ -524,22 +866,28 @@ struct limiter *limiter_redis_create(struct event_base *base, const struct redis
     }
     const char *prefix = options->key_prefix ? options->key_prefix : "tierproxy:";
     rl->base.ops = &redis_ops;
+    lease_table_init(&rl->base.leases);
     rl->evbase = base;
     rl->prefix = strdup(prefix);
     rl->prefix_len = strlen(prefix);
     rl->timeout_ms = options->command_timeout_ms > 0 ? options->command_timeout_ms : DEFAULT_TIMEOUT_MS;
     rl->connect_timeout_ms = rl->timeout_ms > MIN_CONNECT_TIMEOUT_MS ? rl->timeout_ms : MIN_CONNECT_TIMEOUT_MS;
     rl->backoff_ms = BACKOFF_MIN_MS;
-    rl->script_len = strlen(lua_check);
+    rl->lease_ttl_ms = options->lease_ttl_ms > 0 ? options->lease_ttl_ms : DEFAULT_LEASE_TTL_MS;
+    rl->renew_every_ms = rl->lease_ttl_ms / 3 > 0 ? rl->lease_ttl_ms / 3 : 1;
     rl->retry = evtimer_new(base, on_retry, rl);
     rl->watchdog = evtimer_new(base, on_watchdog, rl);
-    if (rl->prefix == NULL || rl->retry == NULL || rl->watchdog == NULL || sha1_hex(lua_check, rl->sha) != 0) {
+    rl->renew_timer = evtimer_new(base, on_renew_timer, rl);
+    if (rl->prefix == NULL || rl->retry == NULL || rl->watchdog == NULL || rl->renew_timer == NULL ||
+        script_init(&rl->check, lua_check) != 0 || script_init(&rl->renew, lua_renew) != 0) {
         if (err != NULL && errlen > 0)
             snprintf(err, errlen, "out of memory");
         if (rl->retry)
             event_free(rl->retry);
         if (rl->watchdog)
             event_free(rl->watchdog);
+        if (rl->renew_timer)
+            event_free(rl->renew_timer);
         free(rl->prefix);
         free(rl);
         return NULL;

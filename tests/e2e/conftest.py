@@ -21,6 +21,7 @@ import itertools
 import json
 import os
 import pathlib
+import random
 import re
 import signal
 import socket
@@ -74,10 +75,38 @@ def _clean_env(extra=None):
     return env
 
 
+def _port_pool():
+    """Ports outside the kernel's ephemeral range, so that no outgoing connection (curl,
+    hiredis, the tests' own clients) can take a port between picking it and binding it."""
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            lo, hi = map(int, f.read().split())
+    except (OSError, ValueError):
+        lo, hi = 32768, 60999
+    if lo - 1 - 10000 >= 5000:
+        return 10000, lo - 1
+    return hi + 1, 65000
+
+
+_used_ports = set()
+_rng = random.Random(os.getpid() ^ int(time.time() * 1000))
+
+
 def free_port():
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A free TCP port on 127.0.0.1, never handed out twice in this session."""
+    a, b = _port_pool()
+    for _ in range(500):
+        port = _rng.randint(a, b)
+        if port in _used_ports:
+            continue
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        _used_ports.add(port)
+        return port
+    raise RuntimeError("no free port found in %d-%d" % (a, b))
 
 
 def port_open(port, host="127.0.0.1"):
@@ -626,12 +655,22 @@ class Proxies:
         return ini
 
     def start(self, catalog, env=None, args=(), wait=True, **kw):
-        ini = self.config(catalog, **kw)
-        p = Proxy(self.tmpdir, ini, env=env, args=args)
-        self.started.append(p)
-        if wait:
-            p.wait_ready()
-        return p
+        for attempt in range(3):
+            ini = self.config(catalog, **kw)
+            p = Proxy(self.tmpdir, ini, env=env, args=args)
+            self.started.append(p)
+            if not wait:
+                return p
+            try:
+                return p.wait_ready()
+            except ProxyStartError as e:
+                # a port picked free was taken by someone else before the proxy bound it
+                # (another test run on this machine): pick new ports and try again
+                if attempt == 2 or p.proc.poll() is None or \
+                        not re.search(r"listen|in use", p.stderr(), re.I):
+                    raise
+                p.expected_rc = p.proc.returncode
+                sys.stderr.write("proxy could not listen, retrying with new ports: %s\n" % e)
 
     def start_ini(self, ini, env=None, args=(), wait=True):
         p = Proxy(self.tmpdir, ini, env=env, args=args)

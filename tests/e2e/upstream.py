@@ -200,10 +200,12 @@ class Handler(http.server.BaseHTTPRequestHandler):
                 if ms > 0:
                     time.sleep(ms / 1000.0)
             data = ("data: %d\n\n" % i).encode()
-            self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
-            self.wfile.flush()
+            # counted before it is written: a client holding event i can rely on the count
+            # being i+1 (and not more, while the next one waits for its gate)
             with STATS.lock:
                 STATS.sse_sent[key] = STATS.sse_sent.get(key, 0) + 1
+            self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+            self.wfile.flush()
         self.wfile.write(b"0\r\n\r\n")
         self.wfile.flush()
 

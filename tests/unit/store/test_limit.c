@@ -120,6 +120,9 @@ static void test_algorithms(void **state)
     assert_int_equal(limit_algorithm_parse(NULL, &a), -EINVAL);
     assert_int_equal(a, LIMIT_TOKEN_BUCKET);
     assert_string_equal(limit_algorithm_name((enum limit_algorithm)42), "unknown");
+    /* a concurrency rule has a name, but --algorithm cannot ask for one */
+    assert_string_equal(limit_algorithm_name(LIMIT_CONCURRENCY), "concurrency");
+    assert_int_equal(limit_algorithm_parse("concurrency", &a), -EINVAL);
 }
 
 static void test_validate(void **state)
@@ -136,8 +139,13 @@ static void test_validate(void **state)
     r.window_ms = 0;
     assert_int_equal(limit_rule_validate(&r), -EINVAL);
     r = ok;
-    r.algorithm = (enum limit_algorithm)4;
+    r.algorithm = (enum limit_algorithm)(LIMIT_CONCURRENCY + 1);
     assert_int_equal(limit_rule_validate(&r), -EINVAL);
+    /* a concurrency rule: N slots, the lease TTL as window, no burst */
+    struct limit_rule cc = {.id = 2, .algorithm = LIMIT_CONCURRENCY, .rate = 10, .burst = 0, .window_ms = 30000};
+    assert_int_equal(limit_rule_validate(&cc), 0);
+    cc.burst = 1;
+    assert_int_equal(limit_rule_validate(&cc), -EINVAL);
     r = ok;
     r.id = -1;
     assert_int_equal(limit_rule_validate(&r), -EINVAL);

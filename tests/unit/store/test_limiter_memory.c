@@ -368,6 +368,268 @@ static void test_eviction(void **state)
     limiter_destroy(l);
 }
 
+/* ---- concurrency leases ---- */
+
+static struct limiter_result check_leased(struct limiter *l, const char *subject, const struct limit_rule *rules,
+                                          size_t n, int64_t now, const char *lease_id)
+{
+    struct capture c = {0};
+    assert_int_equal(limiter_check_leased(l, subject, strlen(subject), rules, n, now, lease_id, on_done, &c), 0);
+    assert_int_equal(c.calls, 1);
+    assert_int_equal(c.res.status, LIMITER_DECIDED);
+    assert_int_equal(c.res.n, n);
+    return c.res;
+}
+
+static void expect_verdict(const struct limit_verdict *v, bool allowed, int64_t limit, int64_t remaining,
+                           int64_t reset_ms)
+{
+    assert_int_equal(v->allowed, allowed);
+    assert_int_equal(v->limit, limit);
+    assert_int_equal(v->remaining, remaining);
+    assert_int_equal(v->reset_ms, reset_ms);
+}
+
+static void test_concurrency_slots(void **state)
+{
+    struct limiter *l = limiter_memory_create(*state);
+    struct limit_rule cc = {.id = 40, .algorithm = LIMIT_CONCURRENCY, .rate = 3, .burst = 0, .window_ms = 30000};
+    char id[16];
+    for (int i = 0; i < 3; i++) {
+        snprintf(id, sizeof(id), "p:%d", i);
+        struct limiter_result res = check_leased(l, "u:cc", &cc, 1, 1000, id);
+        assert_true(res.allowed);
+        expect_verdict(&res.verdicts[0], true, 3, 2 - i, 0);
+    }
+    assert_int_equal(limiter_lease_count(l), 3);
+    /* full: rejected, told to come back in a second, and nothing taken */
+    struct limiter_result res = check_leased(l, "u:cc", &cc, 1, 1000, "p:3");
+    assert_false(res.allowed);
+    expect_verdict(&res.verdicts[0], false, 3, 0, 1000);
+    assert_int_equal(limiter_lease_count(l), 3);
+    /* time does not free a slot in one process; a release does */
+    assert_false(check_leased(l, "u:cc", &cc, 1, 1000 + 10 * 30000, "p:4").allowed);
+    limiter_release(l, "u:cc", 4, &cc, 1, "p:1");
+    assert_int_equal(limiter_lease_count(l), 2);
+    res = check_leased(l, "u:cc", &cc, 1, 2000, "p:5");
+    expect_verdict(&res.verdicts[0], true, 3, 0, 0);
+    /* a second release of one lease, or of one never held, gives back nothing */
+    limiter_release(l, "u:cc", 4, &cc, 1, "p:1");
+    limiter_release(l, "u:cc", 4, &cc, 1, "p:3");
+    limiter_release(l, "u:cc", 4, &cc, 1, "nope");
+    assert_false(check_leased(l, "u:cc", &cc, 1, 2000, "p:6").allowed);
+    /* another subject has its own slots */
+    assert_true(check_leased(l, "u:other", &cc, 1, 2000, "p:7").allowed);
+    limiter_destroy(l);
+}
+
+/* Rate and concurrency rules are one atomic step: a rejection by either records nothing. */
+static void test_concurrency_with_rates(void **state)
+{
+    struct limiter *l = limiter_memory_create(*state);
+    struct limit_rule rules[2] = {
+        {.id = 41, .algorithm = LIMIT_FIXED_WINDOW, .rate = 5, .burst = 0, .window_ms = 60000},
+        {.id = 42, .algorithm = LIMIT_CONCURRENCY, .rate = 3, .burst = 0, .window_ms = 30000},
+    };
+    char id[16];
+    for (int i = 0; i < 3; i++) {
+        snprintf(id, sizeof(id), "r:%d", i);
+        struct limiter_result res = check_leased(l, "u:mix", rules, 2, 1000, id);
+        assert_true(res.allowed);
+        assert_int_equal(res.verdicts[0].remaining, 4 - i);
+        assert_int_equal(res.verdicts[1].remaining, 2 - i);
+    }
+    /* the concurrency rule rejects: the rate rule allows but does not count it */
+    struct limiter_result res = check_leased(l, "u:mix", rules, 2, 1000, "r:3");
+    assert_false(res.allowed);
+    expect_verdict(&res.verdicts[0], true, 5, 2, 59000);
+    expect_verdict(&res.verdicts[1], false, 3, 0, 1000);
+    limiter_release(l, "u:mix", 5, rules, 2, "r:0");
+    limiter_release(l, "u:mix", 5, rules, 2, "r:1");
+    assert_true(check_leased(l, "u:mix", rules, 2, 1000, "r:4").allowed);
+    assert_true(check_leased(l, "u:mix", rules, 2, 1000, "r:5").allowed);
+    limiter_release(l, "u:mix", 5, rules, 2, "r:2");
+    /* 5 counted: the rate rule rejects, and no lease is taken */
+    res = check_leased(l, "u:mix", rules, 2, 1000, "r:6");
+    assert_false(res.allowed);
+    expect_verdict(&res.verdicts[0], false, 5, 0, 59000);
+    expect_verdict(&res.verdicts[1], true, 3, 1, 0);
+    assert_int_equal(limiter_lease_count(l), 2);
+    res = check_leased(l, "u:mix", &rules[1], 1, 1000, "r:7");
+    expect_verdict(&res.verdicts[0], true, 3, 0, 0);   /* 2 held + this one: r:6 took none */
+    limiter_destroy(l);
+}
+
+/* Every limiter of one store shares the slots; release_all and destroy give back only
+ * their own. */
+static void test_concurrency_shared(void **state)
+{
+    struct memory_store *store = *state;
+    struct limiter *a = limiter_memory_create(store), *b = limiter_memory_create(store);
+    struct limit_rule cc[2] = {
+        {.id = 43, .algorithm = LIMIT_CONCURRENCY, .rate = 4, .burst = 0, .window_ms = 30000},
+        {.id = 44, .algorithm = LIMIT_CONCURRENCY, .rate = 100, .burst = 0, .window_ms = 30000},
+    };
+    assert_true(check_leased(a, "u:sh", cc, 2, 0, "a:1").allowed);
+    assert_true(check_leased(a, "u:sh", cc, 2, 0, "a:2").allowed);
+    assert_true(check_leased(b, "u:sh", cc, 2, 0, "b:1").allowed);
+    assert_true(check_leased(b, "u:sh", cc, 2, 0, "a:1").allowed);   /* lease ids are per limiter */
+    assert_false(check_leased(a, "u:sh", cc, 2, 0, "a:3").allowed);
+    assert_int_equal(limiter_lease_count(a), 4);   /* two leases (one per rule) per check */
+    assert_int_equal(limiter_lease_count(b), 4);
+    limiter_release_all(a, NULL, NULL);   /* done is optional */
+    assert_int_equal(limiter_lease_count(a), 0);
+    struct limiter_result res = check_leased(b, "u:sh", cc, 2, 0, "b:2");
+    expect_verdict(&res.verdicts[0], true, 4, 1, 0);
+    expect_verdict(&res.verdicts[1], true, 100, 97, 0);
+    limiter_destroy(b);   /* gives back b's three */
+    res = check_leased(a, "u:sh", cc, 2, 0, "a:4");
+    expect_verdict(&res.verdicts[0], true, 4, 3, 0);
+    limiter_destroy(a);
+}
+
+static void count_done(void *arg)
+{
+    (*(int *)arg)++;
+}
+
+static void test_concurrency_arguments(void **state)
+{
+    struct limiter *l = limiter_memory_create(*state);
+    struct limit_rule cc = {.id = 45, .algorithm = LIMIT_CONCURRENCY, .rate = 2, .burst = 0, .window_ms = 30000};
+    struct capture c = {0};
+    /* a concurrency rule needs a lease id of 1..64 bytes */
+    assert_int_equal(limiter_check(l, "s", 1, &cc, 1, 0, on_done, &c), -EINVAL);
+    assert_int_equal(limiter_check_leased(l, "s", 1, &cc, 1, 0, NULL, on_done, &c), -EINVAL);
+    assert_int_equal(limiter_check_leased(l, "s", 1, &cc, 1, 0, "", on_done, &c), -EINVAL);
+    char long_id[66];
+    memset(long_id, 'x', 65);
+    long_id[65] = '\0';
+    assert_int_equal(limiter_check_leased(l, "s", 1, &cc, 1, 0, long_id, on_done, &c), -EINVAL);
+    long_id[64] = '\0';
+    assert_int_equal(limiter_check_leased(l, "s", 1, &cc, 1, 0, long_id, on_done, &c), 0);
+    assert_int_equal(c.calls, 1);
+    /* the same lease id twice while held: refused, not counted twice */
+    assert_int_equal(limiter_check_leased(l, "s", 1, &cc, 1, 0, long_id, on_done, &c), -EINVAL);
+    struct limit_rule bad = cc;
+    bad.burst = 1;
+    assert_int_equal(limiter_check_leased(l, "s", 1, &bad, 1, 0, "x", on_done, &c), -EINVAL);
+    assert_int_equal(c.calls, 1);
+    assert_int_equal(limiter_lease_count(l), 1);
+    /* rate rules only: the lease id is ignored and nothing is held */
+    struct limit_rule rate = {.id = 46, .algorithm = LIMIT_FIXED_WINDOW, .rate = 2, .burst = 0, .window_ms = 1000};
+    assert_int_equal(limiter_check_leased(l, "s", 1, &rate, 1, 0, NULL, on_done, &c), 0);
+    assert_int_equal(limiter_check_leased(l, "s", 1, &rate, 1, 0, long_id, on_done, &c), 0);
+    assert_int_equal(limiter_lease_count(l), 1);
+    /* release ignores what it cannot know; release_all calls done at once */
+    limiter_release(NULL, "s", 1, &cc, 1, long_id);
+    limiter_release(l, "s", 1, &cc, 1, NULL);
+    limiter_release(l, "s", 1, &rate, 1, long_id);
+    assert_int_equal(limiter_lease_count(l), 1);
+    int done = 0;
+    limiter_release_all(l, count_done, &done);
+    assert_int_equal(done, 1);
+    assert_int_equal(limiter_lease_count(l), 0);
+    limiter_release_all(NULL, count_done, &done);
+    assert_int_equal(done, 2);
+    assert_int_equal(limiter_lease_count(NULL), 0);
+    limiter_destroy(l);
+}
+
+/* A subject whose slots are held is never evicted, however old; once given back, it is. */
+static void test_concurrency_eviction(void **state)
+{
+    struct memory_store *store = *state;
+    struct limiter *l = limiter_memory_create(store);
+    struct limit_rule cc = {.id = 47, .algorithm = LIMIT_CONCURRENCY, .rate = 1, .burst = 0, .window_ms = 1000};
+    struct limit_rule rate = {.id = 48, .algorithm = LIMIT_FIXED_WINDOW, .rate = 5, .burst = 0, .window_ms = 1000};
+    struct limit_rule both_rules[2] = {rate, cc};
+    assert_true(check_leased(l, "held", both_rules, 2, 1000, "h:1").allowed);
+    char subject[32];
+    for (int i = 0; i < 3000; i++) {
+        snprintf(subject, sizeof(subject), "x:%d", i);
+        check(l, subject, &rate, 1, 1000000 + i);
+    }
+    assert_false(check_leased(l, "held", &cc, 1, 2000000, "h:2").allowed);   /* still held */
+    limiter_release(l, "held", 4, &cc, 1, "h:1");
+    assert_int_equal(limiter_lease_count(l), 0);
+    struct limiter_result res = check_leased(l, "held", &cc, 1, 2000000, "h:3");
+    expect_verdict(&res.verdicts[0], true, 1, 0, 0);
+    limiter_release(l, "held", 4, &cc, 1, "h:3");
+    /* the rate rule's state and the empty slot go with the next sweeps */
+    for (int i = 0; i < 3000; i++) {
+        snprintf(subject, sizeof(subject), "y:%d", i);
+        check(l, subject, &rate, 1, 3000000 + i);
+    }
+    size_t left = memory_store_subjects(store);
+    if (left > 3000 + 500)
+        fail_msg("%zu subjects kept", left);
+    limiter_destroy(l);
+}
+
+/* Threads each with a limiter of their own race for N slots: exactly N are taken. */
+#define CC_THREADS 8
+
+struct cc_hammer {
+    struct memory_store *store;
+    pthread_barrier_t *barrier;
+    int index;
+    int allowed;
+    size_t held;
+};
+
+static void cc_count(void *arg, const struct limiter_result *result)
+{
+    struct cc_hammer *h = arg;
+    if (result->allowed)
+        h->allowed++;
+}
+
+static void *cc_hammer_main(void *arg)
+{
+    struct cc_hammer *h = arg;
+    struct limiter *l = limiter_memory_create(h->store);
+    struct limit_rule rules[2] = {
+        {.id = 1, .algorithm = LIMIT_TOKEN_BUCKET, .rate = 100000, .burst = 0, .window_ms = 3600000},
+        {.id = 2, .algorithm = LIMIT_CONCURRENCY, .rate = 10, .burst = 0, .window_ms = 30000},
+    };
+    char id[32];
+    for (int i = 0; i < 200; i++) {
+        snprintf(id, sizeof(id), "t%d:%d", h->index, i);
+        limiter_check_leased(l, "race", 4, rules, 2, 5000, id, cc_count, h);
+    }
+    h->held = limiter_lease_count(l);
+    pthread_barrier_wait(h->barrier);   /* every thread keeps its leases until all have tried */
+    limiter_destroy(l);
+    return NULL;
+}
+
+static void test_concurrency_threads(void **state)
+{
+    pthread_t t[CC_THREADS];
+    struct cc_hammer h[CC_THREADS];
+    pthread_barrier_t barrier;
+    assert_int_equal(pthread_barrier_init(&barrier, NULL, CC_THREADS), 0);
+    for (int i = 0; i < CC_THREADS; i++) {
+        h[i] = (struct cc_hammer){.store = *state, .barrier = &barrier, .index = i};
+        assert_int_equal(pthread_create(&t[i], NULL, cc_hammer_main, &h[i]), 0);
+    }
+    int total = 0;
+    for (int i = 0; i < CC_THREADS; i++) {
+        pthread_join(t[i], NULL);
+        assert_int_equal(h[i].held, (size_t)h[i].allowed);   /* one lease per allowed check */
+        total += h[i].allowed;
+    }
+    pthread_barrier_destroy(&barrier);
+    assert_int_equal(total, 10);
+    /* every limiter was destroyed: every slot is free again */
+    struct limiter *l = limiter_memory_create(*state);
+    struct limit_rule cc = {.id = 2, .algorithm = LIMIT_CONCURRENCY, .rate = 10, .burst = 0, .window_ms = 30000};
+    struct limiter_result res = check_leased(l, "race", &cc, 1, 5000, "after");
+    assert_int_equal(res.verdicts[0].remaining, 9);
+    limiter_destroy(l);
+}
+
 /* Several threads hammer one subject: exactly N of the sliding-log limit's N are admitted. */
 #define THREADS 8
 #define ATTEMPTS 600
@@ -447,6 +709,12 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_eviction, setup_store, teardown_store),
         cmocka_unit_test_setup_teardown(test_threads_real_clock, setup_store, teardown_store),
         cmocka_unit_test_setup_teardown(test_threads_fixed_clock, setup_store, teardown_store),
+        cmocka_unit_test_setup_teardown(test_concurrency_slots, setup_store, teardown_store),
+        cmocka_unit_test_setup_teardown(test_concurrency_with_rates, setup_store, teardown_store),
+        cmocka_unit_test_setup_teardown(test_concurrency_shared, setup_store, teardown_store),
+        cmocka_unit_test_setup_teardown(test_concurrency_arguments, setup_store, teardown_store),
+        cmocka_unit_test_setup_teardown(test_concurrency_eviction, setup_store, teardown_store),
+        cmocka_unit_test_setup_teardown(test_concurrency_threads, setup_store, teardown_store),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -764,6 +764,459 @@ static void test_auth_select_unix(void **state)
     server_stop(&s);
 }
 
+/* ---- concurrency leases ---- */
+
+static struct limiter_result run_leased(struct fixture *f, struct limiter *l, const char *subject,
+                                        const struct limit_rule *rules, size_t n, int64_t now, const char *lease_id)
+{
+    struct capture c = {0};
+    assert_int_equal(limiter_check_leased(l, subject, strlen(subject), rules, n, now, lease_id, on_done, &c), 0);
+    pump(f, &c.calls, 1, 10000);
+    assert_int_equal(c.calls, 1);
+    assert_int_equal(c.res.n, n);
+    return c.res;
+}
+
+static struct limiter_result both_leased(struct fixture *f, const char *subject, const struct limit_rule *rules,
+                                         size_t n, int64_t now, const char *lease_id)
+{
+    struct limiter_result m = run_leased(f, f->mem, subject, rules, n, now, lease_id);
+    struct limiter_result r = run_leased(f, f->redis, subject, rules, n, now, lease_id);
+    char what[160];
+    snprintf(what, sizeof(what), "subject %s, %zu rules, now %" PRId64 ", lease %s", subject, n, now, lease_id);
+    expect_same(&m, &r, what);
+    return r;
+}
+
+static void release_both(struct fixture *f, const char *subject, const struct limit_rule *rules, size_t n,
+                         const char *lease_id)
+{
+    limiter_release(f->mem, subject, strlen(subject), rules, n, lease_id);
+    limiter_release(f->redis, subject, strlen(subject), rules, n, lease_id);
+}
+
+static void expect_verdict(const struct limit_verdict *v, bool allowed, int64_t limit, int64_t remaining,
+                           int64_t reset_ms)
+{
+    assert_int_equal(v->allowed, allowed);
+    assert_int_equal(v->limit, limit);
+    assert_int_equal(v->remaining, remaining);
+    assert_int_equal(v->reset_ms, reset_ms);
+}
+
+static struct limiter *lease_limiter(struct fixture *f, int port, const char *prefix, int64_t lease_ttl_ms)
+{
+    char url[64];
+    struct redis_store_options o = {.url = tcp_url(port, url, sizeof(url)), .key_prefix = prefix,
+                                    .command_timeout_ms = 2000, .lease_ttl_ms = lease_ttl_ms};
+    char err[128];
+    struct limiter *l = limiter_redis_create(f->base, &o, err, sizeof(err));
+    if (l == NULL)
+        fail_msg("limiter_redis_create: %s", err);
+    assert_true(wait_available(f, l, true, 5000));
+    return l;
+}
+
+static long long zcard(redisContext *c, const char *prefix, const char *subject, int64_t id)
+{
+    redisReply *r = redisCommand(c, "ZCARD %s{%s}:%lld", prefix, subject, (long long)id);
+    assert_non_null(r);
+    assert_int_equal(r->type, REDIS_REPLY_INTEGER);
+    long long v = r->integer;
+    freeReplyObject(r);
+    return v;
+}
+
+static void wait_ms(struct fixture *f, int64_t ms)
+{
+    int dummy = 0;
+    pump(f, &dummy, 1, ms);
+}
+
+static void count_done(void *arg)
+{
+    (*(int *)arg)++;
+}
+
+/* Exact verdicts of rate and concurrency rules checked together, on both stores. */
+static void test_same_concurrency_exact(void **state)
+{
+    struct fixture *f = *state;
+    struct limit_rule rules[2] = {
+        {.id = 200, .algorithm = LIMIT_FIXED_WINDOW, .rate = 5, .burst = 0, .window_ms = 60000},
+        {.id = 201, .algorithm = LIMIT_CONCURRENCY, .rate = 3, .burst = 0, .window_ms = 600000},
+    };
+    int64_t t = 1000000;
+    char id[16];
+    for (int i = 0; i < 3; i++) {
+        snprintf(id, sizeof(id), "r:%d", i);
+        struct limiter_result res = both_leased(f, "u:ccx", rules, 2, t, id);
+        assert_true(res.allowed);
+        expect_verdict(&res.verdicts[0], true, 5, 4 - i, 20000);
+        expect_verdict(&res.verdicts[1], true, 3, 2 - i, 0);
+    }
+    /* the concurrency rule rejects: the rate rule allows but does not count it */
+    struct limiter_result res = both_leased(f, "u:ccx", rules, 2, t, "r:3");
+    assert_false(res.allowed);
+    expect_verdict(&res.verdicts[0], true, 5, 2, 20000);
+    expect_verdict(&res.verdicts[1], false, 3, 0, 1000);
+    release_both(f, "u:ccx", rules, 2, "r:0");
+    release_both(f, "u:ccx", rules, 2, "r:1");
+    assert_true(both_leased(f, "u:ccx", rules, 2, t, "r:4").allowed);
+    assert_true(both_leased(f, "u:ccx", rules, 2, t, "r:5").allowed);
+    release_both(f, "u:ccx", rules, 2, "r:2");
+    release_both(f, "u:ccx", rules, 2, "r:2");   /* twice: the second gives back nothing */
+    /* 5 counted: the rate rule rejects, and no lease is taken */
+    res = both_leased(f, "u:ccx", rules, 2, t, "r:6");
+    assert_false(res.allowed);
+    expect_verdict(&res.verdicts[0], false, 5, 0, 20000);
+    expect_verdict(&res.verdicts[1], true, 3, 1, 0);
+    assert_int_equal(zcard(f->sync, f->prefix, "u:ccx", 201), 2);
+    res = both_leased(f, "u:ccx", &rules[1], 1, t, "r:7");
+    expect_verdict(&res.verdicts[0], true, 3, 0, 0);
+    assert_int_equal(limiter_lease_count(f->redis), 3);
+    assert_int_equal(limiter_lease_count(f->mem), 3);
+    /* a lease member scored with its expiry; the key lives at least the TTL */
+    redisReply *r = redisCommand(f->sync, "ZSCORE %s{u:ccx}:201 r:7", f->prefix);
+    assert_string_equal(r->str, "1600000");
+    freeReplyObject(r);
+    r = redisCommand(f->sync, "PTTL %s{u:ccx}:201", f->prefix);
+    assert_true(r->integer > 590000 && r->integer <= 600000);
+    freeReplyObject(r);
+}
+
+/* A random walk of checks (random subsets of a concurrency rule and two rate rules) and
+ * releases over three subjects: both stores agree on every verdict. The lease TTL is far
+ * longer than the walk's span, so that no lease expires in Redis. */
+static void test_same_concurrency_walk(void **state)
+{
+    struct fixture *f = *state;
+    srand(42);
+    struct limit_rule rules[3][3];
+    for (int s = 0; s < 3; s++) {
+        rules[s][0] = (struct limit_rule){.id = 210, .algorithm = LIMIT_CONCURRENCY, .rate = 1 + rand() % 4,
+                                          .burst = 0, .window_ms = 86400000};
+        for (int j = 1; j < 3; j++)
+            rules[s][j] = (struct limit_rule){.id = 210 + j, .algorithm = (enum limit_algorithm)(rand() % 4),
+                                              .rate = 2 + rand() % 6, .burst = rand() % 2, .window_ms = 60000};
+    }
+    struct held {
+        int s, mask;
+        char id[16];
+    } held[400];
+    int nheld = 0, allowed = 0, rejected_cc = 0;
+    int64_t now = 1000000000;
+    for (int step = 0; step < 400; step++) {
+        now += rand() % 8000;
+        if (nheld > 0 && rand() % 3 == 0) {
+            int k = rand() % nheld;
+            char subject[16];
+            snprintf(subject, sizeof(subject), "w:%d", held[k].s);
+            release_both(f, subject, rules[held[k].s], 3, held[k].id);
+            held[k] = held[--nheld];
+            continue;
+        }
+        int s = rand() % 3, mask = 1 + rand() % 7;
+        struct limit_rule pick[3];
+        size_t n = 0;
+        for (int j = 0; j < 3; j++)
+            if (mask & (1 << j))
+                pick[n++] = rules[s][j];
+        char subject[16], id[16];
+        snprintf(subject, sizeof(subject), "w:%d", s);
+        snprintf(id, sizeof(id), "id:%d", step);
+        struct limiter_result res = both_leased(f, subject, pick, n, now, id);
+        if (res.allowed && (mask & 1)) {
+            held[nheld] = (struct held){.s = s, .mask = mask};
+            snprintf(held[nheld].id, sizeof(held[nheld].id), "%s", id);
+            nheld++;
+        }
+        allowed += res.allowed;
+        rejected_cc += (mask & 1) && !res.verdicts[0].allowed;
+    }
+    assert_int_equal(limiter_lease_count(f->redis), (size_t)nheld);
+    assert_int_equal(limiter_lease_count(f->mem), (size_t)nheld);
+    assert_true(allowed > 50 && rejected_cc > 10);   /* the walk saw both outcomes */
+}
+
+/* A rejected leased check writes nothing to Redis. */
+static void test_concurrency_rejected_writes_nothing(void **state)
+{
+    struct fixture *f = *state;
+    struct limit_rule rules[2] = {
+        {.id = 220, .algorithm = LIMIT_SLIDING_LOG, .rate = 100, .burst = 0, .window_ms = 60000},
+        {.id = 221, .algorithm = LIMIT_CONCURRENCY, .rate = 1, .burst = 0, .window_ms = 600000},
+    };
+    assert_true(run_leased(f, f->redis, "u:ccrej", rules, 2, 5000, "a").allowed);
+    long long before = writes(f->sync), evalsha = commandstat(f->sync, "evalsha");
+    for (int i = 0; i < 5; i++) {
+        char id[8];
+        snprintf(id, sizeof(id), "b%d", i);
+        struct limiter_result res = run_leased(f, f->redis, "u:ccrej", rules, 2, 5001 + i, id);
+        assert_false(res.allowed);
+        expect_verdict(&res.verdicts[1], false, 1, 0, 1000);
+    }
+    assert_int_equal(writes(f->sync), before);
+    /* one EVALSHA per check, rate and concurrency rules together */
+    assert_int_equal(commandstat(f->sync, "evalsha") - evalsha, 5);
+    assert_int_equal(limiter_lease_count(f->redis), 1);
+    /* a concurrency rule needs a lease id; limiter_check has none */
+    struct capture c = {0};
+    assert_int_equal(limiter_check(f->redis, "u:ccrej", 7, rules, 2, 5000, on_done, &c), -EINVAL);
+    assert_int_equal(limiter_check_leased(f->redis, "u:ccrej", 7, rules, 2, 5000, "a", on_done, &c), -EINVAL);
+    assert_int_equal(c.calls, 0);
+}
+
+static void test_release_frees_slot(void **state)
+{
+    struct fixture *f = *state;
+    struct limit_rule cc = {.id = 230, .algorithm = LIMIT_CONCURRENCY, .rate = 2, .burst = 0, .window_ms = 600000};
+    assert_true(run_leased(f, f->redis, "u:rel", &cc, 1, -1, "x1").allowed);
+    assert_true(run_leased(f, f->redis, "u:rel", &cc, 1, -1, "x2").allowed);
+    assert_false(run_leased(f, f->redis, "u:rel", &cc, 1, -1, "x3").allowed);
+    long long zrem = commandstat(f->sync, "zrem");
+    limiter_release(f->redis, "u:rel", 5, &cc, 1, "x1");
+    limiter_release(f->redis, "u:rel", 5, &cc, 1, "x1");   /* not held any more: nothing sent */
+    assert_int_equal(limiter_lease_count(f->redis), 1);
+    struct limiter_result res = run_leased(f, f->redis, "u:rel", &cc, 1, -1, "x4");
+    assert_true(res.allowed);
+    expect_verdict(&res.verdicts[0], true, 2, 0, 0);
+    assert_int_equal(commandstat(f->sync, "zrem") - zrem, 1);
+    redisReply *r = redisCommand(f->sync, "ZSCORE %s{u:rel}:230 x1", f->prefix);
+    assert_int_equal(r->type, REDIS_REPLY_NIL);
+    freeReplyObject(r);
+    assert_int_equal(zcard(f->sync, f->prefix, "u:rel", 230), 2);
+}
+
+/* A proxy that dies holding slots (its limiter destroyed without a release) stops counting
+ * once its leases pass the TTL; until then they count. */
+static void test_crashed_proxy_expires(void **state)
+{
+    struct fixture *f = *state;
+    struct limit_rule cc = {.id = 240, .algorithm = LIMIT_CONCURRENCY, .rate = 2, .burst = 0, .window_ms = 500};
+    struct limiter *dead = lease_limiter(f, f->srv.port, f->prefix, 500);
+    int64_t t0 = mono_ms();
+    assert_true(run_leased(f, dead, "u:crash", &cc, 1, -1, "d1").allowed);
+    assert_true(run_leased(f, dead, "u:crash", &cc, 1, -1, "d2").allowed);
+    limiter_destroy(dead);
+    struct limiter_result res = run_leased(f, f->redis, "u:crash", &cc, 1, -1, "live1");
+    if (mono_ms() - t0 >= 450)
+        fail_msg("too slow to test a 500 ms TTL (%lld ms)", (long long)(mono_ms() - t0));
+    assert_false(res.allowed);   /* the dead proxy's two still count */
+    wait_ms(f, 600 - (mono_ms() - t0));
+    res = run_leased(f, f->redis, "u:crash", &cc, 1, -1, "live2");
+    assert_true(res.allowed);
+    expect_verdict(&res.verdicts[0], true, 2, 1, 0);   /* both expired; only live2 held */
+    assert_int_equal(zcard(f->sync, f->prefix, "u:crash", 240), 1);   /* and the expired were dropped */
+}
+
+/* A live limiter's leases outlive many TTLs: one renewal call per interval keeps them, even
+ * when the script cache is flushed in between. */
+static void test_renewal_keeps_leases(void **state)
+{
+    struct fixture *f = *state;
+    struct limit_rule cc = {.id = 250, .algorithm = LIMIT_CONCURRENCY, .rate = 1, .burst = 0, .window_ms = 300};
+    struct limiter *l = lease_limiter(f, f->srv.port, f->prefix, 300);
+    enum { SUBJECTS = 25 };
+    char subject[16];
+    for (int i = 0; i < SUBJECTS; i++) {
+        snprintf(subject, sizeof(subject), "u:ren%d", i);
+        assert_true(run_leased(f, l, subject, &cc, 1, -1, "keep").allowed);
+    }
+    long long evalsha = commandstat(f->sync, "evalsha"), eval = commandstat(f->sync, "eval");
+    int64_t t0 = mono_ms();
+    wait_ms(f, 700);
+    freeReplyObject(redisCommand(f->sync, "SCRIPT FLUSH"));
+    wait_ms(f, 800);
+    int64_t took = mono_ms() - t0;
+    long long calls = commandstat(f->sync, "evalsha") - evalsha + commandstat(f->sync, "eval") - eval;
+    /* every 100 ms one call for all 25 leases (one per lease would be 25 times more) */
+    if (calls < took / 100 - 3 || calls > took / 100 + 3)
+        fail_msg("%lld renewal calls in %lld ms", calls, (long long)took);
+    assert_true(commandstat(f->sync, "eval") - eval >= 1);   /* NOSCRIPT: sent as EVAL once */
+    /* five TTLs later every lease still counts */
+    for (int i = 0; i < SUBJECTS; i++) {
+        snprintf(subject, sizeof(subject), "u:ren%d", i);
+        struct limiter_result res = run_leased(f, f->redis, subject, &cc, 1, -1, "other");
+        assert_false(res.allowed);
+        expect_verdict(&res.verdicts[0], false, 1, 0, 1000);
+    }
+    /* given back in one call: done comes from the loop, once */
+    evalsha = commandstat(f->sync, "evalsha");
+    int done = 0;
+    limiter_release_all(l, count_done, &done);
+    assert_int_equal(limiter_lease_count(l), 0);
+    assert_int_equal(done, 0);
+    pump(f, &done, 1, 5000);
+    assert_int_equal(done, 1);
+    assert_int_equal(commandstat(f->sync, "evalsha") - evalsha, 1);
+    for (int i = 0; i < SUBJECTS; i++) {
+        snprintf(subject, sizeof(subject), "u:ren%d", i);
+        assert_int_equal(zcard(f->sync, f->prefix, subject, 250), 0);
+    }
+    snprintf(subject, sizeof(subject), "u:ren%d", 3);
+    assert_true(run_leased(f, f->redis, subject, &cc, 1, -1, "other2").allowed);
+    /* nothing held: done at once */
+    limiter_release_all(l, count_done, &done);
+    assert_int_equal(done, 2);
+    wait_ms(f, 100);
+    assert_int_equal(done, 2);
+    limiter_destroy(l);
+}
+
+/* 10,000 leases held by one limiter: one renewal call per interval renews them all, and
+ * one call gives them all back. */
+static void test_many_leases(void **state)
+{
+    struct fixture *f = *state;
+    enum { N = 10000 };
+    struct limit_rule cc = {.id = 260, .algorithm = LIMIT_CONCURRENCY, .rate = 3, .burst = 0, .window_ms = 3000};
+    struct limiter *l = lease_limiter(f, f->srv.port, f->prefix, 3000);
+    static struct capture c[N];
+    memset(c, 0, sizeof(c));
+    char subject[32], id[32];
+    for (int i = 0; i < N; i++) {
+        snprintf(subject, sizeof(subject), "m:%d", i % (N / 2));
+        snprintf(id, sizeof(id), "lease:%d", i);
+        assert_int_equal(limiter_check_leased(l, subject, strlen(subject), &cc, 1, -1, id, on_done, &c[i]), 0);
+    }
+    int64_t deadline = mono_ms() + 30000;
+    int calls = 0;
+    while (mono_ms() < deadline) {
+        calls = 0;
+        for (int i = 0; i < N; i++)
+            calls += c[i].calls;
+        if (calls == N)
+            break;
+        event_base_loop(f->base, EVLOOP_ONCE);
+    }
+    assert_int_equal(calls, N);
+    for (int i = 0; i < N; i++)
+        assert_true(c[i].res.allowed);
+    assert_int_equal(limiter_lease_count(l), N);
+    redisReply *r = redisCommand(f->sync, "ZSCORE %s{m:7}:260 lease:7", f->prefix);
+    long long score0 = strtoll(r->str, NULL, 10);
+    freeReplyObject(r);
+    long long evalsha = commandstat(f->sync, "evalsha");
+    wait_ms(f, 1300);   /* one renewal at 1000 ms */
+    long long renewals = commandstat(f->sync, "evalsha") - evalsha;
+    if (renewals < 1 || renewals > 2)
+        fail_msg("%lld renewal calls for %d leases", renewals, N);
+    r = redisCommand(f->sync, "ZSCORE %s{m:7}:260 lease:7", f->prefix);
+    assert_true(strtoll(r->str, NULL, 10) > score0);
+    freeReplyObject(r);
+    r = redisCommand(f->sync, "ZSCORE %s{m:4999}:260 lease:9999", f->prefix);
+    assert_true(strtoll(r->str, NULL, 10) > score0);
+    freeReplyObject(r);
+    evalsha = commandstat(f->sync, "evalsha");
+    int done = 0;
+    limiter_release_all(l, count_done, &done);
+    pump(f, &done, 1, 10000);
+    assert_int_equal(done, 1);
+    assert_int_equal(commandstat(f->sync, "evalsha") - evalsha, 1);
+    assert_int_equal(zcard(f->sync, f->prefix, "m:7", 260), 0);
+    assert_int_equal(zcard(f->sync, f->prefix, "m:4999", 260), 0);
+    limiter_destroy(l);
+}
+
+/* Two proxies race for ten slots: 200 checks in flight at once, exactly ten allowed. */
+static void test_concurrency_race(void **state)
+{
+    struct fixture *f = *state;
+    struct limiter *second = lease_limiter(f, f->srv.port, f->prefix, 30000);
+    struct limit_rule rules[2] = {
+        {.id = 270, .algorithm = LIMIT_TOKEN_BUCKET, .rate = 100000, .burst = 0, .window_ms = 60000},
+        {.id = 271, .algorithm = LIMIT_CONCURRENCY, .rate = 10, .burst = 0, .window_ms = 30000},
+    };
+    enum { N = 200 };
+    static struct capture c[N];
+    memset(c, 0, sizeof(c));
+    char id[16];
+    for (int i = 0; i < N; i++) {
+        snprintf(id, sizeof(id), "race:%d", i);
+        assert_int_equal(limiter_check_leased(i % 2 ? second : f->redis, "u:race", 6, rules, 2, -1, id, on_done, &c[i]),
+                         0);
+    }
+    int64_t deadline = mono_ms() + 10000;
+    int calls = 0;
+    while (mono_ms() < deadline) {
+        calls = 0;
+        for (int i = 0; i < N; i++)
+            calls += c[i].calls;
+        if (calls == N)
+            break;
+        event_base_loop(f->base, EVLOOP_ONCE);
+    }
+    assert_int_equal(calls, N);
+    int allowed = 0;
+    for (int i = 0; i < N; i++) {
+        assert_int_equal(c[i].res.status, LIMITER_DECIDED);
+        allowed += c[i].res.allowed;
+    }
+    assert_int_equal(allowed, 10);
+    assert_int_equal(limiter_lease_count(f->redis) + limiter_lease_count(second), 10);
+    assert_int_equal(zcard(f->sync, f->prefix, "u:race", 271), 10);
+    limiter_destroy(second);
+}
+
+/* Redis restarts empty while leases are held: right after the reconnect, the renewal puts
+ * them back. While it is down, releases are just forgotten. */
+static void test_restart_reestablishes(void **state)
+{
+    struct fixture *f = *state;
+    struct server s = {0};
+    server_start(&s, NULL, false);
+    struct limiter *l = lease_limiter(f, s.port, "rs:", 30000);
+    struct limit_rule rules[2] = {
+        {.id = 280, .algorithm = LIMIT_CONCURRENCY, .rate = 5, .burst = 0, .window_ms = 30000},
+        {.id = 281, .algorithm = LIMIT_CONCURRENCY, .rate = 5, .burst = 0, .window_ms = 30000},
+    };
+    char id[16];
+    for (int i = 0; i < 3; i++) {
+        snprintf(id, sizeof(id), "a%d", i);
+        assert_true(run_leased(f, l, "u:a", rules, 2, -1, id).allowed);
+    }
+    for (int i = 0; i < 2; i++) {
+        snprintf(id, sizeof(id), "b%d", i);
+        assert_true(run_leased(f, l, "u:b", &rules[0], 1, -1, id).allowed);
+    }
+    assert_int_equal(limiter_lease_count(l), 8);
+
+    server_stop(&s);
+    assert_true(wait_available(f, l, false, 3000));
+    /* down: a release is forgotten here (in Redis it would end at its TTL) */
+    limiter_release(l, "u:b", 3, rules, 2, "b1");
+    assert_int_equal(limiter_lease_count(l), 7);
+
+    server_start(&s, NULL, false);   /* empty */
+    assert_true(wait_available(f, l, true, 5000));
+    redisContext *c = sync_connect(s.port);
+    assert_non_null(c);
+    int64_t deadline = mono_ms() + 1000;   /* well before the next tick (10 s) */
+    while (mono_ms() < deadline &&
+           zcard(c, "rs:", "u:a", 280) + zcard(c, "rs:", "u:a", 281) + zcard(c, "rs:", "u:b", 280) != 7)
+        wait_ms(f, 20);
+    assert_int_equal(zcard(c, "rs:", "u:a", 280), 3);
+    assert_int_equal(zcard(c, "rs:", "u:a", 281), 3);
+    assert_int_equal(zcard(c, "rs:", "u:b", 280), 1);
+    redisReply *r = redisCommand(c, "PTTL rs:{u:b}:280");
+    assert_true(r->integer > 25000 && r->integer <= 30000);
+    freeReplyObject(r);
+    /* and they count again */
+    struct limiter_result res = run_leased(f, l, "u:a", rules, 2, -1, "a9");
+    expect_verdict(&res.verdicts[0], true, 5, 1, 0);
+
+    /* down again: release_all forgets everything and calls done at once */
+    server_stop(&s);
+    assert_true(wait_available(f, l, false, 3000));
+    int done = 0;
+    limiter_release_all(l, count_done, &done);
+    assert_int_equal(done, 1);
+    assert_int_equal(limiter_lease_count(l), 0);
+    redisFree(c);
+    limiter_destroy(l);
+}
+
 int main(void)
 {
     const char *bin = getenv("REDIS_SERVER");
@@ -791,6 +1244,15 @@ int main(void)
         T(test_down_and_back),
         T(test_command_timeout),
         T(test_auth_select_unix),
+        T(test_same_concurrency_exact),
+        T(test_same_concurrency_walk),
+        T(test_concurrency_rejected_writes_nothing),
+        T(test_release_frees_slot),
+        T(test_crashed_proxy_expires),
+        T(test_renewal_keeps_leases),
+        T(test_many_leases),
+        T(test_concurrency_race),
+        T(test_restart_reestablishes),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

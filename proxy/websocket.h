@@ -1,0 +1,32 @@
+/* WebSocket tunnelling: the handshake is forwarded on a plain non-blocking socket (libcurl
+ * here has no WebSocket support), and after the upstream's 101 the client socket that
+ * libmicrohttpd hands over and the upstream socket are joined on the worker's loop. Frames
+ * pass unchanged; client-to-upstream frame heads are read as they pass, to count
+ * messages against a --ws-messages limit. */
+#pragma once
+#include <stdbool.h>
+
+#include <microhttpd.h>
+
+struct request;
+struct worker;
+
+/* True for a GET that asks to upgrade to websocket. */
+bool ws_is_upgrade(struct MHD_Connection *conn, const char *method);
+
+/* Resolves the worker's upstream addresses for tunnels (once, at start). Returns 0, or a
+ * negative errno with a reason in err. */
+int ws_resolve_upstreams(struct worker *w, char *err, size_t errlen);
+void ws_free_upstreams(struct worker *w);
+
+/* Forwards r's handshake; the answer (101 or any other) becomes r's pending response. */
+void ws_start(struct request *r);
+
+/* Closes every open tunnel of the worker (SIGTERM). */
+void ws_close_all(struct worker *w);
+
+/* True while r's tunnel holds its concurrency slot (joined, or about to be). */
+bool ws_tunnel_active(const struct request *r);
+
+/* Frees r's tunnel state (from request_unref). */
+void ws_release(struct request *r);

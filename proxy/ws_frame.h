@@ -1,0 +1,53 @@
+/* Reads WebSocket frame headers (RFC 6455 section 5.2) as bytes stream past, without
+ * unmasking or copying payloads: enough to count messages and to refuse malformed
+ * frames, while the bytes themselves are forwarded unchanged. */
+#pragma once
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+enum ws_opcode {
+    WS_CONTINUATION = 0x0,
+    WS_TEXT = 0x1,
+    WS_BINARY = 0x2,
+    WS_CLOSE = 0x8,
+    WS_PING = 0x9,
+    WS_PONG = 0xA,
+};
+
+struct ws_frame_reader {
+    uint8_t head[14];
+    size_t head_len;         /* bytes of the current frame head read so far */
+    uint64_t payload_left;   /* payload bytes of the current frame still to pass */
+    bool in_payload;
+    bool in_message;         /* a fragmented data message is open */
+    bool failed;
+};
+
+enum ws_event {
+    WS_NEED_MORE = 0,        /* all input consumed, no frame head completed */
+    WS_FRAME,                /* a frame head completed: see *pframe */
+    WS_PROTOCOL_ERROR,       /* malformed: close with 1002 */
+};
+
+struct ws_frame_info {
+    bool fin;
+    enum ws_opcode opcode;
+    bool masked;
+    uint64_t payload_len;
+    bool ends_message;       /* a data frame with FIN: one whole message has passed */
+};
+
+void ws_frame_reader_init(struct ws_frame_reader *fr);
+
+/* Consumes input from data[0..len) up to and including the next complete frame head.
+ * Sets *pconsumed to the bytes consumed (payload bytes are consumed without events).
+ * Returns WS_FRAME with *pframe filled when a head completed (the bytes before it, and
+ * the head itself, are in *pconsumed), WS_NEED_MORE when all input was consumed, or
+ * WS_PROTOCOL_ERROR. Call again with the rest of the input. */
+enum ws_event ws_frame_read(struct ws_frame_reader *fr, const uint8_t *data, size_t len, size_t *pconsumed,
+                            struct ws_frame_info *pframe);
+
+/* Writes an unmasked (server-to-client) close frame with code and reason into buf
+ * (at least 4 + strlen(reason) bytes, reason at most 123 bytes). Returns its length. */
+size_t ws_close_frame(uint16_t code, const char *reason, uint8_t *buf, size_t buflen);

@@ -1,0 +1,55 @@
+-- renew.lua: every concurrency lease one limiter holds, in one call (store/limiter_redis.c):
+-- renewed every lease_ttl_ms / 3, or given back all at once (limiter_release_all).
+--
+-- KEYS[i]   a concurrency key "<prefix>{<subject>}:<rule id>" (sorted set: member = lease
+--           id, score = its expiry in ms; see check.lua)
+-- ARGV[1]   "renew" or "release"
+-- ARGV[2]   now in Unix ms, or negative: the server clock (TIME); unused by "release"
+-- then, for each key i in order: ttl_ms, m, and m lease ids
+--
+-- renew:   ZADD every lease with score now + ttl (so a lease lost with a Redis that
+--          restarted empty is there again) and makes sure the key lives at least ttl.
+-- release: ZREM every lease.
+-- Returns the number of keys walked. A key of another type is skipped.
+
+local fmt = string.format
+local call, rpcall = redis.call, redis.pcall
+local unpack = unpack or table.unpack
+
+local release = ARGV[1] == 'release'
+local now = tonumber(ARGV[2])
+if not release and now < 0 then
+  local tm = call('TIME')
+  now = tonumber(tm[1]) * 1000 + math.floor(tonumber(tm[2]) / 1000)
+end
+
+local CHUNK = 128   -- members per ZADD/ZREM: unpack() has a stack limit
+local pos = 3
+for i = 1, #KEYS do
+  local k = KEYS[i]
+  local ttl, m = tonumber(ARGV[pos]), tonumber(ARGV[pos + 1])
+  pos = pos + 2
+  local score = fmt('%d', now + ttl)
+  local bad = false
+  local j = 0
+  while j < m and not bad do
+    local args = {}
+    local last = j + CHUNK
+    if last > m then last = m end
+    for x = j, last - 1 do
+      if release then
+        args[#args + 1] = ARGV[pos + x]
+      else
+        args[#args + 1] = score
+        args[#args + 1] = ARGV[pos + x]
+      end
+    end
+    local r
+    if release then r = rpcall('ZREM', k, unpack(args)) else r = rpcall('ZADD', k, unpack(args)) end
+    if type(r) == 'table' and r.err then bad = true end
+    j = last
+  end
+  pos = pos + m
+  if not release and not bad and call('PTTL', k) < ttl then call('PEXPIRE', k, fmt('%d', ttl)) end
+end
+return #KEYS

@@ -1,0 +1,118 @@
+/* The WebSocket frame-head reader: counts messages as bytes stream past in any split, and
+ * refuses what RFC 6455 forbids. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "proxy/ws_frame.h"
+
+/* A masked client frame with `len` payload bytes. Returns its length. */
+static size_t client_frame(uint8_t *buf, bool fin, uint8_t opcode, size_t len)
+{
+    size_t n = 0;
+    buf[n++] = (uint8_t)((fin ? 0x80 : 0) | opcode);
+    if (len < 126) {
+        buf[n++] = (uint8_t)(0x80 | len);
+    } else if (len < 65536) {
+        buf[n++] = 0x80 | 126;
+        buf[n++] = (uint8_t)(len >> 8);
+        buf[n++] = (uint8_t)len;
+    } else {
+        buf[n++] = 0x80 | 127;
+        for (int i = 7; i >= 0; i--)
+            buf[n++] = (uint8_t)((uint64_t)len >> (8 * i));
+    }
+    memcpy(buf + n, "\x01\x02\x03\x04", 4);
+    n += 4;
+    memset(buf + n, 'x', len);
+    return n + len;
+}
+
+/* Feeds data in pieces of `step` bytes; returns the number of messages seen, or -1 on a
+ * protocol error. */
+static int count_messages(const uint8_t *data, size_t len, size_t step)
+{
+    struct ws_frame_reader fr;
+    ws_frame_reader_init(&fr);
+    int messages = 0;
+    for (size_t off = 0; off < len;) {
+        size_t piece = len - off < step ? len - off : step;
+        size_t used = 0;
+        while (used < piece) {
+            size_t consumed;
+            struct ws_frame_info f;
+            enum ws_event ev = ws_frame_read(&fr, data + off + used, piece - used, &consumed, &f);
+            used += consumed;
+            if (ev == WS_PROTOCOL_ERROR)
+                return -1;
+            if (ev == WS_FRAME && f.ends_message)
+                messages++;
+        }
+        off += piece;
+    }
+    return messages;
+}
+
+static void messages_counted_in_any_split(void **state)
+{
+    static uint8_t buf[300000];
+    size_t n = 0;
+    n += client_frame(buf + n, true, WS_TEXT, 5);          /* 1 */
+    n += client_frame(buf + n, false, WS_BINARY, 200);     /* fragmented: */
+    n += client_frame(buf + n, true, WS_PING, 3);          /* control inside a message */
+    n += client_frame(buf + n, false, WS_CONTINUATION, 70000);
+    n += client_frame(buf + n, true, WS_CONTINUATION, 1);  /* 2 */
+    n += client_frame(buf + n, true, WS_BINARY, 0);        /* 3 */
+    n += client_frame(buf + n, true, WS_CLOSE, 2);
+    size_t steps[] = { 1, 2, 3, 7, 13, 100, 4096, sizeof(buf) };
+    for (size_t i = 0; i < sizeof(steps) / sizeof(steps[0]); i++)
+        assert_int_equal(count_messages(buf, n, steps[i]), 3);
+}
+
+static void forbidden_frames_refused(void **state)
+{
+    uint8_t buf[200];
+    size_t n;
+    n = client_frame(buf, true, WS_CONTINUATION, 1); /* continuation with no message */
+    assert_int_equal(count_messages(buf, n, 1), -1);
+    n = client_frame(buf, false, WS_PING, 1); /* fragmented control frame */
+    assert_int_equal(count_messages(buf, n, 1), -1);
+    n = client_frame(buf, true, WS_PING, 126); /* control frame over 125 bytes */
+    assert_int_equal(count_messages(buf, n, 1), -1);
+    n = client_frame(buf, true, 0x3, 1); /* reserved opcode */
+    assert_int_equal(count_messages(buf, n, 1), -1);
+    n = client_frame(buf, false, WS_TEXT, 1);
+    n += client_frame(buf + n, true, WS_TEXT, 1); /* new message inside an open one */
+    assert_int_equal(count_messages(buf, n, 1), -1);
+    n = client_frame(buf, true, WS_TEXT, 1);
+    buf[0] |= 0x40; /* RSV1 without an extension */
+    assert_int_equal(count_messages(buf, n, 1), -1);
+    uint8_t huge[14] = { 0x82, 0x80 | 127, 0x80, 0, 0, 0, 0, 0, 0, 0, 1, 2, 3, 4 }; /* 64-bit length, top bit set */
+    assert_int_equal(count_messages(huge, sizeof(huge), 1), -1);
+}
+
+static void close_frame_layout(void **state)
+{
+    uint8_t buf[64];
+    size_t n = ws_close_frame(1008, "policy", buf, sizeof(buf));
+    assert_int_equal(n, 4 + 6);
+    assert_int_equal(buf[0], 0x88);
+    assert_int_equal(buf[1], 8);
+    assert_int_equal((buf[2] << 8) | buf[3], 1008);
+    assert_memory_equal(buf + 4, "policy", 6);
+    assert_int_equal(ws_close_frame(1000, "x", buf, 4), 0); /* no room: nothing written */
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(messages_counted_in_any_split),
+        cmocka_unit_test(forbidden_frames_refused),
+        cmocka_unit_test(close_frame_layout),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
