@@ -19,6 +19,7 @@ struct proxy_config {
     int workers;                   /* resolved: 0 in the file becomes the number of cores */
     int64_t connect_timeout_ms;
     int64_t upstream_timeout_ms;
+    int64_t websocket_idle_timeout_ms; /* a tunnel with no frames either way this long closes; 0 = never */
     int64_t max_body_bytes;
     struct cidr *trusted_proxies;
     size_t n_trusted_proxies;

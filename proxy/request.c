@@ -17,8 +17,9 @@
 #include "proxy/websocket.h"
 #include "proxy/worker.h"
 
-/* The largest request head (request line and headers) accepted, as nginx's 4 x 16k. */
-#define MAX_HEAD_BYTES (64 * 1024)
+/* The largest request head (request line and headers) accepted; half of MHD's
+ * per-connection pool, so a head over it still fits there and gets our JSON 431. */
+#define MAX_HEAD_BYTES (16 * 1024)
 
 /* The largest selection of limits one request can meet (rate, concurrency, messages). */
 #define MAX_SELECTED 48

@@ -48,6 +48,7 @@ struct ws_tunnel {
     struct bufferevent *client;
     struct MHD_UpgradeResponseHandle *urh;
     struct event *close_timer;
+    struct event *idle_timer;        /* websocket_idle_timeout_ms, re-armed by traffic */
     bool counted;                    /* in the websockets gauge */
     bool await_client_close;         /* we sent the client a close frame: let it answer */
     bool client_write_shut;
@@ -164,6 +165,8 @@ static void tunnel_closed(struct ws_tunnel *t)
     struct request *r = t->r;
     if (t->close_timer != NULL)
         evtimer_del(t->close_timer);
+    if (t->idle_timer != NULL)
+        evtimer_del(t->idle_timer);
     if (t->up != NULL) {
         bufferevent_free(t->up);
         t->up = NULL;
@@ -188,6 +191,34 @@ static void tunnel_closed(struct ws_tunnel *t)
 static void on_close_timer(evutil_socket_t fd, short what, void *arg)
 {
     tunnel_closed(arg);
+}
+
+static void arm_idle_timer(struct ws_tunnel *t)
+{
+    int64_t ms = t->w->cfg->websocket_idle_timeout_ms;
+    if (ms <= 0 || t->idle_timer == NULL)
+        return;
+    struct timeval tv = { (time_t)(ms / 1000), (suseconds_t)((ms % 1000) * 1000) };
+    evtimer_add(t->idle_timer, &tv);
+}
+
+static void tunnel_shutdown(struct ws_tunnel *t);
+
+/* Idle too long: close 1001 to the client, as nginx does at proxy_read_timeout. */
+static void on_idle_timer(evutil_socket_t fd, short what, void *arg)
+{
+    struct ws_tunnel *t = arg;
+    if (t->state != TUNNEL_OPEN)
+        return;
+    if (t->up != NULL) {
+        bufferevent_free(t->up);
+        t->up = NULL;
+    }
+    uint8_t frame[32];
+    size_t n = ws_close_frame(1001, "idle timeout", frame, sizeof(frame));
+    bufferevent_write(t->client, frame, n);
+    t->await_client_close = true;
+    tunnel_shutdown(t);
 }
 
 static bool output_pending(const struct ws_tunnel *t)
@@ -313,6 +344,7 @@ static void on_client_read(struct bufferevent *bev, void *arg)
 {
     struct ws_tunnel *t = arg;
     struct evbuffer *in = bufferevent_get_input(bev);
+    arm_idle_timer(t);
     if (t->state == TUNNEL_OPEN)
         pump_client(t, in);
     else /* closing: what the client still sends, its close frame included, goes nowhere */
@@ -324,6 +356,7 @@ static void on_up_open_read(struct bufferevent *bev, void *arg)
     struct ws_tunnel *t = arg;
     if (t->state != TUNNEL_OPEN)
         return;
+    arm_idle_timer(t);
     struct evbuffer *out = bufferevent_get_output(t->client);
     evbuffer_add_buffer(out, bufferevent_get_input(bev));
     if (evbuffer_get_length(out) > TUNNEL_HIGH_WATER)
@@ -392,6 +425,7 @@ static void on_upgraded(void *cls, struct MHD_Connection *connection, void *req_
     bufferevent_set_timeouts(t->up, NULL, NULL);
     bufferevent_enable(t->client, EV_READ | EV_WRITE);
     bufferevent_enable(t->up, EV_READ | EV_WRITE);
+    arm_idle_timer(t);
     if (extra_in_size > 0) {
         evbuffer_add(bufferevent_get_input(t->client), extra_in, extra_in_size);
         pump_client(t, bufferevent_get_input(t->client));
@@ -599,6 +633,8 @@ void ws_start(struct request *r)
     r->forwarded_ns = clock_mono_ns();
     ws_frame_reader_init(&t->frames);
     t->close_timer = evtimer_new(w->base, on_close_timer, t);
+    if (cfg->websocket_idle_timeout_ms > 0)
+        t->idle_timer = evtimer_new(w->base, on_idle_timer, t);
     if (r->has_ws_rule)
         t->messages = local_limit_create();
     size_t pick = w->upstream_next++ % cfg->n_upstreams;
@@ -667,6 +703,8 @@ void ws_release(struct request *r)
         bufferevent_free(t->client);
     if (t->close_timer != NULL)
         event_free(t->close_timer);
+    if (t->idle_timer != NULL)
+        event_free(t->idle_timer);
     local_limit_destroy(t->messages);
     free_headers(t);
     free(t);

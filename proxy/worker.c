@@ -202,9 +202,10 @@ int worker_init(struct worker *w, int index, const struct proxy_shared *shared, 
                                  MHD_OPTION_NOTIFY_COMPLETED, request_completed, (void *)w,
                                  MHD_OPTION_NOTIFY_CONNECTION, on_connection, (void *)w,
                                  MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)75,
-                                 /* Room for heads past our own limit, so that we, not MHD's
-                                    HTML page, answer them (431 with a JSON body). */
-                                 MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(1024 * 1024),
+                                 /* Room for heads past our own limit, so that we answer them
+                                    (431, JSON). Not more: MHD zeroes the whole pool after
+                                    every request. Heads that overflow it get MHD's own 431. */
+                                 MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(32 * 1024),
                                  MHD_OPTION_END);
     if (w->daemon == NULL) {
         snprintf(err, errlen, "cannot listen on %s:%u (address in use, or not allowed)", cfg->listen_host,

@@ -545,7 +545,10 @@ class Proxy:
         path = pathlib.Path(self.access_log)
         if not path.exists():
             return []
-        return [json.loads(ln) for ln in path.read_text().splitlines() if ln.strip()]
+        text = path.read_text()
+        if not text.endswith("\n"):
+            text = text[:text.rfind("\n") + 1]   # a line still being written
+        return [json.loads(ln) for ln in text.splitlines() if ln.strip()]
 
     # requests
     def request(self, method, target, **kw):
