@@ -60,16 +60,28 @@ static int64_t clamp_nonneg(int64_t v, int64_t max)
     return v > max ? max : v;
 }
 
-/* The item closest to running out: least remaining, then longest reset. */
+/* Orders items for the draft and x styles, whose headers describe one quota over a
+ * window: an exhausted item first (it is why a request was refused), then rate items
+ * before concurrency items (a count of open requests is no windowed quota), then the
+ * least remaining, then the longest reset. */
+static bool closer_to_running_out(const struct ratelimit_item *a, const struct ratelimit_item *b)
+{
+    bool a_out = a->remaining <= 0, b_out = b->remaining <= 0;
+    if (a_out != b_out)
+        return a_out;
+    if (!a_out && a->concurrency != b->concurrency)
+        return !a->concurrency;
+    if (a->remaining != b->remaining)
+        return a->remaining < b->remaining;
+    return a->reset_ms > b->reset_ms;
+}
+
 static const struct ratelimit_item *closest_item(const struct ratelimit_item *items, size_t n)
 {
     const struct ratelimit_item *best = &items[0];
-    for (size_t i = 1; i < n; i++) {
-        const struct ratelimit_item *it = &items[i];
-        if (it->remaining < best->remaining ||
-            (it->remaining == best->remaining && it->reset_ms > best->reset_ms))
-            best = it;
-    }
+    for (size_t i = 1; i < n; i++)
+        if (closer_to_running_out(&items[i], best))
+            best = &items[i];
     return best;
 }
 

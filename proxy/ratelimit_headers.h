@@ -26,7 +26,8 @@ struct ratelimit_item {
 typedef void header_add_fn(void *arg, const char *name, const char *value);
 
 /* Adds the headers for items[0..n) through add(). draft and x describe only the item
- * closest to running out (least remaining, then longest reset); ietf lists every item in
+ * closest to running out (an exhausted one, else rate before concurrency, then least
+ * remaining, then longest reset); ietf lists every item in
  * RateLimit-Policy and RateLimit. now_unix_ms is the clock for x's Unix-time reset.
  * Nothing is added for HEADERS_OFF or n == 0. */
 void ratelimit_headers_render(enum header_style style, const struct ratelimit_item *items, size_t n,

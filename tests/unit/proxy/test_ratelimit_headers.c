@@ -204,12 +204,22 @@ static void test_x(void **state)
     render(&c, HEADERS_X, &it, 1, INT64_C(1700000000500));
     assert_header(&c, 2, "X-RateLimit-Reset", "1700000001");
 
-    /* the closest item, as for draft */
+    /* a windowed quota describes the caller better than a count of open requests, even
+       with fewer slots left... */
     const struct ratelimit_item items[] = {rate, conc};
     render(&c, HEADERS_X, items, 2, INT64_C(1700000000000));
+    assert_header(&c, 0, "X-RateLimit-Limit", "100");
+    assert_header(&c, 1, "X-RateLimit-Remaining", "42");
+
+    /* ...unless the concurrency limit is the one that is exhausted (the 429's reason) */
+    struct ratelimit_item full = conc;
+    full.remaining = 0;
+    full.reset_ms = 1000;
+    const struct ratelimit_item refused[] = {rate, full};
+    render(&c, HEADERS_X, refused, 2, INT64_C(1700000000000));
     assert_header(&c, 0, "X-RateLimit-Limit", "10");
-    assert_header(&c, 1, "X-RateLimit-Remaining", "3");
-    assert_header(&c, 2, "X-RateLimit-Reset", "1700000000");
+    assert_header(&c, 1, "X-RateLimit-Remaining", "0");
+    assert_header(&c, 2, "X-RateLimit-Reset", "1700000001");
 }
 
 static void test_off_and_empty(void **state)
