@@ -116,7 +116,28 @@ void forward_destroy(struct worker *w)
     w->curl_timer = NULL;
 }
 
-/* The transfer is over (finished, failed or cut short): tell the client side. */
+/* The upstream part is over and the slots are given back: the client side may end. */
+static void finish_client_side(struct request *r)
+{
+    if (r->mhd_done)
+        return;
+    if (r->stashed != NULL) {
+        struct MHD_Response *resp = r->stashed;
+        r->stashed = NULL;
+        request_set_pending(r, (unsigned)r->upstream_status, resp);
+        return;
+    }
+    if (!r->upstream_head_done) {
+        bool slow = r->timed_out || r->upstream_result == CURLE_OPERATION_TIMEDOUT;
+        request_set_pending(r, slow ? MHD_HTTP_GATEWAY_TIMEOUT : MHD_HTTP_BAD_GATEWAY,
+                            respond_error(r, slow ? "upstream_timeout" : "upstream_unavailable"));
+    } else if (r->reader_waiting) {
+        request_wake(r);
+    }
+}
+
+/* The transfer is over (finished, failed or cut short): give the slots back, then tell
+ * the client side. */
 static void upstream_finished(struct request *r, CURLcode result)
 {
     r->upstream_done = true;
@@ -125,13 +146,7 @@ static void upstream_finished(struct request *r, CURLcode result)
         evtimer_del(r->upstream_timer);
     if (r->mhd_done)
         return;
-    if (!r->upstream_head_done) {
-        bool slow = r->timed_out || result == CURLE_OPERATION_TIMEDOUT;
-        request_set_pending(r, slow ? MHD_HTTP_GATEWAY_TIMEOUT : MHD_HTTP_BAD_GATEWAY,
-                            respond_error(r, slow ? "upstream_timeout" : "upstream_unavailable"));
-    } else if (r->reader_waiting) {
-        request_wake(r);
-    }
+    request_release_then(r, finish_client_side);
 }
 
 static void check_finished(struct worker *w)
@@ -261,7 +276,10 @@ static size_t on_upstream_header(char *line, size_t size, size_t nitems, void *u
             struct MHD_Response *resp = forward_make_response(r);
             if (resp == NULL)
                 return 0;
-            request_set_pending(r, (unsigned)r->upstream_status, resp);
+            if (r->resp_bodiless && request_release_pending(r))
+                r->stashed = resp; /* complete as soon as sent: it waits for the release */
+            else
+                request_set_pending(r, (unsigned)r->upstream_status, resp);
         }
         return size * nitems;
     }
@@ -319,8 +337,12 @@ static size_t on_upstream_body(char *data, size_t size, size_t nmemb, void *user
 static ssize_t read_response_body(void *cls, uint64_t pos, char *buf, size_t max)
 {
     struct request *r = cls;
-    if (r->resp_body.len > 0) {
-        size_t n = r->resp_body.len < max ? r->resp_body.len : max;
+    size_t avail = r->resp_body.len;
+    if (avail > 0 && r->resp_content_length >= 0 && request_release_pending(r) &&
+        r->bytes_sent + avail >= (uint64_t)r->resp_content_length)
+        avail--; /* the last byte ends the response: it waits for the slots to be given back */
+    if (avail > 0) {
+        size_t n = avail < max ? avail : max;
         memcpy(buf, r->resp_body.data + r->resp_body.off, n);
         bytebuf_consume(&r->resp_body, n);
         r->bytes_sent += n;
@@ -330,7 +352,7 @@ static ssize_t read_response_body(void *cls, uint64_t pos, char *buf, size_t max
         }
         return (ssize_t)n;
     }
-    if (r->upstream_done)
+    if (r->upstream_done && !request_release_pending(r) && r->resp_body.len == 0)
         return r->upstream_result == CURLE_OK ? MHD_CONTENT_READER_END_OF_STREAM : MHD_CONTENT_READER_END_WITH_ERROR;
     /* Nothing to send yet: sleep until curl brings more, instead of being polled. */
     r->reader_waiting = true;
@@ -340,10 +362,12 @@ static ssize_t read_response_body(void *cls, uint64_t pos, char *buf, size_t max
 
 struct MHD_Response *forward_make_response(struct request *r)
 {
-    bool bodiless = strcmp(r->method, "HEAD") == 0 || r->upstream_status == 204 || r->upstream_status == 304;
+    bool bodiless = strcmp(r->method, "HEAD") == 0 || r->upstream_status == 204 || r->upstream_status == 304 ||
+                    r->resp_content_length == 0;
+    r->resp_bodiless = bodiless;
     uint64_t size = r->resp_content_length >= 0 ? (uint64_t)r->resp_content_length : MHD_SIZE_UNKNOWN;
     struct MHD_Response *resp;
-    if (bodiless && size == MHD_SIZE_UNKNOWN)
+    if (bodiless && (size == MHD_SIZE_UNKNOWN || size == 0))
         resp = MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT);
     else
         resp = MHD_create_response_from_callback(size, 16 * 1024, read_response_body, r, NULL);

@@ -84,6 +84,36 @@ void *request_uri_logger(void *cls, const char *uri, struct MHD_Connection *conn
     return r;
 }
 
+static void on_released(void *arg)
+{
+    struct request *r = arg;
+    r->release_in_flight = false;
+    void (*then)(struct request *) = r->after_release;
+    r->after_release = NULL;
+    if (then != NULL && !r->mhd_done)
+        then(r);
+    request_unref(r);
+}
+
+void request_release_then(struct request *r, void (*then)(struct request *r))
+{
+    if (!r->lease_held) {
+        then(r);
+        return;
+    }
+    r->lease_held = false;
+    r->release_in_flight = true;
+    r->after_release = then;
+    r->refs++; /* until on_released */
+    limiter_release_notify(r->w->limiter, r->subject, strlen(r->subject), r->rules, r->n_checked, r->lease_id,
+                           on_released, r);
+}
+
+bool request_release_pending(const struct request *r)
+{
+    return r->lease_held || r->release_in_flight;
+}
+
 void request_release_slots(struct request *r)
 {
     if (!r->lease_held)
@@ -103,6 +133,8 @@ void request_unref(struct request *r)
     forward_release(r);
     if (r->pending != NULL)
         MHD_destroy_response(r->pending);
+    if (r->stashed != NULL)
+        MHD_destroy_response(r->stashed);
     if (r->snap != NULL)
         snapshot_unref(r->snap);
     bytebuf_free(&r->body);

@@ -71,6 +71,8 @@ struct request {
     bool has_concurrency;
     char lease_id[64];
     bool lease_held;              /* concurrency slots taken; given back exactly once */
+    bool release_in_flight;       /* given back, the store's acknowledgement not yet in */
+    void (*after_release)(struct request *r);
     bool has_ws_rule;             /* --ws-messages for a WebSocket */
     struct limit_rule ws_rule;
     struct ws_tunnel *ws;         /* when the request is a WebSocket handshake */
@@ -108,6 +110,8 @@ struct request {
     int64_t upstream_ms;          /* -1 when not forwarded */
     uint64_t bytes_sent;
     bool reader_waiting;          /* MHD asked for body bytes and we had none */
+    bool resp_bodiless;           /* HEAD, 204, 304 or an empty body */
+    struct MHD_Response *stashed; /* a bodiless response waiting for the slots' release */
 };
 
 /* libmicrohttpd callbacks, registered by the worker. */
@@ -120,6 +124,14 @@ void request_completed(void *cls, struct MHD_Connection *conn, void **req_cls,
 
 /* Suspends r's MHD connection until request_wake, watching for the client leaving. */
 void request_suspend(struct request *r);
+
+/* Gives back r's slots and calls then(r) once the store has applied that (at once when
+ * r holds none). The end of a response goes to the client only after this, so the
+ * client's next request cannot meet its own old slot. */
+void request_release_then(struct request *r, void (*then)(struct request *r));
+
+/* True while r's slots are not known to be given back (the end of its response waits). */
+bool request_release_pending(const struct request *r);
 
 /* Gives back r's concurrency slots, if it holds any (idempotent). */
 void request_release_slots(struct request *r);

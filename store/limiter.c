@@ -90,6 +90,20 @@ static void no_done(void *arg)
 {
 }
 
+void limiter_release_notify(struct limiter *limiter, const char *subject, size_t subject_len,
+                            const struct limit_rule *rules, size_t n, const char *lease_id,
+                            void (*done)(void *arg), void *arg)
+{
+    if (done == NULL)
+        done = no_done;
+    limiter_release(limiter, subject, subject_len, rules, n, lease_id);
+    if (limiter == NULL || limiter->ops->sync == NULL) {
+        done(arg);
+        return;
+    }
+    limiter->ops->sync(limiter, done, arg);
+}
+
 void limiter_release_all(struct limiter *limiter, void (*done)(void *arg), void *arg)
 {
     if (done == NULL)

@@ -56,7 +56,10 @@ struct limiter *limiter_redis_create(struct event_base *base, const struct redis
                                      char *err, size_t errlen);
 
 /* Frees the limiter. Pending redis checks get their done callback with
- * LIMITER_UNAVAILABLE before this returns. */
+ * LIMITER_UNAVAILABLE before this returns (and a pending limiter_release_all its done).
+ * Leases still held: the memory store gives them back; the redis store sends nothing, so
+ * they stop counting at their TTL as a crashed proxy's would (call limiter_release_all
+ * first on a clean shutdown). */
 void limiter_destroy(struct limiter *limiter);
 
 /* Checks every rule for `subject` in one atomic step and records the request in each
@@ -75,7 +78,13 @@ int limiter_check(struct limiter *limiter, const char *subject, size_t subject_l
  * allowed, every concurrency rule holds a lease named lease_id, counted fleet-wide (redis)
  * or process-wide (memory), until limiter_release. The limiter keeps track of the leases
  * it holds and renews them all in one batched store call per interval, so a process that
- * dies stops counting within the lease TTL. Same returns as limiter_check. */
+ * dies stops counting within the lease TTL. Same returns as limiter_check.
+ * A concurrency rule's verdict: limit N, remaining = N - leases held after this check
+ * (0 when it rejects), reset_ms 1000 when it rejects, else 0. lease_id is -EINVAL when
+ * missing, empty, over 64 bytes, or already held by this limiter for one of the rules;
+ * ignored when no rule is a concurrency rule. limiter_check with a concurrency rule is
+ * -EINVAL. Redis: the leases are tracked when the allowed reply arrives; a check that ends
+ * LIMITER_UNAVAILABLE holds nothing (should Redis have recorded it, it ends at its TTL). */
 int limiter_check_leased(struct limiter *limiter, const char *subject, size_t subject_len,
                          const struct limit_rule *rules, size_t n, int64_t now_ms, const char *lease_id,
                          limiter_done_fn *done, void *arg);
@@ -86,11 +95,24 @@ int limiter_check_leased(struct limiter *limiter, const char *subject, size_t su
 void limiter_release(struct limiter *limiter, const char *subject, size_t subject_len,
                      const struct limit_rule *rules, size_t n, const char *lease_id);
 
+/* limiter_release, then done(arg) once the store has applied it: at once for memory or
+ * when the store cannot be told (down; the lease then stops counting at its TTL), else
+ * when Redis has answered. A caller that sends its client the end of a response only
+ * after done can never have that client's next request refused by its own old slot. */
+void limiter_release_notify(struct limiter *limiter, const char *subject, size_t subject_len,
+                            const struct limit_rule *rules, size_t n, const char *lease_id,
+                            void (*done)(void *arg), void *arg);
+
 /* Gives back every lease this limiter still holds, in one store call, then calls done
- * (from the loop; at once for memory or when the store is down). For SIGTERM. */
+ * (from the loop; at once for memory or when the store is down). For SIGTERM.
+ * The limiter holds nothing when this returns (limiter_lease_count is 0); done is called
+ * exactly once, at the latest from limiter_destroy, and may be NULL. Leases of checks
+ * still in flight are not covered: they are held when their reply comes. Redis: one call
+ * per 16384 leases. Do not destroy the limiter from inside done. */
 void limiter_release_all(struct limiter *limiter, void (*done)(void *arg), void *arg);
 
-/* Leases this limiter holds now (for tests and metrics). */
+/* Leases this limiter holds now (for tests and metrics): one per concurrency rule of each
+ * allowed leased check not yet released. May be read from any thread. */
 size_t limiter_lease_count(const struct limiter *limiter);
 
 /* True while the store answers (for /health). */

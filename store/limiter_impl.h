@@ -24,6 +24,8 @@ struct limiter_ops {
     /* Gives back every tracked lease (the table is empty when this returns) and calls
      * done exactly once. */
     void (*release_all)(struct limiter *limiter, void (*done)(void *arg), void *arg);
+    /* Calls done once every release sent so far is applied in the store (exactly once). */
+    void (*sync)(struct limiter *limiter, void (*done)(void *arg), void *arg);
 };
 
 struct limiter {

@@ -48,7 +48,9 @@
 #define MIN_CONNECT_TIMEOUT_MS 1000
 #define MAX_ARGS (5 + 5 * LIMITER_MAX_RULES)
 #define DEFAULT_LEASE_TTL_MS 30000
-#define RENEW_BATCH 16384     /* leases per renew.lua call */
+#ifndef RENEW_BATCH
+#define RENEW_BATCH 16384     /* leases per renew.lua call (a bound on one call's Redis time) */
+#endif
 
 enum conn_state { CONN_IDLE, CONN_CONNECTING, CONN_HANDSHAKE, CONN_READY };
 
@@ -91,6 +93,8 @@ struct pending {
     size_t n;
     struct lease_req *lease;        /* P_CHECK with concurrency rules */
     struct release_all *all;        /* P_RELEASE_ALL */
+    void (*synced)(void *arg);      /* P_ZREM of limiter_release_notify: its PING */
+    void *synced_arg;
     int argc;
     char *buf;
     size_t lens[];                  /* argc of them, then buf */
@@ -517,7 +521,6 @@ static struct pending *lease_batch(struct redis_limiter *rl, enum pending_kind k
     /* KEYS first, then ARGV: the cursor is walked twice more, keys then their leases. */
     put_int(p, &off, (int64_t)keys);
     g = *pg;
-    l = *pl;
     for (size_t k = 0; k < keys; k++) {
         put_key(rl, p, &off, g->subject, g->subject_len, g->rule_id);
         g = g->next;
@@ -579,7 +582,6 @@ static void renew_now(struct redis_limiter *rl)
     renew_arm(rl);
     if (rl->state != CONN_READY || rl->ac == NULL || rl->renewing > 0)
         return;
-    if (getenv("MUT")) return;
     rl->renewing += send_leases(rl, P_RENEW, NULL);
 }
 
@@ -617,7 +619,11 @@ static void on_zrem_reply(redisAsyncContext *ac, void *r, void *privdata)
     inflight_remove(p->rl, p);
     if (reply != NULL && reply->type == REDIS_REPLY_ERROR)
         note_error(p->rl, "release", reply->str);
+    void (*synced)(void *) = p->synced;
+    void *synced_arg = p->synced_arg;
     pending_free(p);
+    if (synced != NULL)
+        synced(synced_arg);
 }
 
 /* ZREM <key> <lease id>, fire and forget; nothing when the store is down (the lease ends
@@ -644,6 +650,29 @@ static void redis_release(struct limiter *limiter, struct lease *lease)
     const struct lease_group *g = lease->group;
     send_zrem(rl, g->subject, g->subject_len, g->rule_id, lease->id, lease->id_len);
     lease_table_remove(&limiter->leases, lease);
+}
+
+/* Calls done once Redis has applied every command sent on this connection before: one
+ * connection's commands run in order, so the reply to a PING sent now says so. At once
+ * when the store is down. */
+static void redis_sync(struct limiter *limiter, void (*done)(void *arg), void *arg)
+{
+    struct redis_limiter *rl = (struct redis_limiter *)limiter;
+    struct pending *p = NULL;
+    if (rl->state == CONN_READY && rl->ac != NULL)
+        p = pending_new(rl, P_ZREM, 1, 4);
+    if (p == NULL) {
+        done(arg);
+        return;
+    }
+    p->synced = done;
+    p->synced_arg = arg;
+    size_t off = 0;
+    put_arg(p, &off, "PING", 4);
+    if (send_pending(rl, p) != 0) {
+        pending_free(p);
+        done(arg);
+    }
 }
 
 static void redis_release_all(struct limiter *limiter, void (*done)(void *arg), void *arg)
@@ -828,6 +857,7 @@ static const struct limiter_ops redis_ops = {
     .available = redis_available,
     .release = redis_release,
     .release_all = redis_release_all,
+    .sync = redis_sync,
 };
 
 static int script_init(struct script *s, const char *text)

@@ -61,12 +61,17 @@ def test_metrics(catalog, start_proxy):
     assert p.get("/m", key=key).status == 200
     assert p.get("/m", key=key).status == 429
     assert p.get("/m").status == 401
-    r = p.admin("/metrics")
-    assert r.status == 200, r
-    assert (r.header("Content-Type") or "").startswith("text/plain"), r
-    text = r.body.decode()
+    state = {}
+
+    def scrape():
+        r = p.admin("/metrics")
+        assert r.status == 200, r
+        assert (r.header("Content-Type") or "").startswith("text/plain"), r
+        state["text"] = r.body.decode()
+        return state["text"]
 
     def sample(name, **labels):
+        text = state["text"]
         for ln in text.splitlines():
             if ln.startswith("#") or not ln.startswith(name):
                 continue
@@ -77,6 +82,13 @@ def test_metrics(catalog, start_proxy):
             if all(got.get(k) == v for k, v in labels.items()):
                 return float(m.group(3))
         return None
+    # a request is counted when it completes, which may be a moment after its answer
+    # reached the client: scrape until both are in
+    scrape()
+    wait_until(lambda: scrape() and
+               sample("tierproxy_requests_total", plan="one", code="429") == 1 and
+               sample("tierproxy_requests_total", plan="one", code="200") == 1, 5, interval=0.1)
+    text = state["text"]
     assert sample("tierproxy_requests_total", plan="one", code="200") == 1, text
     assert sample("tierproxy_requests_total", plan="one", code="429") == 1, text
     assert sample("tierproxy_rate_limit_hits_total", limit_type="http", plan="one") == 1, text

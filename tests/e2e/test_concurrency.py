@@ -6,6 +6,7 @@ back when the response ends, when the client goes away, on upstream error or tim
 The upstream (ws_upstream.py) counts what it has open per user itself, so "never more than N
 at once" is judged where it matters."""
 import socket
+import time
 
 import pytest
 
@@ -171,6 +172,7 @@ def test_race_200_attempts_two_proxies_limit_10(catalog, proxies, redis, ws_upst
             "(limit 10); answers %r" % (rep, most, st)
         assert st.get(200, 0) >= 10 and most >= 1, "rep %d: too few admitted: %r" % (rep, st)
         assert stats["open"].get(user, 0) == 0
+        print("race rep %d: answers %r, upstream max open %d" % (rep, st, most))
 
 
 def test_race_memory_store_one_proxy(catalog, proxies, ws_upstream):
@@ -181,3 +183,47 @@ def test_race_memory_store_one_proxy(catalog, proxies, ws_upstream):
     most = ws_upstream.stats()["max_open"].get(user, 0)
     assert 1 <= most <= 10, (most, st)
     assert st.get(200, 0) >= 10, st
+
+
+def test_slot_back_after_client_abort_mid_stream(catalog, proxies, redis, ws_upstream):
+    user, key = conc_plan(catalog, 1)
+    a, b = fleet(proxies, catalog, redis, ws_upstream)
+    s = start_held(a.port, "/stream/100/100", key)
+    try:
+        # the stream has started: its head and first chunk came through
+        s.settimeout(10)
+        got = b""
+        while b"chunk 0" not in got:
+            chunk = s.recv(4096)
+            assert chunk, "the stream ended early: %r" % got
+            got += chunk
+        assert got.startswith(b"HTTP/1.1 200"), got
+        check_concurrency_429(b.get("/slow/0", key=key))
+    finally:
+        s.close()          # mid-stream
+    ok = wait_until(lambda: b.get("/slow/0", key=key).status == 200, 3 * SLOW, 0.1)
+    assert ok, "the slot of a stream whose client went away did not come back"
+    assert wait_stat(ws_upstream, "hang_closed", user, 1) == 1, \
+        "the proxy kept streaming from the upstream for a client that went away"
+
+
+def test_leases_outlive_their_ttl_while_held(catalog, proxies, redis, ws_upstream):
+    """A request running longer than lease_ttl_ms keeps its slot (the proxy renews it)."""
+    user, key = conc_plan(catalog, 2)
+    ttl_ms = 900
+    a, b = fleet(proxies, catalog, redis, ws_upstream, limits={"lease_ttl_ms": ttl_ms})
+    held = [start_held(a.port, "/slow/%d" % (4 * ttl_ms), key),
+            start_held(b.port, "/slow/%d" % (4 * ttl_ms), key)]
+    try:
+        assert wait_stat(ws_upstream, "open", user, 2) == 2
+        for _ in range(6):                  # over about 3 TTLs
+            time.sleep(ttl_ms / 2000.0)
+            if ws_upstream.stat("open", user) < 2:
+                break
+            r = (a, b)[_ % 2].get("/slow/0", key=key)
+            check_concurrency_429(r)
+        for s in held:
+            assert http_read(s).status == 200
+    finally:
+        for s in held:
+            s.close()

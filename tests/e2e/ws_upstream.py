@@ -14,10 +14,15 @@ written) plus WebSocket connections between the upgrade and the end of the TCP c
 HTTP endpoints (any method):
   /slow/<ms>          waits ms milliseconds, then answers the echo
   /hang               never answers; counted open until the proxy closes the connection
+  /stream/<n>/<ms>    chunked, n chunks "chunk i\n" every ms (the first at once); counted
+                      open until the last chunk is written or the proxy closes the connection
   /__stats            JSON, see Stats.snapshot()
   /__reset            forgets every counter
   anything else       the echo: JSON {method, path, headers}
-WebSocket (any path, with Upgrade: websocket): answers 101, then
+WebSocket (any path, with Upgrade: websocket):
+  /refuse/<status>    answers that status with a JSON body instead of 101
+  /greet...           answers 101 and a text frame "hello" in the same write
+  any other path      answers 101, then
   - echoes every data frame (text, binary, continuation) as a frame with the same FIN bit,
     opcode and payload, so fragmentation comes back as sent;
   - answers a ping with a pong carrying the same payload;
@@ -162,7 +167,7 @@ async def handle(reader, writer):
             method, target, headers = req
             user = hget(headers, "X-Tier-User") or "-"
             if "websocket" in (hget(headers, "Upgrade") or "").lower():
-                await websocket(reader, writer, headers, user)
+                await websocket(reader, writer, headers, user, target)
                 return
             n = int(hget(headers, "Content-Length") or "0")
             if n:
@@ -188,6 +193,29 @@ async def handle(reader, writer):
                     Stats.add(STATS.http_inflight, user, -1)
                 Stats.add(STATS.http_done, user, 1)
                 writer.write(data[-1:])
+            elif parts[0] == "stream" and len(parts) == 3:
+                n, ms = int(parts[1]), int(parts[2])
+                STATS.open_add(user, 1)
+                Stats.add(STATS.http_inflight, user, 1)
+                try:
+                    writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\n"
+                                 b"Transfer-Encoding: chunked\r\n\r\n")
+                    for i in range(n):
+                        if i:
+                            await asyncio.sleep(ms / 1000.0)
+                        data = b"chunk %d\n" % i
+                        writer.write(b"%x\r\n%s\r\n" % (len(data), data))
+                        await writer.drain()
+                        if writer.is_closing() or reader.at_eof():
+                            raise ConnectionResetError
+                    Stats.add(STATS.http_done, user, 1)
+                except ConnectionError:
+                    Stats.add(STATS.hang_closed, user, 1)
+                    return
+                finally:
+                    STATS.open_add(user, -1)
+                    Stats.add(STATS.http_inflight, user, -1)
+                writer.write(b"0\r\n\r\n")
             elif parts[0] == "hang":
                 STATS.open_add(user, 1)
                 Stats.add(STATS.http_inflight, user, 1)
@@ -214,13 +242,19 @@ async def handle(reader, writer):
             pass
 
 
-async def websocket(reader, writer, headers, user):
+async def websocket(reader, writer, headers, user, target):
     key = hget(headers, "Sec-WebSocket-Key") or ""
     accept = base64.b64encode(hashlib.sha1(key.encode() + GUID).digest()).decode()
     STATS.ws_handshakes.append(headers)
     del STATS.ws_handshakes[:-100]
+    parts = target.split("?", 1)[0].strip("/").split("/")
+    if parts[0] == "refuse" and len(parts) == 2:
+        writer.write(http_answer(int(parts[1]), b'{"refused_by":"upstream"}'))
+        await writer.drain()
+        return
     writer.write(("HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\n"
-                  "Connection: Upgrade\r\nSec-WebSocket-Accept: %s\r\n\r\n" % accept).encode())
+                  "Connection: Upgrade\r\nSec-WebSocket-Accept: %s\r\n\r\n" % accept).encode()
+                 + (encode_frame(0x1, b"hello") if parts[0] == "greet" else b""))
     STATS.open_add(user, 1)
     v = Stats.add(STATS.ws_open, user, 1)
     STATS.ws_max[user] = max(v, STATS.ws_max.get(user, 0))

@@ -1,0 +1,349 @@
+#!/usr/bin/python3
+"""Holds N idle WebSocket connections open through ONE tierproxy and reports what they cost
+the proxy: resident memory per connection and CPU time while they sit idle.
+
+    /usr/bin/python3 etc/ws_idle.py [-n 10000] [--idle 10] [--workers 0]
+                                    [--redis redis://127.0.0.1:6379/0]
+    /usr/bin/python3 etc/ws_idle.py --proxy-port PORT --proxy-pid PID --key KEY [-n N]
+
+The first form builds a catalog with tierctl (a plan with concurrency N + 10, so every
+connection holds a concurrency slot), starts a WebSocket echo upstream (this same file with
+--serve-upstream, asyncio) and tierproxy (memory store, or the redis store with --redis),
+each with RLIMIT_NOFILE raised to fit. The second form measures a proxy already running
+(its upstream must accept WebSocket upgrades and echo).
+
+Measured from /proc/PID: VmRSS of /proc/PID/status before the N connections and with them
+open, (after - before) / N per connection; utime + stime of /proc/PID/stat over an idle
+period of --idle seconds with all N open. Then every connection is closed (close frame 1000)
+and the proxy's RSS is shown once more. Standard library only.
+"""
+import argparse
+import asyncio
+import base64
+import hashlib
+import os
+import pathlib
+import resource
+import shutil
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+GUID = b"258EAFA5-E914-47DA-95CA-C5AB0DC11B85"
+
+
+# --------------------------------------------------------------------------------------
+# limits and /proc
+
+def raise_nofile(want):
+    """Raises this process's RLIMIT_NOFILE to want (the hard limit too when privileged).
+    Returns the soft limit in effect."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft >= want:
+        return soft
+    try:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (want, max(want, hard)))
+    except (ValueError, OSError):
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+        except (ValueError, OSError):
+            pass
+    return resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+
+
+def vm_rss_kib(pid):
+    with open("/proc/%d/status" % pid) as f:
+        for ln in f:
+            if ln.startswith("VmRSS:"):
+                return int(ln.split()[1])
+    raise RuntimeError("no VmRSS for pid %d" % pid)
+
+
+def cpu_seconds(pid):
+    with open("/proc/%d/stat" % pid) as f:
+        data = f.read()
+    fields = data[data.rindex(")") + 2:].split()
+    utime, stime = int(fields[11]), int(fields[12])      # fields 14 and 15 of stat(5)
+    return (utime + stime) / os.sysconf("SC_CLK_TCK")
+
+
+def nofile_of(pid):
+    with open("/proc/%d/limits" % pid) as f:
+        for ln in f:
+            if ln.startswith("Max open files"):
+                return int(ln.split()[3])
+    return -1
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+# --------------------------------------------------------------------------------------
+# the echo upstream (run as: ws_idle.py --serve-upstream)
+
+def frame(opcode, payload, mask):
+    n = len(payload)
+    b1 = 0x80 if mask else 0
+    if n < 126:
+        head = struct.pack("!BB", 0x80 | opcode, b1 | n)
+    elif n < 65536:
+        head = struct.pack("!BBH", 0x80 | opcode, b1 | 126, n)
+    else:
+        head = struct.pack("!BBQ", 0x80 | opcode, b1 | 127, n)
+    if not mask:
+        return head + payload
+    key = os.urandom(4)
+    return head + key + bytes(b ^ key[i % 4] for i, b in enumerate(payload))
+
+
+async def read_frame(reader):
+    h = await reader.readexactly(2)
+    opcode, masked, n = h[0] & 0x0F, h[1] & 0x80, h[1] & 0x7F
+    if n == 126:
+        n = struct.unpack("!H", await reader.readexactly(2))[0]
+    elif n == 127:
+        n = struct.unpack("!Q", await reader.readexactly(8))[0]
+    key = await reader.readexactly(4) if masked else None
+    data = await reader.readexactly(n)
+    if key:
+        data = bytes(b ^ key[i % 4] for i, b in enumerate(data))
+    return h[0] & 0x80, opcode, data
+
+
+async def upstream_conn(reader, writer):
+    try:
+        head = await reader.readuntil(b"\r\n\r\n")
+        key = b""
+        for ln in head.split(b"\r\n"):
+            if ln.lower().startswith(b"sec-websocket-key:"):
+                key = ln.split(b":", 1)[1].strip()
+        accept = base64.b64encode(hashlib.sha1(key + GUID).digest())
+        writer.write(b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\n"
+                     b"Connection: Upgrade\r\nSec-WebSocket-Accept: " + accept + b"\r\n\r\n")
+        while True:
+            fin, opcode, data = await read_frame(reader)
+            if opcode == 0x8:
+                writer.write(frame(0x8, data, False))
+                await writer.drain()
+                break
+            if opcode == 0x9:
+                writer.write(frame(0xA, data, False))
+            elif opcode in (0x0, 0x1, 0x2):
+                writer.write(frame(opcode, data, False))
+            await writer.drain()
+    except (asyncio.IncompleteReadError, ConnectionError, asyncio.LimitOverrunError):
+        pass
+    finally:
+        writer.close()
+
+
+async def serve_upstream():
+    server = await asyncio.start_server(upstream_conn, "127.0.0.1", 0, backlog=4096)
+    print(server.sockets[0].getsockname()[1], flush=True)
+    async with server:
+        await server.serve_forever()
+
+
+# --------------------------------------------------------------------------------------
+# the client side
+
+async def open_ws(port, key, sem, results):
+    async with sem:
+        try:
+            reader, writer = await asyncio.wait_for(
+                asyncio.open_connection("127.0.0.1", port), 30)
+            k = base64.b64encode(os.urandom(16)).decode()
+            writer.write(("GET /idle HTTP/1.1\r\nHost: 127.0.0.1\r\nUpgrade: websocket\r\n"
+                          "Connection: Upgrade\r\nSec-WebSocket-Version: 13\r\n"
+                          "Sec-WebSocket-Key: %s\r\nAuthorization: Bearer %s\r\n\r\n"
+                          % (k, key)).encode())
+            head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 30)
+        except (OSError, asyncio.TimeoutError, asyncio.IncompleteReadError) as e:
+            results["errors"].append(repr(e))
+            return None
+        status = head.split(b" ", 2)[1]
+        if status != b"101":
+            results["refused"].append(head.split(b"\r\n", 1)[0].decode("latin-1"))
+            writer.close()
+            return None
+        return reader, writer
+
+
+async def echo_check(conn, text):
+    reader, writer = conn
+    writer.write(frame(0x1, text, True))
+    await writer.drain()
+    _, opcode, data = await asyncio.wait_for(read_frame(reader), 10)
+    return opcode == 0x1 and data == text
+
+
+async def run_client(a, port, key, pid):
+    sem = asyncio.Semaphore(a.parallel)
+    results = {"errors": [], "refused": []}
+    rss0 = vm_rss_kib(pid)
+    t0 = time.monotonic()
+    conns = await asyncio.gather(*(open_ws(port, key, sem, results) for _ in range(a.n)))
+    t_open = time.monotonic() - t0
+    conns = [c for c in conns if c is not None]
+    print("opened %d of %d WebSockets in %.1f s (%d refused, %d errors)"
+          % (len(conns), a.n, t_open, len(results["refused"]), len(results["errors"])))
+    for what in ("refused", "errors"):
+        if results[what]:
+            print("  first %s: %s" % (what, results[what][:3]))
+    if not conns:
+        return 1
+    ok = await echo_check(conns[0], b"first") and await echo_check(conns[-1], b"last")
+    print("echo through the first and the last connection: %s" % ("ok" if ok else "FAILED"))
+    await asyncio.sleep(1.0)              # let the allocator settle
+    rss1 = vm_rss_kib(pid)
+    print("proxy RSS: %d KiB before, %d KiB with %d open -> %.2f KiB per connection"
+          % (rss0, rss1, len(conns), (rss1 - rss0) / len(conns)))
+    c0 = cpu_seconds(pid)
+    w0 = time.monotonic()
+    await asyncio.sleep(a.idle)
+    c1 = cpu_seconds(pid)
+    wall = time.monotonic() - w0
+    print("proxy CPU during %.1f s idle with %d open: %.3f s (%.2f%% of one core)"
+          % (wall, len(conns), c1 - c0, 100.0 * (c1 - c0) / wall))
+    # close them all
+    t0 = time.monotonic()
+    for reader, writer in conns:
+        try:
+            writer.write(frame(0x8, struct.pack("!H", 1000), True))
+        except (OSError, RuntimeError):
+            pass
+    await asyncio.sleep(0.5)
+    for reader, writer in conns:
+        writer.close()
+    await asyncio.sleep(1.0)
+    print("closed them in %.1f s; proxy RSS after: %d KiB; proxy %s"
+          % (time.monotonic() - t0, vm_rss_kib(pid), "alive" if os.path.exists("/proc/%d" % pid)
+             else "GONE"))
+    return 0 if ok and len(conns) == a.n else 1
+
+
+# --------------------------------------------------------------------------------------
+
+def start_everything(a, tmp, nofile):
+    proxy_bin = a.proxy_bin or str(ROOT / "build" / "proxy" / "tierproxy")
+    tierctl = a.tierctl_bin or str(ROOT / "build" / "tiers" / "tierctl")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TIERPROXY_")}
+    db = os.path.join(tmp, "plans.db")
+
+    def ctl(*args):
+        return subprocess.run([tierctl, "--db", db] + list(args), check=True, env=env,
+                              capture_output=True, text=True).stdout
+
+    ctl("init")
+    ctl("plan", "add", "idle", "--rate", "1000000/min", "--concurrency", str(a.n + 10))
+    ctl("user", "add", "idler", "--plan", "idle")
+    key = [ln for ln in ctl("key", "create", "idler").splitlines() if ln.strip()][-1].strip()
+
+    def limits():
+        resource.setrlimit(resource.RLIMIT_NOFILE, (nofile, nofile))
+
+    up = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--serve-upstream"],
+                          stdout=subprocess.PIPE, stdin=subprocess.DEVNULL, preexec_fn=limits)
+    up_port = int(up.stdout.readline())
+    port = free_port()
+    ini = os.path.join(tmp, "proxy.ini")
+    with open(ini, "w") as f:
+        f.write("[proxy]\nlisten = 127.0.0.1:%d\nupstream = http://127.0.0.1:%d\nworkers = %d\n"
+                "[admin]\nlisten =\n[plans]\ndb = %s\n[limits]\nstore = %s\n%s"
+                "[log]\naccess = off\nlevel = warn\n"
+                % (port, up_port, a.workers, db, "redis" if a.redis else "memory",
+                   ("redis = %s\nkey_prefix = wsidle%d:\n" % (a.redis, os.getpid()))
+                   if a.redis else ""))
+    err = open(os.path.join(tmp, "proxy.stderr"), "wb")
+    proxy = subprocess.Popen([proxy_bin, "-c", ini], stdout=subprocess.DEVNULL, stderr=err,
+                             stdin=subprocess.DEVNULL, env=env, preexec_fn=limits)
+    for _ in range(200):
+        if proxy.poll() is not None:
+            raise SystemExit("tierproxy exited with %s:\n%s" % (
+                proxy.returncode, open(err.name).read()[-2000:]))
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+            break
+        except OSError:
+            time.sleep(0.05)
+    else:
+        raise SystemExit("tierproxy did not listen on %d" % port)
+    return proxy, up, port, key, err.name
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("-n", type=int, default=10000, help="WebSocket connections (10000)")
+    ap.add_argument("--idle", type=float, default=10.0, help="idle seconds measured (10)")
+    ap.add_argument("--parallel", type=int, default=256, help="handshakes in flight at once")
+    ap.add_argument("--workers", type=int, default=0, help="proxy [proxy] workers (0)")
+    ap.add_argument("--redis", help="use the redis store at this URL (default: memory)")
+    ap.add_argument("--proxy-bin")
+    ap.add_argument("--tierctl-bin")
+    ap.add_argument("--proxy-port", type=int, help="measure a proxy already running")
+    ap.add_argument("--proxy-pid", type=int)
+    ap.add_argument("--key", help="an API key for --proxy-port")
+    ap.add_argument("--serve-upstream", action="store_true", help=argparse.SUPPRESS)
+    a = ap.parse_args()
+
+    if a.serve_upstream:
+        try:
+            asyncio.run(serve_upstream())
+        except KeyboardInterrupt:
+            pass
+        return 0
+
+    # the proxy holds two sockets per connection (client and upstream) plus a few of its own;
+    # without CAP_SYS_RESOURCE nothing can go above the hard limit
+    nofile = min(2 * a.n + 1024, resource.getrlimit(resource.RLIMIT_NOFILE)[1])
+    have = raise_nofile(a.n + 1024)
+    if have < a.n + 100:
+        raise SystemExit("RLIMIT_NOFILE is %d, %d client sockets need more" % (have, a.n))
+    tmp = None
+    proxy = up = None
+    try:
+        if a.proxy_port:
+            if not (a.proxy_pid and a.key):
+                raise SystemExit("--proxy-port needs --proxy-pid and --key")
+            port, key, pid = a.proxy_port, a.key, a.proxy_pid
+        else:
+            tmp = tempfile.mkdtemp(prefix="ws_idle.")
+            raise_nofile(nofile)     # so that the children may be given this many
+            proxy, up, port, key, errpath = start_everything(a, tmp, nofile)
+            pid = proxy.pid
+        print("proxy pid %d on 127.0.0.1:%d, RLIMIT_NOFILE %d, store %s"
+              % (pid, port, nofile_of(pid), a.redis or "memory"))
+        if nofile_of(pid) < 2 * a.n + 64:
+            print("warning: the proxy's RLIMIT_NOFILE %d is short of 2N + 64 = %d (hard limit; "
+                  "raising it needs CAP_SYS_RESOURCE): some connections may be refused"
+                  % (nofile_of(pid), 2 * a.n + 64))
+        rc = asyncio.run(run_client(a, port, key, pid))
+        if proxy is not None:
+            proxy.send_signal(signal.SIGTERM)
+            proxy.wait(30)
+            print("tierproxy exited with %d" % proxy.returncode)
+            bad = [ln for ln in open(errpath, errors="replace")
+                   if "Sanitizer" in ln or "runtime error" in ln]
+            if proxy.returncode != 0 or bad:
+                print("".join(bad[:10]))
+                rc = 1
+        return rc
+    finally:
+        for p in (proxy, up):
+            if p is not None and p.poll() is None:
+                p.kill()
+                p.wait(10)
+        if tmp:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
