@@ -105,6 +105,8 @@ int forward_init(struct worker *w)
 
 void forward_destroy(struct worker *w)
 {
+    while (w->n_easy_pool > 0)
+        curl_easy_cleanup(w->easy_pool[--w->n_easy_pool]);
     if (w->multi != NULL)
         curl_multi_cleanup(w->multi);
     if (w->curl_share != NULL)
@@ -525,7 +527,7 @@ void forward_start(struct request *r)
 
     r->resp_content_length = -1;
     r->upstream_timer = evtimer_new(w->base, on_upstream_timeout, r);
-    r->easy = curl_easy_init();
+    r->easy = w->n_easy_pool > 0 ? w->easy_pool[--w->n_easy_pool] : curl_easy_init();
     if (r->easy == NULL || r->upstream_timer == NULL || forward_build_headers(r, false) < 0)
         goto fail;
 
@@ -579,8 +581,15 @@ void forward_abort(struct request *r)
 void forward_release(struct request *r)
 {
     forward_abort(r);
-    if (r->easy != NULL)
-        curl_easy_cleanup(r->easy);
+    if (r->easy != NULL) {
+        struct worker *w = r->w;
+        if (w->n_easy_pool < sizeof(w->easy_pool) / sizeof(w->easy_pool[0]) && w->multi != NULL) {
+            curl_easy_reset(r->easy);
+            w->easy_pool[w->n_easy_pool++] = r->easy;
+        } else {
+            curl_easy_cleanup(r->easy);
+        }
+    }
     r->easy = NULL;
     curl_slist_free_all(r->upstream_headers);
     r->upstream_headers = NULL;

@@ -245,7 +245,9 @@ int worker_init(struct worker *w, int index, const struct proxy_shared *shared, 
         struct redis_store_options opts = {
             .url = cfg->redis_url,
             .key_prefix = cfg->key_prefix,
-            .command_timeout_ms = 0,
+            /* Only a hung Redis waits this long (a dead one fails at once); short enough
+               that its in-flight requests are answered soon, long enough for a busy box. */
+            .command_timeout_ms = 500,
             .lease_ttl_ms = cfg->lease_ttl_ms,
         };
         w->limiter = limiter_redis_create(w->base, &opts, err, errlen);

@@ -50,6 +50,8 @@ struct worker {
     CURLM *multi;
     struct event *curl_timer;
     CURLSH *curl_share;             /* DNS cache for the upstream names */
+    CURL *easy_pool[256];           /* reset handles kept for reuse: no per-request setup */
+    size_t n_easy_pool;
     unsigned upstream_next;         /* round robin over cfg->upstreams */
     struct upstream_addr *ws_upstreams; /* resolved once, for WebSocket tunnels */
     size_t n_ws_upstreams;
