@@ -59,6 +59,10 @@ struct ws_tunnel {
     size_t n_headers;
     int64_t body_need;               /* -1: until the upstream closes */
 
+    /* an answer other than 101, sent once the slot is given back */
+    struct MHD_Response *answer;
+    unsigned answer_status;
+
     /* client-to-upstream message counting */
     struct ws_frame_reader frames;
     struct local_limit *messages;
@@ -435,15 +439,31 @@ static void on_upgraded(void *cls, struct MHD_Connection *connection, void *req_
         on_up_open_read(t->up, t);
 }
 
-static void fail_handshake(struct ws_tunnel *t, unsigned status, const char *code)
+static void deliver_answer(struct request *r)
 {
-    struct request *r = t->r;
+    struct ws_tunnel *t = r->ws;
+    struct MHD_Response *resp = t->answer;
+    t->answer = NULL;
+    request_set_pending(r, t->answer_status, resp);
+}
+
+/* Ends the handshake with an answer other than 101: the slot goes back first, so the
+ * client's next attempt cannot meet it. Takes ownership of resp. */
+static void answer_handshake(struct ws_tunnel *t, unsigned status, struct MHD_Response *resp)
+{
     if (t->up != NULL) {
         bufferevent_free(t->up);
         t->up = NULL;
     }
     t->state = TUNNEL_CLOSED;
-    request_set_pending(r, status, respond_error(r, code));
+    t->answer = resp;
+    t->answer_status = status;
+    request_release_then(t->r, deliver_answer);
+}
+
+static void fail_handshake(struct ws_tunnel *t, unsigned status, const char *code)
+{
+    answer_handshake(t, status, respond_error(t->r, code));
 }
 
 static int add_header(struct ws_tunnel *t, const char *name, size_t nlen, const char *value, size_t vlen)
@@ -538,10 +558,7 @@ static void relay_refusal(struct ws_tunnel *t, struct evbuffer *in)
     for (size_t i = 0; i < t->n_headers; i++)
         MHD_add_response_header(resp, t->headers[i].name, t->headers[i].value);
     respond_add_ratelimit_headers(r, resp);
-    bufferevent_free(t->up);
-    t->up = NULL;
-    t->state = TUNNEL_CLOSED;
-    request_set_pending(r, (unsigned)t->status, resp);
+    answer_handshake(t, (unsigned)t->status, resp);
 }
 
 static void on_up_handshake_read(struct bufferevent *bev, void *arg)
@@ -706,6 +723,8 @@ void ws_release(struct request *r)
     if (t->idle_timer != NULL)
         event_free(t->idle_timer);
     local_limit_destroy(t->messages);
+    if (t->answer != NULL)
+        MHD_destroy_response(t->answer);
     free_headers(t);
     free(t);
     r->ws = NULL;
