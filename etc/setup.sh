@@ -9,7 +9,7 @@ set -euo pipefail
 
 build_pkgs=(gcc meson ninja-build pkg-config libmicrohttpd-dev libcurl4-openssl-dev
             libhiredis-dev libsqlite3-dev libevent-dev libinih-dev libjansson-dev
-            libssl-dev libcmocka-dev)
+            libssl-dev libcmocka-dev libsystemd-dev)
 test_pkgs=(redis-server redis-tools python3-pytest python3-requests python3-websocket
            valgrind curl)
 bench_pkgs=(wrk nginx)

@@ -11,6 +11,7 @@
 
 #include <curl/curl.h>
 #include <openssl/rand.h>
+#include <systemd/sd-daemon.h>
 #include <event2/thread.h>
 
 #include "proxy/access_log.h"
@@ -190,6 +191,8 @@ static int serve(struct proxy_config *cfg, int argc, char **argv, char **envp)
             goto stop;
         }
     }
+    /* Type=notify: ready once every worker listens (a no-op outside systemd). */
+    sd_notify(0, "READY=1");
     fprintf(stderr, "tierproxy %s: listening on %s:%u, %d workers, %s store, upstream %s%s\n", TIERPROXY_VERSION,
             cfg->listen_host, (unsigned)cfg->listen_port, cfg->workers, cfg->store == STORE_REDIS ? "redis" : "memory",
             cfg->upstreams[0], cfg->n_upstreams > 1 ? " (and others)" : "");
@@ -199,9 +202,12 @@ static int serve(struct proxy_config *cfg, int argc, char **argv, char **envp)
         if (sigwait(&sigs, &sig) != 0)
             continue;
         if (sig == SIGHUP) {
+            sd_notify(0, "RELOADING=1");
             struct proxy_config *fresh = reload(live, argc, argv, envp);
-            if (fresh == NULL)
+            if (fresh == NULL) {
+                sd_notify(0, "READY=1");
                 continue;
+            }
             sem_t switched;
             sem_init(&switched, 0, 0);
             for (int i = 0; i < started; i++)
@@ -217,9 +223,11 @@ static int serve(struct proxy_config *cfg, int argc, char **argv, char **envp)
             }
             live = fresh;
             fprintf(stderr, "tierproxy: SIGHUP: configuration reloaded from %s\n", live->config_path);
+            sd_notify(0, "READY=1");
             continue;
         }
         fprintf(stderr, "tierproxy: %s: draining\n", sig == SIGTERM ? "SIGTERM" : "SIGINT");
+        sd_notify(0, "STOPPING=1");
         break;
     }
     status = 0;
