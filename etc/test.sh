@@ -80,11 +80,11 @@ run_one() {
     local kind=$1 dir opts
     if [[ $kind == plain ]]; then
         dir=build
-        opts=(-Db_sanitize=none)
+        opts=(-Dtests=true -Db_sanitize=none)
         unset ASAN_OPTIONS UBSAN_OPTIONS
     else
         dir=build-asan
-        opts=(-Db_sanitize=address,undefined -Db_lundef=false)
+        opts=(-Dtests=true -Db_sanitize=address,undefined -Db_lundef=false)
         export ASAN_OPTIONS=halt_on_error=1:abort_on_error=1:print_stacktrace=1:detect_leaks=1
         export UBSAN_OPTIONS=halt_on_error=1:abort_on_error=1:print_stacktrace=1
     fi
