@@ -4,7 +4,7 @@
  * Connection life: IDLE -> CONNECTING -> HANDSHAKE (AUTH, SELECT, SCRIPT LOAD pipelined)
  * -> READY. Only READY sends checks; in any other state limiter_check answers
  * LIMITER_UNAVAILABLE at once. A failed context is never reused: it is freed and a new one
- * is made after a backoff (50 ms doubling to 1 s, back to 50 ms once READY).
+ * is made after a backoff (50 ms doubling to 400 ms, back to 50 ms once READY).
  *
  * Commands in flight are kept in send order (which is reply order). A watchdog timer fails
  * the connection when the oldest has waited longer than command_timeout_ms, or when
@@ -43,7 +43,7 @@
 #include "store/redis_url.h"
 
 #define BACKOFF_MIN_MS 50
-#define BACKOFF_MAX_MS 1000
+#define BACKOFF_MAX_MS 400   /* enforcement is back well within 1 s of Redis returning */
 #define DEFAULT_TIMEOUT_MS 200
 #define MIN_CONNECT_TIMEOUT_MS 1000
 #define MAX_ARGS (5 + 5 * LIMITER_MAX_RULES)
