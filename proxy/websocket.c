@@ -208,21 +208,28 @@ static void arm_idle_timer(struct ws_tunnel *t)
 
 static void tunnel_shutdown(struct ws_tunnel *t);
 
-/* Idle too long: close 1001 to the client, as nginx does at proxy_read_timeout. */
-static void on_idle_timer(evutil_socket_t fd, short what, void *arg)
+/* Ends the tunnel from our side: the upstream and the slot at once, the client with a
+ * close frame whose answer we wait for (RFC 6455 7.1.1). */
+static void close_client_with(struct ws_tunnel *t, uint16_t code, const char *reason)
 {
-    struct ws_tunnel *t = arg;
-    if (t->state != TUNNEL_OPEN)
-        return;
     if (t->up != NULL) {
         bufferevent_free(t->up);
         t->up = NULL;
     }
-    uint8_t frame[32];
-    size_t n = ws_close_frame(1001, "idle timeout", frame, sizeof(frame));
+    request_release_slots(t->r);
+    uint8_t frame[128];
+    size_t n = ws_close_frame(code, reason, frame, sizeof(frame));
     bufferevent_write(t->client, frame, n);
     t->await_client_close = true;
     tunnel_shutdown(t);
+}
+
+/* Idle too long: close 1001 to the client, as nginx does at proxy_read_timeout. */
+static void on_idle_timer(evutil_socket_t fd, short what, void *arg)
+{
+    struct ws_tunnel *t = arg;
+    if (t->state == TUNNEL_OPEN)
+        close_client_with(t, 1001, "idle timeout");
 }
 
 static bool output_pending(const struct ws_tunnel *t)
@@ -278,28 +285,12 @@ static void refuse_message(struct ws_tunnel *t)
     metrics_count_limit_hit(t->w->metrics, LIMIT_TYPE_WS_MESSAGE, t->r->plan != NULL ? t->r->plan->name : NULL);
     if (t->w->shared->log_warnings && t->r->plan != NULL)
         log_rejection(t->r->user_id, t->r->plan->name, "ws_message", t->r->ws_rule.rate, t->r->ws_rule.rate);
-    if (t->up != NULL) {
-        bufferevent_free(t->up);
-        t->up = NULL;
-    }
-    uint8_t frame[64];
-    size_t n = ws_close_frame(1008, "message rate limit exceeded", frame, sizeof(frame));
-    bufferevent_write(t->client, frame, n);
-    t->await_client_close = true;
-    tunnel_shutdown(t);
+    close_client_with(t, 1008, "message rate limit exceeded");
 }
 
 static void protocol_error(struct ws_tunnel *t)
 {
-    if (t->up != NULL) {
-        bufferevent_free(t->up);
-        t->up = NULL;
-    }
-    uint8_t frame[64];
-    size_t n = ws_close_frame(1002, "protocol error", frame, sizeof(frame));
-    bufferevent_write(t->client, frame, n);
-    t->await_client_close = true;
-    tunnel_shutdown(t);
+    close_client_with(t, 1002, "protocol error");
 }
 
 /* Moves client bytes to the upstream, a frame at a time as far as heads go, payloads in
@@ -692,12 +683,9 @@ void ws_close_all(struct worker *w)
         struct ws_tunnel *t = r->ws;
         if (t == NULL)
             continue;
-        if (t->state == TUNNEL_OPEN && t->client != NULL) {
-            uint8_t frame[32];
-            size_t n = ws_close_frame(1001, "going away", frame, sizeof(frame));
-            bufferevent_write(t->client, frame, n);
-            tunnel_shutdown(t);
-        } else if (t->state == TUNNEL_WAIT_UPGRADE) {
+        if (t->state == TUNNEL_OPEN && t->client != NULL)
+            close_client_with(t, 1001, "going away");
+        else if (t->state == TUNNEL_WAIT_UPGRADE) {
             tunnel_closed(t);
         }
     }
