@@ -157,24 +157,62 @@ async def serve_upstream():
 
 async def open_ws(port, key, sem, results):
     async with sem:
+        writer = None
         try:
             reader, writer = await asyncio.wait_for(
-                asyncio.open_connection("127.0.0.1", port), 30)
+                asyncio.open_connection("127.0.0.1", port), 10)
             k = base64.b64encode(os.urandom(16)).decode()
             writer.write(("GET /idle HTTP/1.1\r\nHost: 127.0.0.1\r\nUpgrade: websocket\r\n"
                           "Connection: Upgrade\r\nSec-WebSocket-Version: 13\r\n"
                           "Sec-WebSocket-Key: %s\r\nAuthorization: Bearer %s\r\n\r\n"
                           % (k, key)).encode())
-            head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 30)
+            head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 10)
         except (OSError, asyncio.TimeoutError, asyncio.IncompleteReadError) as e:
-            results["errors"].append(repr(e))
+            results["errors"].append(repr(e) or type(e).__name__)
+            if writer is not None:
+                writer.close()
             return None
+        except asyncio.CancelledError:
+            if writer is not None:
+                writer.close()
+            raise
+        results["done"] += 1
         status = head.split(b" ", 2)[1]
         if status != b"101":
             results["refused"].append(head.split(b"\r\n", 1)[0].decode("latin-1"))
             writer.close()
             return None
         return reader, writer
+
+
+async def open_all(a, port, key):
+    """Opens a.n WebSockets (a.parallel handshakes in flight at once). Gives up on the rest
+    when no handshake has been answered for a.stall seconds. Returns (open, results)."""
+    sem = asyncio.Semaphore(a.parallel)
+    results = {"errors": [], "refused": [], "done": 0}
+    tasks = [asyncio.ensure_future(open_ws(port, key, sem, results)) for _ in range(a.n)]
+    pending = set(tasks)
+    t0 = last_t = last_report = time.monotonic()
+    last_done = 0
+    while pending:
+        _, pending = await asyncio.wait(pending, timeout=1.0)
+        now = time.monotonic()
+        if results["done"] != last_done:
+            last_done, last_t = results["done"], now
+        if now - last_report >= 5:
+            last_report = now
+            print("  ... %d handshakes answered after %.0f s" % (results["done"], now - t0),
+                  flush=True)
+        if pending and now - last_t > a.stall:
+            print("  STALLED: no handshake answered for %.0f s with %d answered; giving up on "
+                  "the other %d" % (a.stall, results["done"], len(pending)), flush=True)
+            results["stalled"] = len(pending)
+            for t in pending:
+                t.cancel()
+            await asyncio.gather(*pending, return_exceptions=True)
+            break
+    conns = [t.result() for t in tasks if not t.cancelled() and t.result() is not None]
+    return conns, results, time.monotonic() - t0
 
 
 async def echo_check(conn, text):
@@ -186,15 +224,11 @@ async def echo_check(conn, text):
 
 
 async def run_client(a, port, key, pid):
-    sem = asyncio.Semaphore(a.parallel)
-    results = {"errors": [], "refused": []}
     rss0 = vm_rss_kib(pid)
-    t0 = time.monotonic()
-    conns = await asyncio.gather(*(open_ws(port, key, sem, results) for _ in range(a.n)))
-    t_open = time.monotonic() - t0
-    conns = [c for c in conns if c is not None]
-    print("opened %d of %d WebSockets in %.1f s (%d refused, %d errors)"
-          % (len(conns), a.n, t_open, len(results["refused"]), len(results["errors"])))
+    conns, results, t_open = await open_all(a, port, key)
+    print("opened %d of %d WebSockets in %.1f s (%d refused, %d errors, %d abandoned)"
+          % (len(conns), a.n, t_open, len(results["refused"]), len(results["errors"]),
+             results.get("stalled", 0)))
     for what in ("refused", "errors"):
         if results[what]:
             print("  first %s: %s" % (what, results[what][:3]))
@@ -284,6 +318,8 @@ def main():
     ap.add_argument("-n", type=int, default=10000, help="WebSocket connections (10000)")
     ap.add_argument("--idle", type=float, default=10.0, help="idle seconds measured (10)")
     ap.add_argument("--parallel", type=int, default=256, help="handshakes in flight at once")
+    ap.add_argument("--stall", type=float, default=10.0,
+                    help="give up opening when no handshake was answered for this long (10)")
     ap.add_argument("--workers", type=int, default=0, help="proxy [proxy] workers (0)")
     ap.add_argument("--redis", help="use the redis store at this URL (default: memory)")
     ap.add_argument("--proxy-bin")

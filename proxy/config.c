@@ -753,8 +753,9 @@ static int ini_source_handler(void *user, const char *section_raw, const char *k
         return 0;
     }
     if (!known_section(section)) {
+        char qs[QUOTE_MAX + 8];
         errf(s->err, s->errlen, "%s:%d: unknown section [%s] for key \"%s\" " KNOWN_SECTIONS,
-             s->path, s->lineno, section, quote(key, q, sizeof(q)));
+             s->path, s->lineno, quote(section, qs, sizeof(qs)), quote(key, q, sizeof(q)));
         s->rc = -EINVAL;
         return 0;
     }
@@ -1004,8 +1005,10 @@ static int apply_env(struct proxy_config *cfg, char **envp, char *err, size_t er
             size_t sl = strlen(sections[i]);
             if (len >= 11 + sl && strncasecmp(*e + 10, sections[i], sl) == 0 &&
                 (*e)[10 + sl] == '_') {
-                errf(err, errlen, "%.*s: unknown variable: [%s] has no such key", (int)len, *e,
-                     sections[i]);
+                char vname[QUOTE_MAX + 8], q[QUOTE_MAX + 8];
+                snprintf(vname, sizeof(vname), "%.*s", (int)len, *e);
+                errf(err, errlen, "%s: unknown variable: [%s] has no such key",
+                     quote(vname, q, sizeof(q)), sections[i]);
                 return -EINVAL;
             }
         }

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <time.h>
 
 #include <curl/curl.h>
@@ -117,6 +118,17 @@ static void make_instance_id(char *buf, size_t buflen)
         snprintf(buf + 2 * i, 3, "%02x", raw[i]);
 }
 
+/* Every connection is a descriptor, two with a WebSocket: use all the system allows, as
+ * nginx's worker_rlimit_nofile would. */
+static void raise_nofile_limit(void)
+{
+    struct rlimit lim;
+    if (getrlimit(RLIMIT_NOFILE, &lim) == 0 && lim.rlim_cur < lim.rlim_max) {
+        lim.rlim_cur = lim.rlim_max;
+        setrlimit(RLIMIT_NOFILE, &lim);
+    }
+}
+
 static int serve(struct proxy_config *cfg, int argc, char **argv, char **envp)
 {
     struct proxy_config *live = cfg;
@@ -140,6 +152,7 @@ static int serve(struct proxy_config *cfg, int argc, char **argv, char **envp)
     pthread_sigmask(SIG_BLOCK, &sigs, NULL);
     signal(SIGPIPE, SIG_IGN);
 
+    raise_nofile_limit();
     if (check_catalog(cfg) != 0)
         goto out;
     if (snapshot_watch_start(cfg->db, (int)cfg->refresh_ms, &catalog, err, sizeof(err)) < 0) {

@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <time.h>
 
 #include <event2/event.h>
@@ -192,6 +193,15 @@ int worker_init(struct worker *w, int index, const struct proxy_shared *shared, 
         return -EINVAL;
     }
     unsigned flags = MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME | MHD_ALLOW_UPGRADE;
+    /* MHD's own default (1020) would stop a worker long before the descriptors run out;
+     * a WebSocket also counts after its upgrade. Each connection may need a second
+     * descriptor upstream. */
+    struct rlimit nofile;
+    unsigned connection_limit = 1024;
+    if (getrlimit(RLIMIT_NOFILE, &nofile) == 0 && nofile.rlim_cur != RLIM_INFINITY && nofile.rlim_cur > 256) {
+        rlim_t per_worker = (nofile.rlim_cur - 128) / 2 / (rlim_t)(cfg->workers > 0 ? cfg->workers : 1);
+        connection_limit = per_worker > 64 ? (unsigned)per_worker : 64;
+    }
     if (ipv6)
         flags |= MHD_USE_IPv6;
     w->daemon = MHD_start_daemon(flags, 0, NULL, NULL, request_handle, w,
@@ -202,6 +212,7 @@ int worker_init(struct worker *w, int index, const struct proxy_shared *shared, 
                                  MHD_OPTION_NOTIFY_COMPLETED, request_completed, (void *)w,
                                  MHD_OPTION_NOTIFY_CONNECTION, on_connection, (void *)w,
                                  MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)75,
+                                 MHD_OPTION_CONNECTION_LIMIT, connection_limit,
                                  /* Room for heads past our own limit, so that we answer them
                                     (431, JSON). Not more: MHD zeroes the whole pool after
                                     every request. Heads that overflow it get MHD's own 431. */

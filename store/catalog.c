@@ -73,13 +73,19 @@ static int set_err(struct catalog *cat, const char *fmt, ...)
     return 0;
 }
 
+/* Says why a value was refused, in one line: control characters of the value quoted in
+ * it (a route method "G\nET") become '?'. */
 __attribute__((format(printf, 3, 4)))
 static int invalid(char *err, size_t errlen, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
-    if (err && errlen)
+    if (err && errlen) {
         vsnprintf(err, errlen, fmt, ap);
+        for (char *p = err; *p; p++)
+            if ((unsigned char)*p < 0x20 || *p == 0x7f)
+                *p = '?';
+    }
     va_end(ap);
     return CATALOG_INVALID;
 }

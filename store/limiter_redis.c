@@ -4,7 +4,7 @@
  * Connection life: IDLE -> CONNECTING -> HANDSHAKE (AUTH, SELECT, SCRIPT LOAD pipelined)
  * -> READY. Only READY sends checks; in any other state limiter_check answers
  * LIMITER_UNAVAILABLE at once. A failed context is never reused: it is freed and a new one
- * is made after a backoff (50 ms doubling to 400 ms, back to 50 ms once READY).
+ * is made after a backoff (50 ms doubling to 250 ms, back to 50 ms once READY).
  *
  * Commands in flight are kept in send order (which is reply order). A watchdog timer fails
  * the connection when the oldest has waited longer than command_timeout_ms, or when
@@ -43,7 +43,11 @@
 #include "store/redis_url.h"
 
 #define BACKOFF_MIN_MS 50
-#define BACKOFF_MAX_MS 400   /* enforcement is back well within 1 s of Redis returning */
+#define BACKOFF_MAX_MS 250   /* enforcement is back well within 1 s of Redis returning */
+/* After a reconnect, concurrency checks wait this long (answered as unavailable): a Redis
+ * that restarted empty holds only the leases of the proxies that have renewed so far,
+ * and every proxy reconnects and renews within BACKOFF_MAX_MS of it coming back. */
+#define LEASE_GRACE_MS 400
 #define DEFAULT_TIMEOUT_MS 200
 #define MIN_CONNECT_TIMEOUT_MS 1000
 #define MAX_ARGS (5 + 5 * LIMITER_MAX_RULES)
@@ -120,6 +124,8 @@ struct redis_limiter {
     int renewing;             /* renewal calls in flight */
     bool destroying;
     char last_error[160];     /* for a debugger */
+    bool was_ready;                  /* connected before: a reconnect starts a grace */
+    int64_t lease_grace_until_ms;    /* mono ms; concurrency checks unavailable until then */
 };
 
 static int64_t mono_ms(void)
@@ -289,6 +295,9 @@ static void on_setup_reply(redisAsyncContext *ac, void *r, void *privdata)
         return;
     }
     if (kind == P_LOAD) {   /* the last of the handshake */
+        if (rl->was_ready)
+            rl->lease_grace_until_ms = mono_ms() + LEASE_GRACE_MS;
+        rl->was_ready = true;
         rl->state = CONN_READY;
         rl->backoff_ms = BACKOFF_MIN_MS;
         evtimer_del(rl->watchdog);   /* the connect deadline no longer applies */
@@ -773,7 +782,8 @@ static int redis_check(struct limiter *limiter, const char *subject, size_t subj
 {
     struct redis_limiter *rl = (struct redis_limiter *)limiter;
     struct limiter_result res;
-    if (rl->state != CONN_READY || rl->ac == NULL) {
+    if (rl->state != CONN_READY || rl->ac == NULL ||
+        (lease_id != NULL && rl->lease_grace_until_ms > 0 && mono_ms() < rl->lease_grace_until_ms)) {
         limiter_result_unavailable(&res, n);
         done(arg, &res);
         return 0;

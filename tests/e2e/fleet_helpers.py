@@ -12,7 +12,6 @@ import json
 import os
 import pathlib
 import re
-import selectors
 import socket
 import struct
 import subprocess
@@ -375,19 +374,27 @@ def parallel_ws(targets, timeout=15):
     """targets: [(port, target, key)]. Opens every connection, writes every handshake in one
     loop, then reads every answer: a list of WS (101) or refusal Resps."""
     socks = []
-    for port, _, _ in targets:
-        s = socket.create_connection(("127.0.0.1", port), timeout=timeout)
-        s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        socks.append(s)
-    for s, (_, target, key) in zip(socks, targets):
-        s.sendall(ws_handshake_bytes(target, key))
     out = []
-    for s in socks:
-        try:
-            out.append(ws_finish(s))
-        except HandshakeRefused as e:
-            out.append(e.resp)
-    return out
+    try:
+        for port, _, _ in targets:
+            s = socket.create_connection(("127.0.0.1", port), timeout=timeout)
+            s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            socks.append(s)
+        for s, (_, target, key) in zip(socks, targets):
+            s.sendall(ws_handshake_bytes(target, key))
+        for s in socks:
+            try:
+                out.append(ws_finish(s))
+            except HandshakeRefused as e:
+                out.append(e.resp)
+        return out
+    except BaseException:
+        for w in out:
+            if isinstance(w, WS):
+                w.close()
+        for s in socks:
+            s.close()
+        raise
 
 
 # --------------------------------------------------------------------------------------

@@ -8,7 +8,6 @@ at once" is judged where it matters."""
 import socket
 import time
 
-import pytest
 
 from conftest import SLOW, assert_json_error, wait_until
 from fleet_helpers import (check_concurrency_429, error_code, fleet, http_read, http_send,
@@ -227,3 +226,51 @@ def test_leases_outlive_their_ttl_while_held(catalog, proxies, redis, ws_upstrea
     finally:
         for s in held:
             s.close()
+
+
+def test_rate_rejection_keeps_no_concurrency_slot(catalog, proxies, redis, ws_upstream):
+    catalog.plan("mix", "--rate", "100000/min", "--concurrency", "1")
+    catalog.limit("mix", "--rate", "1/min", "--route", "GET /once")
+    user, key = catalog.user_key("mix")
+    a, b = fleet(proxies, catalog, redis, ws_upstream)
+    assert a.get("/once", key=key).status == 200
+    for p in (a, b, a):
+        r = p.get("/once", key=key)
+        assert r.status == 429 and error_code(r) == "rate_limit_exceeded", r
+    # had a refused request kept its concurrency slot, this would be 429 concurrency
+    for p in (a, b):
+        r = p.get("/other", key=key)
+        assert r.status == 200, r
+
+
+def test_concurrency_rejection_does_not_count_against_the_rate(catalog, proxies, redis,
+                                                                 ws_upstream):
+    catalog.plan("mix3", "--rate", "3/min", "--concurrency", "1")
+    user, key = catalog.user_key("mix3")
+    a, b = fleet(proxies, catalog, redis, ws_upstream)
+    s = start_held(a.port, "/slow/%d" % int(1000 * SLOW), key)         # rate 1 of 3
+    try:
+        assert wait_stat(ws_upstream, "open", user, 1) == 1
+        for p in (a, b, a, b, a):
+            check_concurrency_429(p.get("/slow/0", key=key))
+        assert http_read(s).status == 200
+    finally:
+        s.close()
+    assert a.get("/slow/0", key=key).status == 200                      # rate 2 of 3
+    assert b.get("/slow/0", key=key).status == 200                      # rate 3 of 3
+    r = a.get("/slow/0", key=key)
+    assert r.status == 429 and error_code(r) == "rate_limit_exceeded", r
+
+
+def test_slot_back_after_client_abort_mid_upload(catalog, proxies, redis, ws_upstream):
+    user, key = conc_plan(catalog, 1)
+    a, b = fleet(proxies, catalog, redis, ws_upstream)
+    for p in (a, b):
+        s = socket.create_connection(("127.0.0.1", p.port), timeout=10)
+        s.sendall(b"POST /slow/0 HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + key.encode() +
+                  b"\r\nContent-Length: 1000000\r\n\r\n" + b"x" * 20000)
+        time.sleep(0.2)
+        s.close()                        # 980 000 bytes of the body never come
+    ok = wait_until(lambda: b.get("/slow/0", key=key).status == 200 and
+                    a.get("/slow/0", key=key).status == 200, 3 * SLOW, 0.1)
+    assert ok, "a slot stayed taken after a client gave up mid-upload"

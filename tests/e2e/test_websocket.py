@@ -7,7 +7,6 @@ import os
 import signal
 import time
 
-import pytest
 
 from conftest import SLOW, assert_json_error, wait_until
 from fleet_helpers import (OP_BIN, OP_CLOSE, OP_CONT, OP_PING, OP_PONG, OP_TEXT, WS,
@@ -415,3 +414,45 @@ def test_rate_limit_applies_to_handshakes(catalog, proxies, ws_upstream):
         assert int(r.header("Retry-After")) >= 1
     finally:
         close_all(ws)
+
+
+def test_upstream_drops_the_connection(catalog, proxies, redis, ws_upstream):
+    user, key = ws_plan(catalog, "ws1d", "--concurrency", "1")
+    a, b = fleet(proxies, catalog, redis, ws_upstream)
+    w = ws_connect(a.port, "/ws", key=key)
+    try:
+        w.send_text("__drop")        # the upstream closes TCP without a close frame
+        assert w.wait_eof(5 * SLOW), "the client's side stayed open after the upstream dropped"
+    finally:
+        w.close()
+    got, _ = open_on(b.port, key, 1, 2 * SLOW)
+    assert len(got) == 1, "slot not back after the upstream dropped the tunnel"
+    close_all(got)
+
+
+def test_many_idle_websockets_on_one_worker(catalog, proxies, ws_upstream):
+    """1100 idle WebSockets on one event loop (more than libmicrohttpd's default of
+    FD_SETSIZE - 4 connections per daemon): all open, and the proxy still answers."""
+    import socket
+    n = 1100
+    _, key = ws_plan(catalog, "wsmany")
+    p = proxies.start(catalog, store="memory", upstream=ws_upstream, proxy={"workers": 1})
+    opened = []
+    try:
+        for start in range(0, n, 100):
+            try:
+                res = parallel_ws([(p.port, "/ws", key)] * min(100, n - start), timeout=5 * SLOW)
+            except (socket.timeout, TimeoutError, ConnectionError) as e:
+                raise AssertionError("a handshake went unanswered (%.0f s) while opening "
+                                     "WebSockets %d..%d on one worker: %r"
+                                     % (5 * SLOW, len(opened) + 1, len(opened) + 100, e))
+            for r in res:
+                assert isinstance(r, WS), "refused with %d open: %r" % (len(opened), r)
+                opened.append(r)
+        assert len(opened) == n
+        r = p.get("/x", key=key, timeout=5 * SLOW)
+        assert r.status == 200, r
+        assert_echo(opened[0], "first")
+        assert_echo(opened[-1], "last")
+    finally:
+        close_all(opened)

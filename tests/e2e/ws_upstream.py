@@ -29,7 +29,8 @@ WebSocket (any path, with Upgrade: websocket):
   - on a close frame from the client: records its code and answers a close frame with the
     same payload (code and reason), then closes the connection;
   - on the text message "__close <code>": sends a close frame with that code and reason
-    "upstream", waits (up to 5 s) for the client's close frame (recorded), then closes.
+    "upstream", waits (up to 5 s) for the client's close frame (recorded), then closes;
+  - on the text message "__drop": closes the TCP connection without a close frame.
 """
 import argparse
 import asyncio
@@ -289,6 +290,9 @@ async def websocket(reader, writer, headers, user, target):
                 Stats.add(STATS.ws_messages, user, 1)
                 msg = b"".join(text_parts) if text_parts is not None else None
                 text_parts = None
+                if msg == b"__drop":
+                    end.update(how="dropped")
+                    break
                 if msg is not None and msg.startswith(b"__close "):
                     code = int(msg.split()[1])
                     writer.write(encode_frame(0x8, struct.pack("!H", code) + b"upstream"))
