@@ -339,6 +339,8 @@ static size_t on_upstream_body(char *data, size_t size, size_t nmemb, void *user
 static ssize_t read_response_body(void *cls, uint64_t pos, char *buf, size_t max)
 {
     struct request *r = cls;
+    if (r->w->closing)
+        return MHD_CONTENT_READER_END_WITH_ERROR;
     size_t avail = r->resp_body.len;
     if (avail > 0 && r->resp_content_length >= 0 && request_release_pending(r) &&
         r->bytes_sent + avail >= (uint64_t)r->resp_content_length)

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/socket.h>
 
 #include <event2/event.h>
 
@@ -182,6 +183,14 @@ static void on_client_closed(evutil_socket_t fd, short what, void *arg)
     struct request *r = arg;
     if (r->mhd_done || r->client_gone)
         return;
+    if (!(what & EV_CLOSED)) {
+        /* Readable: a reset or an orderly close reads as gone; a pipelined request does
+         * not, and is left for MHD (this one-shot watch ends here, so it cannot spin). */
+        char c;
+        ssize_t n = recv(fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
+        if (n > 0 || (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)))
+            return;
+    }
     r->client_gone = true;
     r->decision = r->decision != NULL ? r->decision : "client_closed";
     request_release_slots(r);
@@ -194,14 +203,14 @@ static void on_client_closed(evutil_socket_t fd, short what, void *arg)
 
 void request_suspend(struct request *r)
 {
-    if (r->suspended)
+    if (r->suspended || r->w->closing)
         return;
     r->suspended = true;
     MHD_suspend_connection(r->conn);
     if (r->close_watch == NULL) {
         const union MHD_ConnectionInfo *ci = MHD_get_connection_info(r->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
         if (ci != NULL)
-            r->close_watch = event_new(r->w->base, ci->connect_fd, EV_CLOSED, on_client_closed, r);
+            r->close_watch = event_new(r->w->base, ci->connect_fd, EV_READ | EV_CLOSED, on_client_closed, r);
     }
     if (r->close_watch != NULL)
         event_add(r->close_watch, NULL);
@@ -495,8 +504,8 @@ enum MHD_Result request_handle(void *cls, struct MHD_Connection *conn, const cha
                                void **req_cls)
 {
     struct request *r = *req_cls;
-    if (r == NULL)
-        return MHD_NO;
+    if (r == NULL || r->w->closing)
+        return MHD_NO; /* shutting down past the drain: MHD closes the connection */
     const struct proxy_config *cfg = r->w->cfg;
 
     switch (r->phase) {

@@ -298,6 +298,7 @@ void worker_join_and_destroy(struct worker *w)
     pthread_join(w->thread, NULL);
     /* MHD cannot stop with suspended connections: wake them; their requests see the
      * daemon going away and are freed by the completion callback. */
+    w->closing = true;
     for (struct request *r = w->requests; r != NULL; r = r->next) {
         forward_abort(r);
         if (r->suspended) {

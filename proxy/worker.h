@@ -64,6 +64,7 @@ struct worker {
     uint64_t snap_generation;
 
     bool stopping;
+    bool closing;                   /* past the drain: connections are cut, not suspended */
     int64_t drain_deadline_ms;
     unsigned active_requests;
     struct request *requests;       /* every live request, for shutdown */
