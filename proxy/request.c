@@ -396,12 +396,57 @@ static bool is_exempt(const struct proxy_config *cfg, const char *path)
     return false;
 }
 
+/* The path as the upstream will resolve it, for matching exempt paths and routes:
+ * "//" collapsed, "." and ".." segments removed (RFC 3986 5.2.4), never above the root.
+ * MHD has already percent-decoded it, so "%2e%2e" is ".." here too. The request itself is
+ * forwarded unchanged. Returns out, or NULL when it does not fit. */
+static char *normalize_path(const char *in, char *out, size_t outlen)
+{
+    size_t o = 0;
+    if (outlen < 2)
+        return NULL;
+    out[o++] = '/';
+    const char *p = in;
+    while (*p != '\0') {
+        while (*p == '/')
+            p++;
+        const char *seg = p;
+        while (*p != '\0' && *p != '/')
+            p++;
+        size_t len = (size_t)(p - seg);
+        bool trailing = *p == '/';
+        if (len == 0 || (len == 1 && seg[0] == '.')) {
+            continue;
+        }
+        if (len == 2 && seg[0] == '.' && seg[1] == '.') {
+            if (o > 1) {
+                o--; /* the '/' after the last segment */
+                while (o > 1 && out[o - 1] != '/')
+                    o--;
+            }
+            continue;
+        }
+        if (o + len + 1 >= outlen)
+            return NULL;
+        memcpy(out + o, seg, len);
+        o += len;
+        if (trailing)
+            out[o++] = '/';
+    }
+    out[o] = '\0';
+    return out;
+}
+
 /* The whole request is in: authenticate, check the limits, forward. */
-static enum MHD_Result decide(struct request *r, const char *path)
+static enum MHD_Result decide(struct request *r, const char *raw_path)
 {
     struct worker *w = r->w;
     const struct proxy_config *cfg = w->cfg;
     r->ws_upgrade = ws_is_upgrade(r->conn, r->method);
+    char normalized[4096];
+    const char *path = normalize_path(raw_path, normalized, sizeof(normalized));
+    if (path == NULL)
+        return queue_now(r, 414, respond_error(r, "uri_too_long"));
 
     if (is_exempt(cfg, path)) {
         r->exempt = true;
@@ -492,10 +537,47 @@ started:
     return MHD_YES;
 }
 
-static enum MHD_Result add_header_size(void *cls, enum MHD_ValueKind kind, const char *name, const char *value)
+/* What one pass over the request head finds wrong with it. */
+struct head_check {
+    size_t bytes;
+    bool malformed;            /* a name that is no token, CR/LF/NUL in a value */
+    const char *content_length;
+    bool conflicting_length;   /* two Content-Length values that differ */
+    bool transfer_encoding;
+    bool unknown_coding;       /* a transfer coding other than chunked */
+};
+
+static bool is_token_char(unsigned char c)
 {
-    size_t *total = cls;
-    *total += strlen(name) + (value != NULL ? strlen(value) : 0) + 4;
+    return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+           (c != '\0' && strchr("!#$%&'*+-.^_`|~", c) != NULL);
+}
+
+static enum MHD_Result check_header(void *cls, enum MHD_ValueKind kind, const char *name, size_t name_size,
+                                    const char *value, size_t value_size)
+{
+    struct head_check *hc = cls;
+    hc->bytes += name_size + value_size + 4;
+    if (name_size == 0 || strlen(name) != name_size)
+        hc->malformed = true;
+    for (size_t i = 0; i < name_size && !hc->malformed; i++)
+        if (!is_token_char((unsigned char)name[i]))
+            hc->malformed = true;
+    if (value != NULL) {
+        /* A NUL shows as a value shorter than its size; CR and LF would end it upstream. */
+        if (strlen(value) != value_size || memchr(value, '\r', value_size) || memchr(value, '\n', value_size))
+            hc->malformed = true;
+        if (strcasecmp(name, "Content-Length") == 0) {
+            if (hc->content_length != NULL && strcmp(hc->content_length, value) != 0)
+                hc->conflicting_length = true;
+            hc->content_length = value;
+        }
+    }
+    if (strcasecmp(name, "Transfer-Encoding") == 0) {
+        hc->transfer_encoding = true;
+        if (value == NULL || strcasecmp(value, "chunked") != 0)
+            hc->unknown_coding = true;
+    }
     return MHD_YES;
 }
 
@@ -512,10 +594,20 @@ enum MHD_Result request_handle(void *cls, struct MHD_Connection *conn, const cha
     case PHASE_HEAD: {
         r->method = method;
         r->phase = PHASE_BODY;
-        size_t head_bytes = strlen(r->raw_uri) + strlen(method);
-        MHD_get_connection_values(conn, MHD_HEADER_KIND, add_header_size, &head_bytes);
-        if (head_bytes > MAX_HEAD_BYTES)
+        struct head_check hc = { .bytes = strlen(r->raw_uri) + strlen(method) };
+        MHD_get_connection_values_n(conn, MHD_HEADER_KIND, check_header, &hc);
+        if (hc.bytes > MAX_HEAD_BYTES)
             return queue_now(r, MHD_HTTP_REQUEST_HEADER_FIELDS_TOO_LARGE, respond_error(r, "request_header_too_large"));
+        /* Answered on this first call, so MHD closes the connection after it: nothing the
+           client sent after a head like this is read as another request (RFC 9112 6.1). */
+        if (hc.malformed || hc.conflicting_length || (hc.transfer_encoding && hc.content_length != NULL)) {
+            r->decision = "malformed";
+            return queue_now(r, MHD_HTTP_BAD_REQUEST, respond_error(r, "malformed_request"));
+        }
+        if (hc.unknown_coding) {
+            r->decision = "malformed";
+            return queue_now(r, MHD_HTTP_NOT_IMPLEMENTED, respond_error(r, "unsupported_transfer_coding"));
+        }
         const char *cl = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
         if (cl != NULL) {
             char *end;

@@ -285,6 +285,8 @@ static void refuse_message(struct ws_tunnel *t)
     metrics_count_limit_hit(t->w->metrics, LIMIT_TYPE_WS_MESSAGE, t->r->plan != NULL ? t->r->plan->name : NULL);
     if (t->w->shared->log_warnings && t->r->plan != NULL)
         log_rejection(t->r->user_id, t->r->plan->name, "ws_message", t->r->ws_rule.rate, t->r->ws_rule.rate);
+    if (t->r->plan != NULL && t->r->plan->shadow)
+        return; /* counted and reported; a shadow plan refuses nothing */
     close_client_with(t, 1008, "message rate limit exceeded");
 }
 
@@ -320,14 +322,16 @@ static void pump_client(struct ws_tunnel *t, struct evbuffer *in)
         evbuffer_copyout(in, head, need);
         size_t consumed;
         struct ws_frame_info f;
-        if (ws_frame_read(&t->frames, head, need, &consumed, &f) != WS_FRAME) {
+        /* Client frames must be masked (RFC 6455 5.1). */
+        if (ws_frame_read(&t->frames, head, need, &consumed, &f) != WS_FRAME || !f.masked) {
             protocol_error(t);
             return;
         }
         if (f.ends_message && t->messages != NULL &&
             !local_limit_check(t->messages, &t->r->ws_rule, clock_unix_ms(), NULL)) {
             refuse_message(t);
-            return;
+            if (t->state != TUNNEL_OPEN)
+                return;
         }
         evbuffer_remove_buffer(in, out, need);
     }
