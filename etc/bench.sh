@@ -1,0 +1,560 @@
+#!/usr/bin/env bash
+# etc/bench.sh - tierproxy throughput benchmark, side by side with nginx proxy_pass, on
+# loopback (127.0.0.1 only). Reproduces the README's "Benchmark" figures with one command:
+#
+#   etc/setup.sh --bench     # once: installs wrk and nginx (this script installs nothing)
+#   etc/bench.sh             # builds if needed, runs ~5 minutes, prints a markdown report
+#
+# Starts (each in its own process group, all stopped by PID on exit):
+#   upstream          nginx, 1 worker, 200 with a fixed ~100-byte JSON body (without nginx:
+#                     etc/bench/upstream.c, a small epoll server compiled on the fly)
+#   redis-server      on a free port, --save '' --appendonly no (for tierproxy_redis)
+#   nginx_proxy       nginx proxy_pass, 1 worker, upstream keepalive (only when nginx exists)
+#   tierproxy_memory  tierproxy, workers = 1, store = memory
+#   tierproxy_redis   tierproxy, workers = 1, store = redis
+# with a catalog made by build/tiers/tierctl: plan "bench" (sliding-log, 1000000000/s:
+# nothing is rejected) with 100 users and a key each, and plan "bench429" (1/min: all but
+# the first request of each key get 429) with 100 more. wrk drives each row in turn
+# (-t1 -c$CONNS --latency, keys rotating per request, a $WARMUP s unrecorded warm-up right
+# before each $DURATION s measured run), the whole cycle $CYCLES times (rows interleaved).
+# Each cycle also runs, for P7, both tierproxy rows at -c$P7_CONNS and with the bench429 keys.
+#
+# Reported: median req/s, ratios to nginx_proxy and direct (medians of per-cycle ratios),
+# p50/p99, CPU µs per request of every process (utime+stime of its process group from
+# /proc/PID/stat; wrk's own from `times`), Redis EVALSHA calls and Redis CPU per request
+# (INFO commandstats, INFO cpu), SQLite statements per request (an LD_PRELOAD counter,
+# etc/bench/sqlite_count.c, in both tierproxy processes), and a verdict per target P1-P7.
+# A run during which processes not ours (or the hypervisor: steal) took more than BUSY_PCT %
+# of a core is "disturbed" and repeated, up to MAX_RETRY times.
+#
+# Output: the report on stdout and in $RESULTS_DIR/report.md; raw wrk outputs, per-run
+# figures (runs.txt), configs and logs in $RESULTS_DIR (default build/bench-results/<UTC time>).
+# Progress goes to stderr.
+#
+# Knobs (environment):
+#   DURATION=10 WARMUP=2 CYCLES=3 CONNS=64 P7_CONNS=2*CONNS THREADS=1
+#   ROWS="direct nginx_proxy tierproxy_memory tierproxy_redis"   P7=1 (0: skip the P7 runs)
+#   BUSY_PCT=15 MAX_RETRY=2 RETRY_PAUSE=10 QUIET_MAX=60 (s to wait for a quiet box at start)
+#   UPSTREAM=auto|nginx|builtin   BUILD_DIR=build NO_BUILD=0   TIERPROXY_BIN TIERCTL_BIN
+#   RESULTS_DIR
+set -euo pipefail
+export LC_ALL=C
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+BENCH=$ROOT/etc/bench
+cd "$ROOT"
+
+case "${1:-}" in
+  -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
+  "") ;;
+  *) echo "etc/bench.sh: no arguments expected (knobs are environment variables; see --help)" >&2; exit 2 ;;
+esac
+
+# the exact command, as typed: the knobs given in the environment, then the script
+KNOBS=(DURATION WARMUP CYCLES CONNS P7_CONNS THREADS ROWS P7 BUSY_PCT MAX_RETRY RETRY_PAUSE QUIET_MAX
+       UPSTREAM BUILD_DIR NO_BUILD TIERPROXY_BIN TIERCTL_BIN RESULTS_DIR)
+COMMAND=""
+for v in "${KNOBS[@]}"; do
+  [[ -n ${!v+x} ]] && COMMAND+="$v=$(printf '%q' "${!v}") "
+done
+COMMAND+="etc/bench.sh"
+
+DURATION=${DURATION:-10}
+WARMUP=${WARMUP:-2}
+CYCLES=${CYCLES:-3}
+CONNS=${CONNS:-64}
+P7_CONNS=${P7_CONNS:-$((2 * CONNS))}
+THREADS=${THREADS:-1}
+ROWS=${ROWS:-"direct nginx_proxy tierproxy_memory tierproxy_redis"}
+P7=${P7:-1}
+BUSY_PCT=${BUSY_PCT:-15}
+MAX_RETRY=${MAX_RETRY:-2}
+RETRY_PAUSE=${RETRY_PAUSE:-10}
+QUIET_MAX=${QUIET_MAX:-60}
+UPSTREAM=${UPSTREAM:-auto}
+BUILD_DIR=${BUILD_DIR:-build}
+NO_BUILD=${NO_BUILD:-0}
+KEYS=100
+HIGH_RATE=1000000000/s
+DENY_RATE=1/min
+BODY='{"status":"ok","service":"bench-upstream","message":"fixed response body","id":1234567890,"v":1}'
+
+log() { printf '[%(%H:%M:%S)T] %s\n' -1 "$*" >&2; }
+die() { log "ERROR: $*"; exit 1; }
+
+for r in $ROWS; do
+  case $r in direct|nginx_proxy|tierproxy_memory|tierproxy_redis) ;; *) die "unknown row in ROWS: $r" ;; esac
+done
+for tool in wrk redis-server redis-cli curl ss awk setsid timeout getconf cc; do
+  command -v "$tool" >/dev/null 2>&1 || die "missing tool: $tool (etc/setup.sh --bench installs what the benchmark needs)"
+done
+PY=/usr/bin/python3
+[[ -x $PY ]] || PY=$(command -v python3) || die "missing python3"
+HAVE_NGINX=0
+command -v nginx >/dev/null 2>&1 && HAVE_NGINX=1
+case $UPSTREAM in
+  auto) [[ $HAVE_NGINX == 1 ]] && UPSTREAM=nginx || UPSTREAM=builtin ;;
+  nginx) [[ $HAVE_NGINX == 1 ]] || die "UPSTREAM=nginx but nginx is not installed (etc/setup.sh --bench)" ;;
+  builtin) ;;
+  *) die "UPSTREAM must be auto, nginx or builtin" ;;
+esac
+
+# ------------------------------------------------------------------ build
+if [[ $NO_BUILD != 1 ]]; then
+  if [[ -f $BUILD_DIR/build.ninja ]]; then
+    ninja -C "$BUILD_DIR" >/dev/null || die "build failed: ninja -C $BUILD_DIR"
+  else
+    meson setup "$BUILD_DIR" >/dev/null && ninja -C "$BUILD_DIR" >/dev/null || die "build failed in $BUILD_DIR"
+  fi
+fi
+TIERPROXY_BIN=$(realpath "${TIERPROXY_BIN:-$BUILD_DIR/proxy/tierproxy}")
+TIERCTL_BIN=$(realpath "${TIERCTL_BIN:-$BUILD_DIR/tiers/tierctl}")
+[[ -x $TIERPROXY_BIN && -x $TIERCTL_BIN ]] || die "not built: $TIERPROXY_BIN / $TIERCTL_BIN"
+BUILDTYPE="?"
+if [[ -f $BUILD_DIR/meson-info/intro-buildoptions.json ]]; then
+  BUILDTYPE=$("$PY" -c 'import json,sys; o={x["name"]: x["value"] for x in json.load(open(sys.argv[1]))}; print(o.get("buildtype","?"), "b_sanitize=" + str(o.get("b_sanitize","none")))' \
+    "$BUILD_DIR/meson-info/intro-buildoptions.json" 2>/dev/null || echo "?")
+fi
+
+CLK_TCK=$(getconf CLK_TCK)
+NPROC=$(nproc)
+ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
+
+RESULTS_DIR=${RESULTS_DIR:-$ROOT/$BUILD_DIR/bench-results/$(date -u +%Y%m%dT%H%M%SZ)}
+mkdir -p "$RESULTS_DIR/wrk" "$RESULTS_DIR/conf" "$RESULTS_DIR/logs"
+RESULTS_DIR=$(cd "$RESULTS_DIR" && pwd)
+RUNDIR=$(mktemp -d /tmp/tierproxy-bench.XXXXXX)
+chmod 755 "$RUNDIR"          # nginx workers run as nobody when we are root
+if [[ $EUID -eq 0 ]]; then USER_LINE="user nobody nogroup;"; else USER_LINE=""; fi
+
+# ------------------------------------------------------------------ process management
+declare -a STARTED=()        # pids we started; each leads its own process group
+declare -A PID_OF=() CMD_OF=() PORT_OF=()
+
+stop_group() {               # stop_group PID: the process group we started, by its leader
+  local pid=$1 i
+  kill -TERM -- "-$pid" 2>/dev/null || kill -TERM "$pid" 2>/dev/null || { wait "$pid" 2>/dev/null || true; return 0; }
+  for i in $(seq 1 120); do  # tierproxy drains for up to 10 s on SIGTERM
+    kill -0 -- "-$pid" 2>/dev/null || break
+    sleep 0.1
+  done
+  kill -KILL -- "-$pid" 2>/dev/null || true
+  wait "$pid" 2>/dev/null || true
+}
+
+CLEANED=0
+WRK_TPID=""
+cleanup() {
+  local rc=$? i f
+  [[ $CLEANED -eq 1 ]] && return
+  CLEANED=1
+  trap - EXIT INT TERM
+  if [[ -n ${WRK_TPID:-} ]] && kill -0 "$WRK_TPID" 2>/dev/null; then   # timeout(1) passes TERM on to wrk
+    kill -TERM "$WRK_TPID" 2>/dev/null || true
+    for i in $(seq 1 50); do kill -0 "$WRK_TPID" 2>/dev/null || break; sleep 0.1; done
+  fi
+  for (( i=${#STARTED[@]}-1; i>=0; i-- )); do stop_group "${STARTED[$i]}"; done
+  if [[ -d $RUNDIR ]]; then
+    for f in "$RUNDIR"/*.log; do
+      [[ -f $f ]] && { tail -c 65536 "$f" >"$RESULTS_DIR/logs/$(basename "$f")" 2>/dev/null || true; }
+    done
+    rm -rf "$RUNDIR"
+  fi
+  [[ $rc -ne 0 ]] && log "exited with status $rc; logs in $RESULTS_DIR/logs"
+  exit "$rc"
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+start_bg() {                 # start_bg NAME CMD... : in the background, own session and process group
+  local name=$1 pid i pg=""
+  shift
+  setsid "$@" >"$RUNDIR/$name.out.log" 2>&1 </dev/null &
+  pid=$!
+  STARTED+=("$pid")
+  PID_OF[$name]=$pid
+  CMD_OF[$name]=$(printf '%q ' "$@")
+  # setsid() happens after the fork: wait until the child leads its own group, so that a
+  # group kill can never reach this script's group
+  for i in $(seq 1 200); do
+    pg=$(awk '{ sub(/^.*\) /, ""); print $3 }' "/proc/$pid/stat" 2>/dev/null || true)
+    [[ $pg == "$pid" ]] && break
+    kill -0 "$pid" 2>/dev/null || break
+    sleep 0.01
+  done
+  [[ $pg == "$pid" ]] || die "$name (pid $pid) did not start in its own process group: $(tail -5 "$RUNDIR/$name.out.log" 2>/dev/null)"
+  log "started $name pid=$pid"
+}
+
+declare -A USED_PORT=()
+free_port() {                # free_port VAR : a free TCP port below the ephemeral range
+  local lo _ p tries=0
+  read -r lo _ </proc/sys/net/ipv4/ip_local_port_range
+  (( lo > 12000 )) || lo=32768
+  while :; do
+    p=$(( 10000 + (RANDOM * 32768 + RANDOM) % (lo - 10000) ))
+    if [[ -z ${USED_PORT[$p]:-} && -z $(ss -Htan "sport = :$p") ]]; then
+      USED_PORT[$p]=1
+      printf -v "$1" '%s' "$p"
+      return 0
+    fi
+    tries=$((tries + 1))
+    (( tries < 500 )) || die "could not find a free port"
+  done
+}
+
+wait_http() {                # wait_http NAME PORT KEY TIMEOUT_S : until it answers 200
+  local name=$1 port=$2 key=$3 deadline=$((SECONDS + $4)) code
+  while (( SECONDS < deadline )); do
+    kill -0 "${PID_OF[$name]}" 2>/dev/null || die "$name exited during startup: $(tail -5 "$RUNDIR/$name.out.log" "$RUNDIR/$name.error.log" 2>/dev/null)"
+    code=$(curl -s -o /dev/null -w '%{http_code}' --max-time 1 -H "Authorization: Bearer $key" "http://127.0.0.1:$port/" || true)
+    [[ $code == 200 ]] && return 0
+    sleep 0.1
+  done
+  die "$name not answering 200 on 127.0.0.1:$port after $4 s (last: $code): $(tail -5 "$RUNDIR/$name.out.log" 2>/dev/null)"
+}
+
+render() {                   # render TEMPLATE OUTFILE KEY=VALUE...
+  local tmpl=$1 out=$2 kv content
+  shift 2
+  content=$(<"$tmpl")
+  for kv in "$@"; do content=${content//@${kv%%=*}@/${kv#*=}}; done
+  printf '%s\n' "$content" >"$out"
+  if grep -n '@[A-Z_][A-Z_]*@' "$out" >&2; then die "unrendered placeholder in $out"; fi
+  cp -f "$out" "$RESULTS_DIR/conf/"
+}
+
+start_nginx() {              # start_nginx NAME TEMPLATE UPSTREAM_PORT
+  local name=$1 port
+  free_port port
+  render "$BENCH/$2" "$RUNDIR/$name.conf" NAME="$name" PORT="$port" RUNDIR="$RUNDIR" \
+    UPSTREAM_PORT="$3" USER_LINE="$USER_LINE" BODY="$BODY"
+  mkdir -p "$RUNDIR/$name.tmp"
+  nginx -t -q -p "$RUNDIR/" -e "$RUNDIR/$name.error.log" -c "$RUNDIR/$name.conf" || die "nginx config test failed for $name"
+  start_bg "$name" nginx -p "$RUNDIR/" -e "$RUNDIR/$name.error.log" -c "$RUNDIR/$name.conf"
+  PORT_OF[$name]=$port
+}
+
+# ------------------------------------------------------------------ CPU accounting
+# A snapshot: /proc/stat busy/idle/steal ticks, utime+stime of each process group we
+# started, of kernel threads, and of all other processes. Deltas over a run give each
+# server's CPU, and how much CPU processes not ours took from the run (disturbance).
+declare -A S0=() S1=()
+snapshot() {                 # snapshot ARRAYNAME
+  local -n _s=$1
+  local k v
+  _s=()
+  while read -r k v; do _s[$k]=$v; done < <(
+    { head -n1 /proc/stat; cat /proc/[0-9]*/stat 2>/dev/null; } | awk -v want="${STARTED[*]}" '
+      BEGIN { n = split(want, a, " "); for (i = 1; i <= n; i++) w[a[i]] = 1 }
+      NR == 1 { print "busy", $2 + $3 + $4 + $7 + $8; print "steal", $9; next }
+      {
+        pid = $1; s = $0; sub(/^.*\) /, "", s); split(s, f, " ")
+        t = f[12] + f[13]                      # utime + stime (f[k] is stat field k+2)
+        if (f[3] in w) g[f[3]] += t            # by process group
+        else if (pid == 2 || f[2] == 2) kth += t
+        else oth += t
+      }
+      END { for (p in w) print "g" p, g[p] + 0; print "kth", kth + 0; print "procs_other", oth + 0 }')
+  _s[t]=$(date +%s.%N)
+}
+
+ticks_of() {                 # ticks_of NAME : CPU ticks of that process group between S0 and S1
+  [[ -n ${PID_OF[$1]:-} ]] || { echo 0; return; }
+  local g=g${PID_OF[$1]}
+  echo $(( ${S1[$g]:-0} - ${S0[$g]:-0} ))
+}
+
+ours_ticks() {
+  local g sum=0
+  for g in "${STARTED[@]}"; do sum=$(( sum + ${S1[g$g]:-0} - ${S0[g$g]:-0} )); done
+  echo "$sum"
+}
+
+wait_quiet() {               # wait (up to QUIET_MAX s) until processes not ours use < BUSY_PCT % of a core
+  local deadline=$((SECONDS + QUIET_MAX)) other
+  while :; do
+    snapshot S0; sleep 2; snapshot S1
+    other=$(awk -v b=$(( S1[busy] - S0[busy] )) -v o="$(ours_ticks)" -v k=$(( S1[kth] - S0[kth] )) \
+        -v w="$(awk -v a="${S0[t]}" -v b="${S1[t]}" 'BEGIN { print b - a }')" -v hz="$CLK_TCK" \
+        'BEGIN { x = (b - o - k) / hz / w * 100; printf "%.1f", (x < 0 ? 0 : x) }')
+    awk -v x="$other" -v t="$BUSY_PCT" 'BEGIN { exit !(x < t) }' && return 0
+    (( SECONDS < deadline )) || { log "box still busy (${other}% of a core used by other processes); going on"; return 0; }
+    log "box busy (other processes use ${other}% of a core); waiting"
+  done
+}
+
+# ------------------------------------------------------------------ Redis and SQLite counters
+redis_stats() {              # one line: cpu_s=... evalsha_calls=... evalsha_usec=... eval_calls=... all_calls=...
+  [[ -n ${REDIS_PORT:-} ]] || { echo "cpu_s=0 evalsha_calls=0 evalsha_usec=0 eval_calls=0 all_calls=0"; return; }
+  redis-cli -p "$REDIS_PORT" info all | tr -d '\r' | awk -F'[:,=]' '
+    $1 == "used_cpu_sys" || $1 == "used_cpu_user" { cpu += $2 }
+    $1 ~ /^cmdstat_/ { all += $3; if ($1 == "cmdstat_evalsha") { es = $3; eu = $5 } if ($1 == "cmdstat_eval") ev = $3 }
+    END { printf "cpu_s=%.6f evalsha_calls=%d evalsha_usec=%d eval_calls=%d all_calls=%d\n", cpu, es, eu, ev, all }'
+}
+sqlite_count() {             # sqlite_count NAME : statements (sqlite3_step + sqlite3_exec) so far
+  local f=$RUNDIR/$1.sqlite-count
+  [[ -f $f ]] || { echo 0; return; }
+  od -An -t u8 -N16 "$f" | awk '{ print $1 + $2 }'
+}
+kv() {                       # kv KEY LINE
+  awk -v k="$1" '{ for (i = 1; i <= NF; i++) { split($i, a, "="); if (a[1] == k) { print a[2]; exit } } }' <<<"$2"
+}
+
+# ------------------------------------------------------------------ one wrk run
+# run_wrk RUN TARGET PORT SECONDS CONNS KEYFILE OUT : sets R_LINE (key=value facts)
+run_wrk() {
+  local run=$1 target=$2 port=$3 secs=$4 conns=$5 keyfile=$6 out=$7 rc rb ra q0=0 q1=0
+  rb=$(redis_stats)
+  [[ $target == tierproxy_* ]] && q0=$(sqlite_count "$target")
+  snapshot S0
+  set +e
+  # wrk runs in the background and we wait for it, so that a signal stops the benchmark at
+  # once (cleanup stops wrk through WRK_TPID); the subshell's `times` gives wrk's CPU
+  rm -f "$out.pid"
+  (
+    WRK_KEYFILE=$keyfile timeout $((secs + 30)) wrk -t"$THREADS" -c"$conns" -d"${secs}s" --latency --timeout 5s \
+      -s "$BENCH/wrk-keys.lua" "http://127.0.0.1:$port/" >"$out" 2>&1 &
+    echo $! >"$out.pid"
+    wait $!
+    rc=$?
+    times >"$out.times"
+    exit $rc
+  ) &
+  local sub=$!
+  while [[ ! -s $out.pid ]] && kill -0 "$sub" 2>/dev/null; do sleep 0.01; done
+  WRK_TPID=$(cat "$out.pid" 2>/dev/null || true)
+  wait "$sub"
+  rc=$?
+  WRK_TPID=""
+  rm -f "$out.pid"
+  set -e
+  snapshot S1
+  [[ $target == tierproxy_* ]] && q1=$(sqlite_count "$target")
+  ra=$(redis_stats)
+  [[ $rc -eq 0 ]] || die "wrk failed (rc=$rc) for $run: $(tail -5 "$out")"
+  grep -q '^RESULT ' "$out" || die "no RESULT line from wrk for $run: $(tail -5 "$out")"
+  local wk px=0
+  wk=$(awk -v hz="$CLK_TCK" 'NR == 2 { n = split($0, a, " "); s = 0
+      for (i = 1; i <= n; i++) { split(a[i], mm, "m"); sub(/s$/, "", mm[2]); s += mm[1] * 60 + mm[2] }
+      printf "%d", s * hz + 0.5 }' "$out.times")
+  [[ $target != direct ]] && px=$(ticks_of "$target")
+  R_LINE=$(awk -v hz="$CLK_TCK" -v t0="${S0[t]}" -v t1="${S1[t]}" -v up="$(ticks_of upstream)" -v px="$px" \
+      -v rd="$(ticks_of redis)" -v wk="$wk" -v kth=$(( S1[kth] - S0[kth] )) -v busy=$(( S1[busy] - S0[busy] )) \
+      -v ours="$(ours_ticks)" -v steal=$(( S1[steal] - S0[steal] )) -v q=$(( q1 - q0 )) -v rb="$rb" -v ra="$ra" '
+    function field(line, k,   n, a, i, p) { n = split(line, a, " "); for (i = 1; i <= n; i++) { split(a[i], p, "="); if (p[1] == k) return p[2] } return 0 }
+    /^RESULT / {
+      for (i = 2; i <= NF; i++) { split($i, kv, "="); r[kv[1]] = kv[2] }
+      wall = t1 - t0; pct = 100 / hz / wall
+      n = r["requests"] > 0 ? r["requests"] : 1
+      us = 1e6 / hz / n
+      other = (busy - ours - wk - kth) * pct; if (other < 0) other = 0
+      printf "rps=%.1f requests=%d non2xx=%d sockerr=%d p50_us=%d p90_us=%d p99_us=%d mean_us=%.1f ", \
+        r["requests"] / (r["duration_us"] / 1e6), r["requests"], r["err_status"], \
+        r["err_connect"] + r["err_read"] + r["err_write"] + r["err_timeout"], \
+        r["lat_p50_us"], r["lat_p90_us"], r["lat_p99_us"], r["lat_mean_us"]
+      printf "cpu_proxy=%.1f cpu_up=%.1f cpu_redis=%.1f cpu_wrk=%.1f cpu_kth=%.1f cpu_other=%.1f steal=%.1f busy_pct=%.1f ", \
+        px * pct, up * pct, rd * pct, wk * pct, kth * pct, other, steal * pct, busy * pct
+      printf "us_proxy=%.2f us_up=%.2f us_redis=%.2f us_wrk=%.2f ", px * us, up * us, rd * us, wk * us
+      printf "redis_info_cpu_us=%.3f evalsha_calls=%d evalsha_usec=%d eval_calls=%d redis_all_calls=%d sqlite_stmts=%d wall=%.2f\n", \
+        (field(ra, "cpu_s") - field(rb, "cpu_s")) * 1e6 / n, field(ra, "evalsha_calls") - field(rb, "evalsha_calls"), \
+        field(ra, "evalsha_usec") - field(rb, "evalsha_usec"), field(ra, "eval_calls") - field(rb, "eval_calls"), \
+        field(ra, "all_calls") - field(rb, "all_calls"), q, wall
+    }' "$out")
+}
+
+RUNS=$RESULTS_DIR/runs.txt
+: >"$RUNS"
+
+# measure CYCLE RUN TARGET CONNS KEYFILE : warm-up + measured run, repeated while disturbed
+measure() {
+  local cycle=$1 run=$2 target=$3 conns=$4 keyfile=$5 attempt=0 other steal dist
+  local port=${PORT_OF[$target]}
+  while :; do
+    run_wrk "$run" "$target" "$port" "$WARMUP" "$conns" "$keyfile" "$RESULTS_DIR/wrk/$run.c$cycle.a$attempt.warmup.txt"
+    run_wrk "$run" "$target" "$port" "$DURATION" "$conns" "$keyfile" "$RESULTS_DIR/wrk/$run.c$cycle.a$attempt.txt"
+    other=$(kv cpu_other "$R_LINE"); steal=$(kv steal "$R_LINE")
+    dist=$(awk -v x="$other" -v y="$steal" -v t="$BUSY_PCT" 'BEGIN { print (x + y > t) ? 1 : 0 }')
+    if [[ $dist == 1 ]] && (( attempt < MAX_RETRY )); then
+      log "  $run cycle $cycle: disturbed (other processes ${other}% + steal ${steal}% of a core); repeating"
+      echo "cycle=$cycle run=$run target=$target conns=$conns attempt=$attempt kept=0 dist=1 $R_LINE" >>"$RUNS"
+      attempt=$((attempt + 1))
+      sleep "$RETRY_PAUSE"
+      wait_quiet
+      continue
+    fi
+    echo "cycle=$cycle run=$run target=$target conns=$conns attempt=$attempt kept=1 dist=$dist $R_LINE" >>"$RUNS"
+    log "  $run cycle $cycle: $(kv rps "$R_LINE") req/s p50=$(kv p50_us "$R_LINE")us p99=$(kv p99_us "$R_LINE")us non2xx=$(kv non2xx "$R_LINE") µs/req proxy=$(kv us_proxy "$R_LINE") up=$(kv us_up "$R_LINE") redis=$(kv us_redis "$R_LINE") wrk=$(kv us_wrk "$R_LINE") other=${other}% steal=${steal}%$([[ $dist == 1 ]] && echo ' (disturbed, kept)')"
+    break
+  done
+}
+
+want() { [[ " $ROWS " == *" $1 "* ]]; }
+
+# ------------------------------------------------------------------ catalog: plans, users, keys
+log "run dir $RUNDIR, results $RESULTS_DIR"
+DB=$RUNDIR/plans.db
+KEYFILE=$RESULTS_DIR/keys.txt            # API keys of plan "bench" (nothing rejected)
+DENYFILE=$RESULTS_DIR/keys-429.txt       # API keys of plan "bench429" (1/min)
+: >"$KEYFILE"; : >"$DENYFILE"
+if want tierproxy_memory || want tierproxy_redis; then
+  log "making the catalog: plan bench ($HIGH_RATE)$([[ $P7 == 1 ]] && echo ", plan bench429 ($DENY_RATE)"), $KEYS users each"
+  "$TIERCTL_BIN" --db "$DB" init >/dev/null
+  "$TIERCTL_BIN" --db "$DB" plan add bench --rate "$HIGH_RATE" --algorithm sliding-log >/dev/null
+  "$TIERCTL_BIN" --db "$DB" plan add bench429 --rate "$DENY_RATE" --algorithm sliding-log >/dev/null
+  for i in $(seq 1 "$KEYS"); do
+    "$TIERCTL_BIN" --db "$DB" user add "bench-$i" --plan bench >/dev/null
+    "$TIERCTL_BIN" --db "$DB" key create "bench-$i" | tail -n 1 >>"$KEYFILE"
+    if [[ $P7 == 1 ]]; then
+      "$TIERCTL_BIN" --db "$DB" user add "bench429-$i" --plan bench429 >/dev/null
+      "$TIERCTL_BIN" --db "$DB" key create "bench429-$i" | tail -n 1 >>"$DENYFILE"
+    fi
+  done
+  [[ $(grep -c . "$KEYFILE") == "$KEYS" ]] || die "expected $KEYS keys in $KEYFILE"
+else
+  for i in $(seq 1 "$KEYS"); do echo "key-$i" >>"$KEYFILE"; done   # no proxy checks them
+fi
+KEY1=$(head -n 1 "$KEYFILE")
+
+# ------------------------------------------------------------------ start everything
+wait_quiet
+
+if [[ $UPSTREAM == nginx ]]; then
+  start_nginx upstream upstream.nginx.conf.tmpl 0
+  UP_DESC="nginx $(nginx -v 2>&1 | sed 's/^nginx version: nginx\///'), 1 worker, \`return 200\` with a fixed ${#BODY}-byte JSON body, keepalive"
+else
+  cc -O2 -o "$RUNDIR/upstream" "$BENCH/upstream.c" || die "could not compile $BENCH/upstream.c"
+  free_port port
+  start_bg upstream "$RUNDIR/upstream" "$port" "$BODY"
+  PORT_OF[upstream]=$port
+  UP_DESC="etc/bench/upstream.c (nginx not installed), 1 thread, epoll, fixed ${#BODY}-byte JSON body, keepalive"
+fi
+UP_PORT=${PORT_OF[upstream]}
+PORT_OF[direct]=$UP_PORT
+wait_http upstream "$UP_PORT" "$KEY1" 15
+body=$(curl -s --max-time 2 "http://127.0.0.1:$UP_PORT/")
+[[ $body == "$BODY" ]] || die "upstream answered an unexpected body: $body"
+
+declare -a ACTIVE=()
+declare -A SKIP_WHY=() DESC_OF=()
+DESC_OF[direct]="wrk -> upstream directly (what the box can do for the upstream + wrk pair)"
+want direct && ACTIVE+=(direct)
+if want nginx_proxy; then
+  if [[ $HAVE_NGINX == 1 ]]; then
+    start_nginx nginx_proxy proxy.nginx.conf.tmpl "$UP_PORT"
+    wait_http nginx_proxy "${PORT_OF[nginx_proxy]}" "$KEY1" 15
+    ACTIVE+=(nginx_proxy)
+    DESC_OF[nginx_proxy]="nginx proxy_pass, 1 worker, upstream keepalive, no limiting"
+  else
+    SKIP_WHY[nginx_proxy]="nginx not installed (etc/setup.sh --bench)"
+  fi
+fi
+
+if want tierproxy_redis; then
+  free_port REDIS_PORT
+  start_bg redis redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --save '' --appendonly no \
+    --daemonize no --dir "$RUNDIR"
+  for i in $(seq 1 100); do
+    [[ $(redis-cli -p "$REDIS_PORT" ping 2>/dev/null || true) == PONG ]] && break
+    kill -0 "${PID_OF[redis]}" 2>/dev/null || die "redis-server exited: $(tail -5 "$RUNDIR/redis.out.log")"
+    sleep 0.1
+  done
+  [[ $(redis-cli -p "$REDIS_PORT" ping) == PONG ]] || die "redis-server not answering on $REDIS_PORT"
+  log "redis-server on 127.0.0.1:$REDIS_PORT"
+fi
+
+SHIM=$RUNDIR/sqlite_count.so
+cc -O2 -shared -fPIC -o "$SHIM" "$BENCH/sqlite_count.c" -ldl || die "could not compile $BENCH/sqlite_count.c"
+for store in memory redis; do
+  name=tierproxy_$store
+  want "$name" || continue
+  free_port port
+  cat >"$RUNDIR/$name.ini" <<INI
+[proxy]
+listen = 127.0.0.1:$port
+upstream = http://127.0.0.1:$UP_PORT
+workers = 1
+[admin]
+listen =
+[plans]
+db = $DB
+[limits]
+store = $store
+redis = redis://127.0.0.1:${REDIS_PORT:-6379}/0
+[log]
+access = off
+INI
+  cp -f "$RUNDIR/$name.ini" "$RESULTS_DIR/conf/"
+  truncate -s 4096 "$RUNDIR/$name.sqlite-count"
+  start_bg "$name" env LD_PRELOAD="$SHIM" TP_BENCH_SQLITE_COUNTER="$RUNDIR/$name.sqlite-count" \
+    "$TIERPROXY_BIN" -c "$RUNDIR/$name.ini"
+  PORT_OF[$name]=$port
+  wait_http "$name" "$port" "$KEY1" 30
+  ACTIVE+=("$name")
+  DESC_OF[$name]="tierproxy, workers = 1, store = $store, access log off; plan bench: sliding-log $HIGH_RATE (nothing rejected)"
+done
+[[ ${#ACTIVE[@]} -gt 0 ]] || die "no row to run (ROWS=$ROWS)"
+
+# ------------------------------------------------------------------ sanity checks
+for row in "${ACTIVE[@]}"; do
+  code=$(curl -s -o "$RUNDIR/check.body" -w '%{http_code}' --max-time 3 -H "Authorization: Bearer $KEY1" "http://127.0.0.1:${PORT_OF[$row]}/")
+  [[ $code == 200 ]] || die "sanity: $row answered $code for an allowed key"
+  [[ $(<"$RUNDIR/check.body") == "$BODY" ]] || die "sanity: $row returned a different body: $(head -c 200 "$RUNDIR/check.body")"
+done
+for row in tierproxy_memory tierproxy_redis; do
+  [[ -n ${PORT_OF[$row]:-} ]] || continue
+  c=$(curl -s -o /dev/null -w '%{http_code}' -H "Authorization: Bearer bench-no-such-key" "http://127.0.0.1:${PORT_OF[$row]}/")
+  [[ $c == 401 ]] || die "sanity: $row answered $c for an unknown key (expected 401)"
+  if [[ $P7 == 1 ]]; then
+    k=$(head -n 1 "$DENYFILE")
+    c1=$(curl -s -o /dev/null -w '%{http_code}' -H "Authorization: Bearer $k" "http://127.0.0.1:${PORT_OF[$row]}/")
+    c2=$(curl -s -o /dev/null -w '%{http_code}' -H "Authorization: Bearer $k" "http://127.0.0.1:${PORT_OF[$row]}/")
+    [[ $c2 == 429 ]] || die "sanity: $row answered $c1 then $c2 for a bench429 key (expected 429 the second time)"
+  fi
+done
+if [[ -n ${PORT_OF[tierproxy_redis]:-} ]]; then
+  b=$(redis_stats)
+  curl -s -o /dev/null -H "Authorization: Bearer $KEY1" "http://127.0.0.1:${PORT_OF[tierproxy_redis]}/"
+  a=$(redis_stats)
+  (( $(kv evalsha_calls "$a") + $(kv eval_calls "$a") > $(kv evalsha_calls "$b") + $(kv eval_calls "$b") )) \
+    || die "sanity: tierproxy_redis made no EVAL/EVALSHA call in redis-server for a request"
+fi
+log "all rows answer correctly: ${ACTIVE[*]}"
+
+# ------------------------------------------------------------------ load runs
+declare -a P7_TARGETS=()
+if [[ $P7 == 1 ]]; then
+  for row in tierproxy_memory tierproxy_redis; do [[ -n ${PORT_OF[$row]:-} ]] && P7_TARGETS+=("$row"); done
+fi
+nruns=$(( ${#ACTIVE[@]} + 2 * ${#P7_TARGETS[@]} ))
+log "$CYCLES cycles x $nruns runs x $((WARMUP + DURATION)) s: about $(( CYCLES * nruns * (WARMUP + DURATION + 1) / 60 + 1 )) min"
+for cycle in $(seq 1 "$CYCLES"); do
+  log "cycle $cycle/$CYCLES"
+  for row in "${ACTIVE[@]}"; do measure "$cycle" "$row" "$row" "$CONNS" "$KEYFILE"; done
+  for row in "${P7_TARGETS[@]}"; do measure "$cycle" "${row}@c$P7_CONNS" "$row" "$P7_CONNS" "$KEYFILE"; done
+  for row in "${P7_TARGETS[@]}"; do measure "$cycle" "${row}@429" "$row" "$CONNS" "$DENYFILE"; done
+done
+
+# ------------------------------------------------------------------ report
+META=$RESULTS_DIR/meta.txt
+{
+  printf 'date=%s\n' "$(date -u '+%Y-%m-%d %H:%M UTC')"
+  printf 'command=%s\n' "$COMMAND"
+  printf 'machine=%s\n' "$(nproc) CPUs ($(awk -F': ' '/model name/ { print $2; exit }' /proc/cpuinfo)), kernel $(uname -r), $(. /etc/os-release 2>/dev/null; echo "${PRETTY_NAME:-?}"), $(awk '/MemTotal/ { printf "%.0f GiB RAM", $2 / 1048576 }' /proc/meminfo)"
+  printf 'tools=%s\n' "$( [[ $HAVE_NGINX == 1 ]] && nginx -v 2>&1 | sed 's/^nginx version: //'), $(redis-server --version | awk '{ print "redis", $3 }' | sed 's/v=//'), $(wrk -v 2>&1 | head -n1 | sed 's/ *Copyright.*//'), $("$TIERPROXY_BIN" --version 2>/dev/null | head -n1) ($BUILDTYPE, $(git -C "$ROOT" describe --always --dirty 2>/dev/null || echo '?'))"
+  printf 'load=wrk -t%s -c%s -d%ss --latency --timeout 5s -s etc/bench/wrk-keys.lua (after a %ss unrecorded warm-up), Authorization: Bearer KEY rotating per request over %s API keys made with tierctl; rows interleaved, %s cycles; every server has one worker\n' \
+    "$THREADS" "$CONNS" "$DURATION" "$WARMUP" "$KEYS" "$CYCLES"
+  printf 'conns=%s\np7_conns=%s\nbusy_pct=%s\nmax_retry=%s\nnproc=%s\nresults=%s\nduration=%s\n' "$CONNS" "$P7_CONNS" "$BUSY_PCT" "$MAX_RETRY" "$NPROC" "$RESULTS_DIR" "$DURATION"
+  printf 'active=%s\n' "${ACTIVE[*]}"
+  printf 'p7_targets=%s\n' "${P7_TARGETS[*]}"
+  for row in "${ACTIVE[@]}"; do printf 'desc.%s=%s\n' "$row" "${DESC_OF[$row]}"; done
+  for row in "${!SKIP_WHY[@]}"; do printf 'skip.%s=%s\n' "$row" "${SKIP_WHY[$row]}"; done
+  printf 'desc.upstream=%s\n' "$UP_DESC"
+  for name in upstream "${ACTIVE[@]}" redis; do
+    [[ -n ${CMD_OF[$name]:-} ]] && printf 'cmd.%s=setsid %s\n' "$name" "${CMD_OF[$name]//$RUNDIR/<rundir>}"
+  done
+} >"$META"
+"$PY" "$BENCH/report.py" "$RUNS" "$META" >"$RESULTS_DIR/report.md" || die "report.py failed"
+cat "$RESULTS_DIR/report.md"
+log "report written to $RESULTS_DIR/report.md"

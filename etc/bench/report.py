@@ -1,0 +1,285 @@
+"""Markdown report for etc/bench.sh.
+
+usage: report.py RUNS META
+  RUNS  one line per wrk run, key=value fields (cycle, run, target, conns, kept, dist, rps, ...)
+  META  key=value lines: date, command, machine, tools, descriptions, server commands
+Only runs kept by etc/bench.sh count; of those, runs still disturbed after all repeats are
+left out of medians and ratios when the same run has undisturbed cycles.
+"""
+import statistics
+import sys
+
+TARGETS = {  # P1..P7 thresholds
+    "P1": 0.85,   # tierproxy_redis req/s / nginx_proxy req/s, at least
+    "P2": 1.0,    # tierproxy_memory req/s / nginx_proxy req/s, at least
+    "P3": 1.0,    # tierproxy p99 / nginx_proxy p99, at most
+    "P4": 8.0,    # Redis CPU µs per request, at most
+    "P7_goodput": 0.90,  # goodput at P7_CONNS / goodput at CONNS, at least
+    "P7_429": 0.5,       # proxy CPU per 429 / proxy CPU per forwarded request, at most
+}
+
+
+def num(v):
+    try:
+        return float(v)
+    except ValueError:
+        return v
+
+
+def load(runs_path, meta_path):
+    meta = {}
+    with open(meta_path) as f:
+        for line in f:
+            k, _, v = line.rstrip("\n").partition("=")
+            meta[k] = v
+    runs = []
+    with open(runs_path) as f:
+        for line in f:
+            if line.strip():
+                runs.append({k: num(v) for k, v in (kv.split("=", 1) for kv in line.split())})
+    clean = {r["run"] for r in runs if r["kept"] == 1 and r["dist"] == 0}
+    for r in runs:
+        r["use"] = r["kept"] == 1 and (r["dist"] == 0 or r["run"] not in clean)
+        n = r["requests"] or 1
+        r["goodput"] = r["rps"] * (r["requests"] - r["non2xx"]) / n
+        r["non2xx_pct"] = 100.0 * r["non2xx"] / n
+        r["evalsha_per_req"] = r["evalsha_calls"] / n
+        r["eval_per_req"] = r["eval_calls"] / n
+        r["redis_calls_per_req"] = r["redis_all_calls"] / n
+        r["evalsha_us_per_call"] = r["evalsha_usec"] / r["evalsha_calls"] if r["evalsha_calls"] else 0.0
+        r["sqlite_per_req"] = r["sqlite_stmts"] / n
+    return meta, runs
+
+
+class Runs:
+    def __init__(self, runs):
+        self.runs = runs
+
+    def used(self, run):
+        return [r for r in self.runs if r["run"] == run and r["use"]]
+
+    def has(self, run):
+        return bool(self.used(run))
+
+    def med(self, run, key):
+        v = [r[key] for r in self.used(run)]
+        return statistics.median(v) if v else None
+
+    def per_cycle(self, run, key):
+        return {r["cycle"]: r[key] for r in self.used(run)}
+
+    def ratio(self, run, ref, key="rps", ref_key=None):
+        """median over cycles of run[key] / ref[ref_key], both from the same cycle"""
+        a = self.per_cycle(run, key)
+        b = self.per_cycle(ref, ref_key or key)
+        v = [a[c] / b[c] for c in a if c in b and b[c] > 0]
+        return statistics.median(v) if v else None
+
+
+def f(x, fmt="{:.1f}", none="-"):
+    return none if x is None else fmt.format(x)
+
+
+def ms(us):
+    return f(None if us is None else us / 1000.0, "{:.2f}")
+
+
+def main():
+    meta, all_runs = load(sys.argv[1], sys.argv[2])
+    R = Runs(all_runs)
+    active = meta.get("active", "").split()
+    p7 = meta.get("p7_targets", "").split()
+    conns, p7c = meta["conns"], meta["p7_conns"]
+    out = []
+    w = out.append
+
+    w(f"# tierproxy benchmark ({meta['date']})")
+    w("")
+    w(f"Machine: {meta['machine']}. Everything on 127.0.0.1.")
+    w("")
+    w(f"Command: `{meta['command']}`")
+    w("")
+    w(f"Tools: {meta['tools']}.")
+    w("")
+    w(f"Load: {meta['load']}. Figures are medians over cycles; ratio columns are medians of "
+      "per-cycle ratios (both rows measured in the same cycle).")
+    w("")
+
+    # ---------------------------------------------------------------- throughput
+    w("## Throughput and latency")
+    w("")
+    w("| row | req/s | vs nginx_proxy | vs direct | p50 ms | p99 ms | p99 vs nginx_proxy | non-2xx % | req/s per cycle |")
+    w("|---|---:|---:|---:|---:|---:|---:|---:|---|")
+    for row in active:
+        per = " / ".join(f"{r['rps']:.0f}" for r in R.used(row))
+        w(f"| {row} | {f(R.med(row, 'rps'), '{:.0f}')} | {f(R.ratio(row, 'nginx_proxy'), '{:.2f}')} "
+          f"| {f(R.ratio(row, 'direct'), '{:.2f}')} | {ms(R.med(row, 'p50_us'))} | {ms(R.med(row, 'p99_us'))} "
+          f"| {f(R.ratio(row, 'nginx_proxy', 'p99_us'), '{:.2f}')} | {f(R.med(row, 'non2xx_pct'))} | {per} |")
+    for k, v in meta.items():
+        if k.startswith("skip."):
+            w(f"| {k[5:]} | skipped: {v} | | | | | | | |")
+    w("")
+
+    # ---------------------------------------------------------------- CPU
+    w(f"## CPU per request (µs of CPU time ÷ requests answered; medians; the box has {int(meta['nproc']) * 100}% CPU)")
+    w("")
+    w("| run | proxy µs | upstream µs | redis-server µs | wrk µs | proxy % | upstream % | redis % | wrk % | other procs % | steal % | repeated / disturbed but kept |")
+    w("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    names = active + [f"{t}@c{p7c}" for t in p7] + [f"{t}@429" for t in p7]
+    for run in names:
+        if not R.has(run):
+            continue
+        rep = sum(1 for r in all_runs if r["run"] == run and r["kept"] == 0)
+        dk = sum(1 for r in all_runs if r["run"] == run and r["kept"] == 1 and r["dist"] == 1)
+        proxy_us = "-" if run == "direct" else f(R.med(run, "us_proxy"))
+        proxy_pct = "-" if run == "direct" else f(R.med(run, "cpu_proxy"))
+        w(f"| {run} | {proxy_us} | {f(R.med(run, 'us_up'))} | {f(R.med(run, 'us_redis'))} | {f(R.med(run, 'us_wrk'))} "
+          f"| {proxy_pct} | {f(R.med(run, 'cpu_up'))} | {f(R.med(run, 'cpu_redis'))} | {f(R.med(run, 'cpu_wrk'))} "
+          f"| {f(R.med(run, 'cpu_other'))} | {f(R.med(run, 'steal'))} | {rep} / {dk} |")
+    w("")
+    w("Per process: utime+stime of its whole process group from /proc/PID/stat before and after the "
+      "measured run; wrk: its own CPU (`times`). \"other procs\" = CPU of the box used by processes "
+      f"not started by the benchmark; a run with other + steal above {meta['busy_pct']}% of a core is "
+      f"disturbed and repeated (up to {meta['max_retry']} times); one still disturbed after that is kept "
+      "but left out of medians when the same run has undisturbed cycles. The box is shared with "
+      "whatever else runs on it: treat differences under ~10% between rows as noise.")
+    w("")
+
+    # ---------------------------------------------------------------- store / catalog
+    tp_runs = [n for n in names if n.startswith("tierproxy_") and R.has(n)]
+    if tp_runs:
+        w("## Store round trips and catalog queries per request")
+        w("")
+        w("| run | EVALSHA calls / req | EVAL calls / req | all Redis commands / req (incl. inside scripts) "
+          "| Redis CPU µs / req (INFO cpu) | EVALSHA µs / call (commandstats) | SQLite statements in the run | SQLite statements / req |")
+        w("|---|---:|---:|---:|---:|---:|---:|---:|")
+        for run in tp_runs:
+            redis = "redis" in run
+            sq = " / ".join(f"{int(r['sqlite_stmts'])}" for r in R.used(run))
+            w(f"| {run} | {f(R.med(run, 'evalsha_per_req'), '{:.3f}') if redis else '-'} "
+              f"| {f(R.med(run, 'eval_per_req'), '{:.3f}') if redis else '-'} "
+              f"| {f(R.med(run, 'redis_calls_per_req'), '{:.2f}') if redis else '-'} "
+              f"| {f(R.med(run, 'redis_info_cpu_us'), '{:.2f}') if redis else '-'} "
+              f"| {f(R.med(run, 'evalsha_us_per_call'), '{:.2f}') if redis else '-'} "
+              f"| {sq} | {f(R.med(run, 'sqlite_per_req'), '{:.5f}')} |")
+        w("")
+        w("Redis figures are deltas of INFO commandstats and INFO cpu (used_cpu_sys + used_cpu_user) over "
+          "the measured run, divided by the requests wrk counted. SQLite statements = sqlite3_step + "
+          "sqlite3_exec calls in the tierproxy process, counted by an LD_PRELOAD shim "
+          "(etc/bench/sqlite_count.c); the catalog's change check (PRAGMA data_version every refresh_ms) "
+          "runs in the background, not per request.")
+        w("")
+
+    # ---------------------------------------------------------------- P7
+    if p7:
+        w(f"## P7: overload and the cost of a 429")
+        w("")
+        w(f"Goodput (2xx req/s) at -c{p7c} against -c{conns}, same cycle (wrk is closed-loop: twice the "
+          "connections offer twice the concurrent load, not twice the rate):")
+        w("")
+        w(f"| store | goodput -c{conns} | goodput -c{p7c} | ratio | p99 ms -c{conns} | p99 ms -c{p7c} |")
+        w("|---|---:|---:|---:|---:|---:|")
+        for t in p7:
+            hi = f"{t}@c{p7c}"
+            w(f"| {t} | {f(R.med(t, 'goodput'), '{:.0f}')} | {f(R.med(hi, 'goodput'), '{:.0f}')} "
+              f"| {f(R.ratio(hi, t, 'goodput'), '{:.2f}')} | {ms(R.med(t, 'p99_us'))} | {ms(R.med(hi, 'p99_us'))} |")
+        w("")
+        w("CPU of the proxy per request when every request is answered 429 (plan bench429, 1/min) "
+          "against when every request is forwarded (plan bench), same cycle, same connections:")
+        w("")
+        w("| store | proxy µs / forwarded req | proxy µs / 429 | ratio | 429 share % | req/s all-429 | redis µs / 429 (INFO cpu) |")
+        w("|---|---:|---:|---:|---:|---:|---:|")
+        for t in p7:
+            d = f"{t}@429"
+            w(f"| {t} | {f(R.med(t, 'us_proxy'))} | {f(R.med(d, 'us_proxy'))} | {f(R.ratio(d, t, 'us_proxy'), '{:.2f}')} "
+              f"| {f(R.med(d, 'non2xx_pct'))} | {f(R.med(d, 'rps'), '{:.0f}')} "
+              f"| {f(R.med(d, 'redis_info_cpu_us'), '{:.2f}') if 'redis' in t else '-'} |")
+        w("")
+
+    # ---------------------------------------------------------------- verdicts
+    w("## Targets")
+    w("")
+
+    def verdict(name, text, ok, detail):
+        state = "not measured" if ok is None else ("met" if ok else "NOT met")
+        w(f"- **{name}** {text}: **{state}** ({detail})")
+
+    have_ng = R.has("nginx_proxy")
+    r1 = R.ratio("tierproxy_redis", "nginx_proxy") if have_ng else None
+    verdict("P1", f"Redis store ≥ {TARGETS['P1']}× nginx proxy_pass", None if r1 is None else r1 >= TARGETS["P1"],
+            "no tierproxy_redis or nginx_proxy row" if r1 is None else
+            f"{r1:.2f}×: {R.med('tierproxy_redis', 'rps'):.0f} vs {R.med('nginx_proxy', 'rps'):.0f} req/s")
+    r2 = R.ratio("tierproxy_memory", "nginx_proxy") if have_ng else None
+    verdict("P2", f"memory store ≥ {TARGETS['P2']}× nginx proxy_pass", None if r2 is None else r2 >= TARGETS["P2"],
+            "no tierproxy_memory or nginx_proxy row" if r2 is None else
+            f"{r2:.2f}×: {R.med('tierproxy_memory', 'rps'):.0f} vs {R.med('nginx_proxy', 'rps'):.0f} req/s")
+    parts, oks = [], []
+    for t in ("tierproxy_memory", "tierproxy_redis"):
+        q = R.ratio(t, "nginx_proxy", "p99_us") if have_ng else None
+        if q is not None:
+            oks.append(q <= TARGETS["P3"])
+            parts.append(f"{t[10:]} {ms(R.med(t, 'p99_us'))} ms = {q:.2f}×")
+    verdict("P3", "p99 ≤ nginx proxy_pass's p99", all(oks) if oks else None,
+            "no tierproxy or nginx_proxy row" if not oks else
+            "; ".join(parts) + f" nginx_proxy's {ms(R.med('nginx_proxy', 'p99_us'))} ms")
+    c4 = R.med("tierproxy_redis", "redis_info_cpu_us")
+    verdict("P4", f"Redis CPU per limited request ≤ {TARGETS['P4']:g} µs", None if c4 is None else c4 <= TARGETS["P4"],
+            "no tierproxy_redis row" if c4 is None else
+            f"{c4:.2f} µs per request from INFO cpu; the EVALSHA itself {R.med('tierproxy_redis', 'evalsha_us_per_call'):.2f} "
+            f"µs per call from INFO commandstats; redis-server process {R.med('tierproxy_redis', 'us_redis'):.2f} µs from /proc")
+    parts, oks = [], []
+    if R.has("tierproxy_redis"):
+        per = [r["evalsha_per_req"] for r in R.used("tierproxy_redis")]
+        oks.append(all(0.99 <= x <= 1.01 for x in per))
+        parts.append("EVALSHA calls per request " + " / ".join(f"{x:.3f}" for x in per) + " (per cycle)")
+    for t in ("tierproxy_memory", "tierproxy_redis"):
+        if R.has(t):
+            qs = [r["sqlite_per_req"] for r in R.used(t)]
+            oks.append(all(x < 0.001 for x in qs))
+            parts.append(f"SQLite statements per request ({t[10:]}) " + " / ".join(f"{x:.5f}" for x in qs))
+    verdict("P6", "exactly one store round trip and zero SQLite queries per request", all(oks) if oks else None,
+            "no tierproxy row" if not oks else "; ".join(parts))
+    parts, oks = [], []
+    for t in p7:
+        g = R.ratio(f"{t}@c{p7c}", t, "goodput")
+        c = R.ratio(f"{t}@429", t, "us_proxy")
+        if g is not None:
+            oks.append(g >= TARGETS["P7_goodput"])
+            parts.append(f"{t[10:]}: goodput at -c{p7c} {g:.2f}× of -c{conns}")
+        if c is not None:
+            oks.append(c <= TARGETS["P7_429"])
+            parts.append(f"{t[10:]}: a 429 costs {c:.2f}× the proxy CPU of a forwarded request")
+    verdict("P7", f"at twice the load goodput ≥ {TARGETS['P7_goodput']:.0%} of peak, and a 429 costs ≤ "
+            f"{TARGETS['P7_429']}× the CPU of forwarding", all(oks) if oks else None,
+            "P7 runs skipped" if not oks else "; ".join(parts))
+    w("")
+    w("P1, P2: median of per-cycle req/s ratios. P3: median of per-cycle p99 ratios. P4: median over "
+      "cycles. P6: every cycle must give 0.99-1.01 EVALSHA calls and < 0.001 SQLite statements per request. "
+      "P7: medians of per-cycle ratios, for each store.")
+    w("")
+
+    # ---------------------------------------------------------------- rows and commands
+    w("## Rows and commands")
+    w("")
+    w(f"- **upstream**: {meta['desc.upstream']}")
+    for row in active:
+        w(f"- **{row}**: {meta.get('desc.' + row, '')}")
+    if p7:
+        w(f"- **TARGET@c{p7c}**: the same proxy at -c{p7c}; **TARGET@429**: the same proxy, -c{conns}, "
+          "keys of plan bench429 (1/min), so every request after the first of each key in a minute gets 429")
+    w("")
+    w("```")
+    w(f"# {meta['command']}   (from the repository's root)")
+    w(f"WRK_KEYFILE=<keys.txt> wrk -t1 -c{conns} -d{meta['duration']}s --latency --timeout 5s "
+      "-s etc/bench/wrk-keys.lua http://127.0.0.1:<PORT>/")
+    for k, v in meta.items():
+        if k.startswith("cmd."):
+            w(v)
+    w("```")
+    w("")
+    w(f"Raw wrk outputs, per-run figures (runs.txt), configs, keys and logs: {meta['results']}/")
+    print("\n".join(out))
+
+
+if __name__ == "__main__":
+    main()
