@@ -1242,7 +1242,9 @@ static void test_restart_reestablishes(void **state)
     redisReply *r = redisCommand(c, "PTTL rs:{u:b}:280");
     assert_true(r->integer > 25000 && r->integer <= 30000);
     freeReplyObject(r);
-    /* and they count again */
+    /* and they count again, once the reconnect's grace (in which concurrency checks wait
+       for every proxy of the fleet to renew into the restarted Redis) is over */
+    wait_ms(f, 450);
     struct limiter_result res = run_leased(f, l, "u:a", rules, 2, -1, "a9");
     expect_verdict(&res.verdicts[0], true, 5, 1, 0);
 
