@@ -127,6 +127,8 @@ static void on_drain_timer(evutil_socket_t fd, short what, void *arg)
     evtimer_add(w->drain_timer, &tick);
 }
 
+static void on_start_timer(evutil_socket_t fd, short what, void *arg);
+
 static void on_stop(evutil_socket_t fd, short what, void *arg)
 {
     struct worker *w = arg;
@@ -242,9 +244,9 @@ int worker_init(struct worker *w, int index, const struct proxy_shared *shared, 
     w->stop_event = event_new(w->base, -1, 0, on_stop, w);
     w->drain_timer = evtimer_new(w->base, on_drain_timer, w);
     w->reload_event = event_new(w->base, -1, 0, on_reload, w);
+    w->start_timer = evtimer_new(w->base, on_start_timer, w);
     if (w->mhd_io == NULL || w->mhd_timer == NULL || w->stop_event == NULL || w->drain_timer == NULL ||
-        w->reload_event == NULL ||
-        event_add(w->mhd_io, NULL) < 0) {
+        w->reload_event == NULL || w->start_timer == NULL) {
         snprintf(err, errlen, "cannot register events");
         return -ENOMEM;
     }
@@ -283,10 +285,32 @@ int worker_init(struct worker *w, int index, const struct proxy_shared *shared, 
     return 0;
 }
 
+/* Serving starts once the limiter answers (or after STORE_WAIT_MS): until then new
+ * connections wait in the listen backlog instead of being decided as "store down". */
+#define STORE_WAIT_MS 2000
+
+static void start_serving(struct worker *w)
+{
+    event_add(w->mhd_io, NULL);
+    run_mhd(w);
+}
+
+static void on_start_timer(evutil_socket_t fd, short what, void *arg)
+{
+    struct worker *w = arg;
+    if (limiter_available(w->limiter) || clock_mono_ms() >= w->start_deadline_ms || w->stopping) {
+        start_serving(w);
+        return;
+    }
+    static const struct timeval tick = { 0, 10 * 1000 };
+    evtimer_add(w->start_timer, &tick);
+}
+
 static void *worker_main(void *arg)
 {
     struct worker *w = arg;
-    run_mhd(w);
+    w->start_deadline_ms = clock_mono_ms() + STORE_WAIT_MS;
+    on_start_timer(-1, 0, w);
     event_base_dispatch(w->base);
     return NULL;
 }
@@ -337,6 +361,8 @@ void worker_join_and_destroy(struct worker *w)
         event_free(w->drain_timer);
     if (w->reload_event != NULL)
         event_free(w->reload_event);
+    if (w->start_timer != NULL)
+        event_free(w->start_timer);
     if (w->base != NULL)
         event_base_free(w->base);
     metrics_destroy(w->metrics);

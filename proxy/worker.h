@@ -44,6 +44,8 @@ struct worker {
     struct event *stop_event;       /* activated from the main thread */
     struct event *drain_timer;
     struct event *reload_event;     /* activated from the main thread */
+    struct event *start_timer;      /* waits for the limiter before serving */
+    int64_t start_deadline_ms;
     const struct proxy_config *next_cfg;
     sem_t *reload_done;
 
