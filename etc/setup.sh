@@ -5,6 +5,7 @@
 #
 #   etc/setup.sh            build + test packages
 #   etc/setup.sh --bench    also wrk and nginx
+#   etc/setup.sh --fuzz     also clang and its libFuzzer runtime, for etc/fuzz.sh
 set -euo pipefail
 
 build_pkgs=(gcc meson ninja-build pkg-config libmicrohttpd-dev libcurl4-openssl-dev
@@ -13,11 +14,13 @@ build_pkgs=(gcc meson ninja-build pkg-config libmicrohttpd-dev libcurl4-openssl-
 test_pkgs=(redis-server redis-tools python3-pytest python3-requests python3-websocket
            valgrind curl)
 bench_pkgs=(wrk nginx)
+fuzz_pkgs=(clang libclang-rt-14-dev)
 
 want=("${build_pkgs[@]}" "${test_pkgs[@]}")
 for arg in "$@"; do
     case "$arg" in
         --bench) want+=("${bench_pkgs[@]}") ;;
+        --fuzz) want+=("${fuzz_pkgs[@]}") ;;
         -h|--help) sed -n '2,8p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
         *) echo "setup.sh: unknown argument: $arg" >&2; exit 2 ;;
     esac

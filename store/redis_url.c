@@ -8,6 +8,7 @@
 #include <string.h>
 #include <strings.h>
 
+static int fail(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 static int fail(char *err, size_t errlen, const char *fmt, ...)
 {
     if (err != NULL && errlen > 0) {

@@ -174,6 +174,8 @@ struct import {
     char msg[256];                     /* what a catalog_check_* said */
 };
 
+/* Says why the document was refused, in one line: control characters of the names and
+ * values quoted in it (a field "a\nb") become '?'. */
 __attribute__((format(printf, 2, 3)))
 static int bad(struct import *im, const char *fmt, ...)
 {
@@ -182,6 +184,9 @@ static int bad(struct import *im, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(msg, sizeof(msg), fmt, ap);
     va_end(ap);
+    for (char *p = msg; *p; p++)
+        if ((unsigned char)*p < 0x20 || *p == 0x7f)
+            *p = '?';
     if (im->where[0])
         snprintf(im->err, im->errlen, "%s: %s", im->where, msg);
     else

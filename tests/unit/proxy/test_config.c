@@ -450,6 +450,11 @@ static void test_structure_errors(void **state)
     expect_file_error("[ proxy ]\nworkers = 1\n[Proxy]\nworkers = 2\n",
                       "4: unknown section [Proxy] for key \"workers\" "
                       "(known: proxy, admin, auth, plans, limits, log)");
+    /* the unknown name is quoted like any token: a control character in it cannot break
+     * the one-line message (found by tests/fuzz/fuzz_config) */
+    expect_file_error("[pro=\x0f xy]\nlisten = 1.2.3.4:1\n",
+                      "2: unknown section [pro=? xy] for key \"listen\" "
+                      "(known: proxy, admin, auth, plans, limits, log)");
     expect_file_error("listen = 127.0.0.1:8080\n", "1: key \"listen\" outside any [section]");
     expect_file_error("[proxy]\nworkers = 1\n\nworkers = 2\n",
                       "4: [proxy] workers: set twice (first on line 2)");
@@ -673,6 +678,10 @@ static void test_env(void **state)
     const char *typo[] = {"TIERPROXY_LIMITS_STOR=redis", NULL};
     assert_int_equal(load(NULL, NULL, typo, &c, &action, err, sizeof(err)), -EINVAL);
     assert_string_equal(err, "TIERPROXY_LIMITS_STOR: unknown variable: [limits] has no such key");
+    /* ... and its name is quoted: control characters become '?' (tests/fuzz/fuzz_config) */
+    const char *ctl[] = {"TIERPROXY_LIMITS_\x1b[2J\n=1", NULL};
+    assert_int_equal(load(NULL, NULL, ctl, &c, &action, err, sizeof(err)), -EINVAL);
+    assert_string_equal(err, "TIERPROXY_LIMITS_?[2J?: unknown variable: [limits] has no such key");
 }
 
 static void test_precedence(void **state)

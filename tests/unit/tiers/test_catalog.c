@@ -4,7 +4,10 @@
 #include <errno.h>
 #include <fcntl.h>
 
+#include <jansson.h>
 #include <sqlite3.h>
+
+#include "tiers/catalog_json.h"
 
 static int setup(void **state)
 {
@@ -266,6 +269,40 @@ static void test_checks(void **state)
     assert_int_equal(catalog_check_label("a\nb", err, sizeof(err)), CATALOG_INVALID);
     assert_int_equal(catalog_check_time("2024-05-01T12:00:00Z", err, sizeof(err)), 0);
     assert_int_equal(catalog_check_time("2024-05-01 12:00:00", err, sizeof(err)), CATALOG_INVALID);
+    /* The refused value is quoted in one line: control characters become '?' (found by
+     * tests/fuzz/fuzz_limit: tierctl and import print this message as it is). */
+    assert_int_equal(catalog_check_route("\n/", "{ch", err, sizeof(err)), CATALOG_INVALID);
+    assert_string_equal(err, "invalid route method \"?/\": upper-case letters, or * for any");
+    assert_int_equal(catalog_check_plan_name("a\r\x1b[1m", err, sizeof(err)), CATALOG_INVALID);
+    assert_string_equal(err, "invalid plan name \"a??[1m\": use letters, digits, '-', '_', '.'");
+    assert_int_equal(catalog_check_time("2024\n", err, sizeof(err)), CATALOG_INVALID);
+    assert_null(strchr(err, '\n'));
+}
+
+/* A refused import says why in one line, whatever control characters the document's
+ * names and values hold (found by tests/fuzz/fuzz_catalog_import), and changes nothing. */
+static void test_import_error_is_one_line(void **state)
+{
+    struct tmpdb *t = *state;
+    struct catalog *cat = tmpdb_begin(t);
+    add_plan(cat, "free");
+    char err[512];
+    json_error_t jerr;
+    json_t *doc = json_loads("{\"format\": \"tierproxy-catalog\", \"version\": 1, "
+                             "\"pla\\n\\u001b[2Jns\": []}", 0, &jerr);
+    assert_non_null(doc);
+    assert_int_equal(catalog_json_import(cat, doc, err, sizeof(err)), CATALOG_INVALID);
+    assert_string_equal(err, "unknown field \"pla??[2Jns\"");
+    json_decref(doc);
+    doc = json_loads("{\"format\": \"tierproxy-catalog\", \"version\": 1, \"plans\": [], "
+                     "\"users\": [{\"id\": \"a\", \"plan\": \"fr\\r\\nee\", "
+                     "\"created\": \"2024-05-01T12:00:00Z\"}]}", 0, &jerr);
+    assert_non_null(doc);
+    assert_int_equal(catalog_json_import(cat, doc, err, sizeof(err)), CATALOG_INVALID);
+    assert_string_equal(err, "users[0]: no plan named \"fr??ee\"");
+    json_decref(doc);
+    assert_int_equal(catalog_plan_find(cat, "free", NULL, NULL), 0);
+    tmpdb_commit(cat);
 }
 
 int main(void)
@@ -281,6 +318,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_refusals, setup, teardown),
         cmocka_unit_test_setup_teardown(test_user_remove_revokes_keys, setup, teardown),
         cmocka_unit_test(test_checks),
+        cmocka_unit_test_setup_teardown(test_import_error_is_one_line, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
