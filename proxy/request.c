@@ -317,7 +317,7 @@ static const struct limit_verdict *rejecting_verdict(const struct request *r)
 
 static void start_upstream(struct request *r)
 {
-    if (ws_is_upgrade(r->conn, r->method))
+    if (r->ws_upgrade)
         ws_start(r);
     else
         forward_start(r);
@@ -485,11 +485,10 @@ static enum MHD_Result decide(struct request *r, const char *raw_path)
     size_t n = tier_plan_select(r->plan, r->method, path, strlen(path), selected, MAX_SELECTED);
     if (n > MAX_SELECTED)
         n = MAX_SELECTED;
-    bool websocket = ws_is_upgrade(r->conn, r->method);
     for (size_t i = 0; i < n; i++) {
         const struct tier_limit *l = selected[i];
         if (l->kind == TIER_LIMIT_WS_MESSAGES) {
-            if (websocket && !r->has_ws_rule) {
+            if (r->ws_upgrade && !r->has_ws_rule) {
                 r->has_ws_rule = true;
                 r->ws_rule = l->rule;
             }
