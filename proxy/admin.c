@@ -1,8 +1,6 @@
 #include "proxy/admin.h"
 
-#include <arpa/inet.h>
 #include <errno.h>
-#include <netinet/in.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,6 +9,7 @@
 #include <microhttpd.h>
 
 #include "proxy/metrics.h"
+#include "proxy/netaddr.h"
 #include "store/limiter.h"
 #include "tiers/snapshot.h"
 
@@ -79,21 +78,13 @@ int admin_start(const char *host, uint16_t port, const struct admin_sources *sou
                 char *err, size_t errlen)
 {
     struct sockaddr_storage ss;
-    memset(&ss, 0, sizeof(ss));
     unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL;
-    struct sockaddr_in *in4 = (struct sockaddr_in *)&ss;
-    struct sockaddr_in6 *in6 = (struct sockaddr_in6 *)&ss;
-    if (inet_pton(AF_INET, host, &in4->sin_addr) == 1) {
-        in4->sin_family = AF_INET;
-        in4->sin_port = htons(port);
-    } else if (inet_pton(AF_INET6, host, &in6->sin6_addr) == 1) {
-        in6->sin6_family = AF_INET6;
-        in6->sin6_port = htons(port);
-        flags |= MHD_USE_IPv6;
-    } else {
+    if (sockaddr_from_ip_port(host, port, &ss) < 0) {
         snprintf(err, errlen, "[admin] listen: \"%s\" is not an IP address", host);
         return -EINVAL;
     }
+    if (ss.ss_family == AF_INET6)
+        flags |= MHD_USE_IPv6;
     struct admin *a = calloc(1, sizeof(*a));
     if (a == NULL)
         return -ENOMEM;

@@ -43,6 +43,8 @@ enum dtype {
 #define F_EMPTY_NULL 1u
 /* D_STRING: an empty value is kept as "". */
 #define F_EMPTY_OK 2u
+/* A running process cannot change it: a reload keeps the running value. */
+#define F_RESTART 4u
 
 struct word {
     const char *name;
@@ -84,11 +86,11 @@ static const struct word level_words[] = {
 #define HOSTPORT_EXPECT "HOST:PORT (IPv6 as [::1]:8080)"
 
 static const struct directive directives[] = {
-    {"proxy", "listen", D_HOSTPORT, OFF(listen_host), OFF(listen_port), 0, 0, NULL, 0,
+    {"proxy", "listen", D_HOSTPORT, OFF(listen_host), OFF(listen_port), 0, 0, NULL, F_RESTART,
      "127.0.0.1:8080", "--listen", HOSTPORT_EXPECT},
     {"proxy", "upstream", D_URLS, OFF(upstreams), OFF(n_upstreams), 0, 0, NULL, 0,
      "http://127.0.0.1:3000", "--upstream", "comma-separated http:// URLs"},
-    {"proxy", "workers", D_INT, OFF(workers), 0, 0, MAX_WORKERS, NULL, 0, "0", NULL, NULL},
+    {"proxy", "workers", D_INT, OFF(workers), 0, 0, MAX_WORKERS, NULL, F_RESTART, "0", NULL, NULL},
     {"proxy", "connect_timeout_ms", D_INT64, OFF(connect_timeout_ms), 0, 1, MAX_TIMEOUT_MS,
      NULL, 0, "2000", NULL, NULL},
     {"proxy", "upstream_timeout_ms", D_INT64, OFF(upstream_timeout_ms), 0, 1, MAX_TIMEOUT_MS,
@@ -101,7 +103,7 @@ static const struct directive directives[] = {
      NULL, 0, "", NULL, "comma-separated CIDRs such as 10.0.0.0/8 or ::1/128"},
     {"proxy", "exempt_paths", D_PATHS, OFF(exempt_paths), OFF(n_exempt_paths), 0, 0, NULL, 0,
      "", NULL, "comma-separated path prefixes starting with /"},
-    {"admin", "listen", D_HOSTPORT, OFF(admin_host), OFF(admin_port), 0, 0, NULL, F_EMPTY_NULL,
+    {"admin", "listen", D_HOSTPORT, OFF(admin_host), OFF(admin_port), 0, 0, NULL, F_EMPTY_NULL | F_RESTART,
      "127.0.0.1:9090", "--admin", HOSTPORT_EXPECT " or empty for off"},
     {"auth", "key_header", D_TOKEN, OFF(key_header), 0, 0, 0, NULL, 0, "Authorization", NULL,
      "a header name"},
@@ -109,25 +111,25 @@ static const struct directive directives[] = {
      NULL, "a plan name or empty"},
     {"auth", "forward_key", D_BOOL, OFF(forward_key), 0, 0, 0, bool_words, 0, "no", NULL,
      "yes or no"},
-    {"plans", "db", D_STRING, OFF(db), 0, 0, 0, NULL, 0, "plans.db", "--db", "a file path"},
-    {"plans", "refresh_ms", D_INT64, OFF(refresh_ms), 0, 1, MAX_TIMEOUT_MS, NULL, 0, "1000",
+    {"plans", "db", D_STRING, OFF(db), 0, 0, 0, NULL, F_RESTART, "plans.db", "--db", "a file path"},
+    {"plans", "refresh_ms", D_INT64, OFF(refresh_ms), 0, 1, MAX_TIMEOUT_MS, NULL, F_RESTART, "1000",
      NULL, NULL},
-    {"limits", "store", D_ENUM, OFF(store), 0, 0, 0, store_words, 0, "memory", NULL,
+    {"limits", "store", D_ENUM, OFF(store), 0, 0, 0, store_words, F_RESTART, "memory", NULL,
      "memory or redis"},
-    {"limits", "redis", D_REDIS_URL, OFF(redis_url), 0, 0, 0, NULL, 0,
+    {"limits", "redis", D_REDIS_URL, OFF(redis_url), 0, 0, 0, NULL, F_RESTART,
      "redis://127.0.0.1:6379/0", "--redis",
      "redis://[:password@]host:port/db or unix:///path"},
-    {"limits", "key_prefix", D_STRING, OFF(key_prefix), 0, 0, 0, NULL, F_EMPTY_OK,
+    {"limits", "key_prefix", D_STRING, OFF(key_prefix), 0, 0, 0, NULL, F_EMPTY_OK | F_RESTART,
      "tierproxy:", NULL, "a key prefix"},
     {"limits", "on_store_error", D_BOOL, OFF(rate_fail_open), 0, 0, 0, open_closed_words, 0,
      "open", NULL, "open or closed"},
     {"limits", "concurrency_on_store_error", D_BOOL, OFF(concurrency_fail_open), 0, 0, 0,
      open_closed_words, 0, "closed", NULL, "open or closed"},
-    {"limits", "lease_ttl_ms", D_INT64, OFF(lease_ttl_ms), 0, 1, MAX_TIMEOUT_MS, NULL, 0,
+    {"limits", "lease_ttl_ms", D_INT64, OFF(lease_ttl_ms), 0, 1, MAX_TIMEOUT_MS, NULL, F_RESTART,
      "30000", NULL, NULL},
     {"limits", "headers", D_ENUM, OFF(headers), 0, 0, 0, header_words, 0, "draft", NULL,
      "draft, ietf, x or off"},
-    {"log", "access", D_ACCESS_LOG, OFF(access_log), 0, 0, 0, NULL, 0, "stdout", NULL,
+    {"log", "access", D_ACCESS_LOG, OFF(access_log), 0, 0, 0, NULL, F_RESTART, "stdout", NULL,
      "stdout, off or a file path"},
     {"log", "level", D_WORD, OFF(log_level), 0, 0, 0, level_words, 0, "info", NULL,
      "debug, info, warn or error"},
@@ -1110,6 +1112,69 @@ int config_reload(const struct proxy_config *current, int argc, char **argv, cha
     enum config_action action;
     return load(argc, argv, envp, current ? current->config_path : NULL, fresh, &action, err,
                 errlen);
+}
+
+static bool same_string(const char *a, const char *b)
+{
+    return strcmp(a != NULL ? a : "", b != NULL ? b : "") == 0;
+}
+
+#define SWAP(type, a, b)                                                                       \
+    do {                                                                                       \
+        type swap_tmp = *(type *)(a);                                                          \
+        *(type *)(a) = *(type *)(b);                                                           \
+        *(type *)(b) = swap_tmp;                                                               \
+    } while (0)
+
+void config_keep_restart_only(struct proxy_config *running, struct proxy_config *fresh, char *changed,
+                              size_t changed_len)
+{
+    size_t used = 0;
+    if (changed_len > 0)
+        changed[0] = '\0';
+    for (size_t i = 0; i < N_DIRECTIVES; i++) {
+        const struct directive *d = &directives[i];
+        if (!(d->flags & F_RESTART))
+            continue;
+        char *a = (char *)running + d->offset, *b = (char *)fresh + d->offset;
+        bool differs;
+        switch (d->type) {
+        case D_HOSTPORT:
+            differs = !same_string(*(char **)a, *(char **)b) ||
+                      *(uint16_t *)((char *)running + d->offset2) != *(uint16_t *)((char *)fresh + d->offset2);
+            SWAP(char *, a, b);
+            SWAP(uint16_t, (char *)running + d->offset2, (char *)fresh + d->offset2);
+            break;
+        case D_STRING:
+        case D_TOKEN:
+        case D_WORD:
+        case D_REDIS_URL:
+        case D_ACCESS_LOG:
+            differs = !same_string(*(char **)a, *(char **)b);
+            SWAP(char *, a, b);
+            break;
+        case D_INT:
+        case D_ENUM:
+            differs = *(int *)a != *(int *)b;
+            SWAP(int, a, b);
+            break;
+        case D_INT64:
+            differs = *(int64_t *)a != *(int64_t *)b;
+            SWAP(int64_t, a, b);
+            break;
+        case D_BOOL:
+            differs = *(bool *)a != *(bool *)b;
+            SWAP(bool, a, b);
+            break;
+        default: /* lists are all reloadable */
+            continue;
+        }
+        if (differs && used < changed_len) {
+            int n = snprintf(changed + used, changed_len - used, "%s[%s] %s", used ? ", " : "", d->section, d->key);
+            if (n > 0)
+                used += (size_t)n < changed_len - used ? (size_t)n : changed_len - used - 1;
+        }
+    }
 }
 
 void config_free(struct proxy_config *cfg)

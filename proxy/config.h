@@ -69,6 +69,13 @@ int config_load(int argc, char **argv, char **envp, struct proxy_config *cfg,
 int config_reload(const struct proxy_config *current, int argc, char **argv, char **envp,
                   struct proxy_config *fresh, char *err, size_t errlen);
 
+/* For a reload: the settings a running process cannot change (listen addresses, workers,
+ * store, catalog path, ...) keep their running values in fresh. The two swap them, so
+ * each struct still frees what it holds. Writes the names of those that differed into
+ * changed ("" when none). */
+void config_keep_restart_only(struct proxy_config *running, struct proxy_config *fresh, char *changed,
+                              size_t changed_len);
+
 /* Frees everything config_load allocated and zeroes *cfg. */
 void config_free(struct proxy_config *cfg);
 

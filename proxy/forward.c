@@ -81,7 +81,7 @@ static int on_curl_timer_set(CURLM *multi, long timeout_ms, void *userp)
         evtimer_del(w->curl_timer);
         return 0;
     }
-    struct timeval tv = { .tv_sec = timeout_ms / 1000, .tv_usec = (timeout_ms % 1000) * 1000 };
+    struct timeval tv = ms_to_timeval(timeout_ms);
     evtimer_add(w->curl_timer, &tv);
     return 0;
 }
@@ -190,7 +190,7 @@ static void on_upstream_timeout(evutil_socket_t fd, short what, void *arg)
 static void arm_upstream_timer(struct request *r)
 {
     int64_t ms = r->w->cfg->upstream_timeout_ms;
-    struct timeval tv = { .tv_sec = (time_t)(ms / 1000), .tv_usec = (suseconds_t)((ms % 1000) * 1000) };
+    struct timeval tv = ms_to_timeval(ms);
     evtimer_add(r->upstream_timer, &tv);
 }
 
@@ -390,6 +390,8 @@ struct header_filter {
     const char *connection_tokens;
     bool trusted_peer;
     bool saw_accept, saw_content_type;
+    bool kept_xf_proto, kept_xf_host; /* a trusted peer's own X-Forwarded-Proto/-Host */
+    const char *host;
     const char *xff;              /* the client's X-Forwarded-For, when trusted */
     int failed;
 };
@@ -450,8 +452,17 @@ static enum MHD_Result copy_request_header(void *cls, enum MHD_ValueKind kind, c
             f->xff = value;
         return MHD_YES;
     }
-    if (!f->trusted_peer && (strcasecmp(name, "X-Forwarded-Proto") == 0 || strcasecmp(name, "X-Forwarded-Host") == 0))
-        return MHD_YES;
+    if (strcasecmp(name, "X-Forwarded-Proto") == 0) {
+        if (!f->trusted_peer)
+            return MHD_YES;
+        f->kept_xf_proto = true;
+    } else if (strcasecmp(name, "X-Forwarded-Host") == 0) {
+        if (!f->trusted_peer)
+            return MHD_YES;
+        f->kept_xf_host = true;
+    } else if (strcasecmp(name, "Host") == 0) {
+        f->host = value;
+    }
     if (strcasecmp(name, "Accept") == 0)
         f->saw_accept = true;
     if (strcasecmp(name, "Content-Type") == 0)
@@ -486,11 +497,10 @@ int forward_build_headers(struct request *r, bool websocket)
     else
         snprintf(xff, sizeof(xff), "%s", peer_text);
     int rc = append_header(&r->upstream_headers, "X-Forwarded-For", xff);
-    if (rc == 0 && !(f.trusted_peer && MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "X-Forwarded-Proto")))
+    if (rc == 0 && !f.kept_xf_proto)
         rc = append_header(&r->upstream_headers, "X-Forwarded-Proto", "http");
-    const char *host = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "Host");
-    if (rc == 0 && host != NULL && !(f.trusted_peer && MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "X-Forwarded-Host")))
-        rc = append_header(&r->upstream_headers, "X-Forwarded-Host", host);
+    if (rc == 0 && f.host != NULL && !f.kept_xf_host)
+        rc = append_header(&r->upstream_headers, "X-Forwarded-Host", f.host);
     if (rc == 0 && r->plan != NULL) {
         rc = append_header(&r->upstream_headers, "X-Tier-User", r->user_id);
         if (rc == 0)

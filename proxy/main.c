@@ -44,46 +44,6 @@ static int check_catalog(const struct proxy_config *cfg)
     return rc;
 }
 
-/* Settings the running process cannot change: a reload keeps the running values (by
- * swapping them into the new configuration, so each struct still frees its own) and
- * names them. */
-static void keep_restart_only_settings(struct proxy_config *running, struct proxy_config *fresh)
-{
-    char changed[256] = "";
-#define KEEP_STR(field, name)                                                                  \
-    do {                                                                                       \
-        const char *a = running->field ? running->field : "", *b = fresh->field ? fresh->field : ""; \
-        if (strcmp(a, b) != 0)                                                                 \
-            snprintf(changed + strlen(changed), sizeof(changed) - strlen(changed), " %s", name); \
-        char *kept = running->field;                                                           \
-        running->field = fresh->field;                                                         \
-        fresh->field = kept;                                                                   \
-    } while (0)
-#define KEEP_NUM(field, name)                                                                  \
-    do {                                                                                       \
-        if (running->field != fresh->field) {                                                  \
-            snprintf(changed + strlen(changed), sizeof(changed) - strlen(changed), " %s", name); \
-            fresh->field = running->field;                                                     \
-        }                                                                                      \
-    } while (0)
-    KEEP_STR(listen_host, "[proxy] listen");
-    KEEP_NUM(listen_port, "[proxy] listen");
-    KEEP_NUM(workers, "[proxy] workers");
-    KEEP_STR(admin_host, "[admin] listen");
-    KEEP_NUM(admin_port, "[admin] listen");
-    KEEP_STR(db, "[plans] db");
-    KEEP_NUM(refresh_ms, "[plans] refresh_ms");
-    KEEP_NUM(store, "[limits] store");
-    KEEP_STR(redis_url, "[limits] redis");
-    KEEP_STR(key_prefix, "[limits] key_prefix");
-    KEEP_NUM(lease_ttl_ms, "[limits] lease_ttl_ms");
-    KEEP_STR(access_log, "[log] access");
-#undef KEEP_STR
-#undef KEEP_NUM
-    if (changed[0] != '\0')
-        fprintf(stderr, "tierproxy: SIGHUP: these take effect at restart, not now:%s\n", changed);
-}
-
 /* Reads the configuration file again. Returns the new configuration, or NULL (with a log
  * line saying why) when it is bad: the running one is kept. */
 static struct proxy_config *reload(struct proxy_config *running, int argc, char **argv, char **envp)
@@ -101,7 +61,10 @@ static struct proxy_config *reload(struct proxy_config *running, int argc, char 
         free(fresh);
         return NULL;
     }
-    keep_restart_only_settings(running, fresh);
+    char changed[512];
+    config_keep_restart_only(running, fresh, changed, sizeof(changed));
+    if (changed[0] != '\0')
+        fprintf(stderr, "tierproxy: SIGHUP: these take effect at restart, not now: %s\n", changed);
     return fresh;
 }
 

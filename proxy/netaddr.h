@@ -21,5 +21,9 @@ bool cidr_match_sockaddr(const struct cidr *ranges, size_t n, const struct socka
 /* Same, for an address in text form (from X-Forwarded-For). False for unparsable text. */
 bool cidr_match_text(const struct cidr *ranges, size_t n, const char *text, size_t len);
 
+/* Fills *ss for an IP literal (v4 or v6, no brackets) and port. Returns 0, or -EINVAL
+ * when host is not an IP address. */
+int sockaddr_from_ip_port(const char *host, uint16_t port, struct sockaddr_storage *ss);
+
 /* Writes the address (without port) of sa as text. Returns buf, or "" when unknown. */
 const char *sockaddr_to_text(const struct sockaddr *sa, char *buf, size_t buflen);

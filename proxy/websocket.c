@@ -202,7 +202,7 @@ static void arm_idle_timer(struct ws_tunnel *t)
     int64_t ms = t->w->cfg->websocket_idle_timeout_ms;
     if (ms <= 0 || t->idle_timer == NULL)
         return;
-    struct timeval tv = { (time_t)(ms / 1000), (suseconds_t)((ms % 1000) * 1000) };
+    struct timeval tv = ms_to_timeval(ms);
     evtimer_add(t->idle_timer, &tv);
 }
 
@@ -265,7 +265,7 @@ static void tunnel_shutdown(struct ws_tunnel *t)
     }
     if (!output_pending(t))
         shut_client_writes(t);
-    struct timeval tv = { CLOSE_FLUSH_MS / 1000, (CLOSE_FLUSH_MS % 1000) * 1000 };
+    struct timeval tv = ms_to_timeval(CLOSE_FLUSH_MS);
     evtimer_add(t->close_timer, &tv);
 }
 
@@ -614,8 +614,7 @@ static void on_up_handshake_event(struct bufferevent *bev, short what, void *arg
     struct ws_tunnel *t = arg;
     if (what & BEV_EVENT_CONNECTED) {
         t->state = TUNNEL_HANDSHAKE;
-        struct timeval tv = { (time_t)(t->w->cfg->upstream_timeout_ms / 1000),
-                              (suseconds_t)((t->w->cfg->upstream_timeout_ms % 1000) * 1000) };
+        struct timeval tv = ms_to_timeval(t->w->cfg->upstream_timeout_ms);
         bufferevent_set_timeouts(bev, &tv, &tv);
         return;
     }
@@ -672,7 +671,7 @@ void ws_start(struct request *r)
     }
     evbuffer_add(out, "\r\n", 2);
     bufferevent_setcb(t->up, on_up_handshake_read, NULL, on_up_handshake_event, t);
-    struct timeval ct = { (time_t)(cfg->connect_timeout_ms / 1000), (suseconds_t)((cfg->connect_timeout_ms % 1000) * 1000) };
+    struct timeval ct = ms_to_timeval(cfg->connect_timeout_ms);
     bufferevent_set_timeouts(t->up, &ct, &ct);
     bufferevent_enable(t->up, EV_READ | EV_WRITE);
     if (bufferevent_socket_connect(t->up, (struct sockaddr *)&ua->addr, (int)ua->len) < 0)

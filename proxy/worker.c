@@ -1,8 +1,6 @@
 #include "proxy/worker.h"
 
-#include <arpa/inet.h>
 #include <errno.h>
-#include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,6 +28,11 @@ int64_t clock_mono_ms(void)
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
+struct timeval ms_to_timeval(int64_t ms)
+{
+    return (struct timeval){ .tv_sec = (time_t)(ms / 1000), .tv_usec = (suseconds_t)((ms % 1000) * 1000) };
+}
+
 int64_t clock_mono_ns(void)
 {
     struct timespec ts;
@@ -50,8 +53,7 @@ static void schedule_mhd_timer(struct worker *w)
     if (MHD_get_timeout(w->daemon, &timeout_ms) == MHD_YES) {
         if (timeout_ms > 60000)
             timeout_ms = 60000;
-        struct timeval tv = { .tv_sec = (time_t)(timeout_ms / 1000),
-                              .tv_usec = (suseconds_t)((timeout_ms % 1000) * 1000) };
+        struct timeval tv = ms_to_timeval((int64_t)timeout_ms);
         evtimer_add(w->mhd_timer, &tv);
     } else {
         evtimer_del(w->mhd_timer);
@@ -158,26 +160,6 @@ void worker_reload(struct worker *w, const struct proxy_config *cfg, sem_t *done
     event_active(w->reload_event, EV_TIMEOUT, 1);
 }
 
-static int make_listen_addr(const struct proxy_config *cfg, struct sockaddr_storage *ss, int *pipv6)
-{
-    memset(ss, 0, sizeof(*ss));
-    struct sockaddr_in *in4 = (struct sockaddr_in *)ss;
-    struct sockaddr_in6 *in6 = (struct sockaddr_in6 *)ss;
-    if (inet_pton(AF_INET, cfg->listen_host, &in4->sin_addr) == 1) {
-        in4->sin_family = AF_INET;
-        in4->sin_port = htons(cfg->listen_port);
-        *pipv6 = 0;
-        return 0;
-    }
-    if (inet_pton(AF_INET6, cfg->listen_host, &in6->sin6_addr) == 1) {
-        in6->sin6_family = AF_INET6;
-        in6->sin6_port = htons(cfg->listen_port);
-        *pipv6 = 1;
-        return 0;
-    }
-    return -EINVAL;
-}
-
 int worker_init(struct worker *w, int index, const struct proxy_shared *shared, char *err, size_t errlen)
 {
     memset(w, 0, sizeof(*w));
@@ -194,8 +176,7 @@ int worker_init(struct worker *w, int index, const struct proxy_shared *shared, 
     }
 
     struct sockaddr_storage addr;
-    int ipv6;
-    if (make_listen_addr(cfg, &addr, &ipv6) < 0) {
+    if (sockaddr_from_ip_port(cfg->listen_host, cfg->listen_port, &addr) < 0) {
         snprintf(err, errlen, "listen address \"%s\" is not an IP address", cfg->listen_host);
         return -EINVAL;
     }
@@ -213,7 +194,7 @@ int worker_init(struct worker *w, int index, const struct proxy_shared *shared, 
         rlim_t per_worker = usable / 2 / (rlim_t)(cfg->workers > 0 ? cfg->workers : 1);
         connection_limit = per_worker > 4 ? (unsigned)per_worker : 4;
     }
-    if (ipv6)
+    if (addr.ss_family == AF_INET6)
         flags |= MHD_USE_IPv6;
     w->daemon = MHD_start_daemon(flags, 0, NULL, NULL, request_handle, w,
                                  MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&addr,

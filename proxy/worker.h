@@ -9,6 +9,7 @@
 #include <stdint.h>
 
 #include <curl/curl.h>
+#include <sys/time.h>
 
 struct event_base;
 struct event;
@@ -101,3 +102,6 @@ struct snapshot *worker_snapshot(struct worker *w);
 int64_t clock_mono_ms(void);
 int64_t clock_unix_ms(void);
 int64_t clock_mono_ns(void);
+
+/* A duration in ms as libevent wants it. */
+struct timeval ms_to_timeval(int64_t ms);

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <openssl/crypto.h>
 
 static int fail(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 static int fail(char *err, size_t errlen, const char *fmt, ...)
@@ -20,16 +21,6 @@ static int fail(char *err, size_t errlen, const char *fmt, ...)
     return -EINVAL;
 }
 
-static int hexval(char c)
-{
-    if (c >= '0' && c <= '9')
-        return c - '0';
-    if (c >= 'a' && c <= 'f')
-        return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F')
-        return c - 'A' + 10;
-    return -1;
-}
 
 /* Copies [s, s+len) into out (NUL-terminated), decoding %XX. Returns 0, or -1 when it does
  * not fit, has a bad escape, or decodes to a NUL or a control character. */
@@ -41,7 +32,7 @@ static int copy_decoded(const char *s, size_t len, char *out, size_t outlen)
         if (c == '%') {
             if (i + 2 >= len)
                 return -1;
-            int hi = hexval(s[i + 1]), lo = hexval(s[i + 2]);
+            int hi = OPENSSL_hexchar2int((unsigned char)s[i + 1]), lo = OPENSSL_hexchar2int((unsigned char)s[i + 2]);
             if (hi < 0 || lo < 0)
                 return -1;
             c = hi * 16 + lo;

@@ -68,23 +68,13 @@ char *apikey_hash_to_hex(const uint8_t hash[APIKEY_HASH_LEN], char out[APIKEY_HA
     return out;
 }
 
-static int hexval(char c)
-{
-    if (c >= '0' && c <= '9')
-        return c - '0';
-    if (c >= 'a' && c <= 'f')
-        return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F')
-        return c - 'A' + 10;
-    return -1;
-}
 
 int apikey_hash_from_hex(const char *hex, uint8_t out[APIKEY_HASH_LEN])
 {
     if (strlen(hex) != APIKEY_HASH_HEX_LEN)
         return -EINVAL;
     for (size_t i = 0; i < APIKEY_HASH_LEN; i++) {
-        int hi = hexval(hex[2 * i]), lo = hexval(hex[2 * i + 1]);
+        int hi = OPENSSL_hexchar2int((unsigned char)hex[2 * i]), lo = OPENSSL_hexchar2int((unsigned char)hex[2 * i + 1]);
         if (hi < 0 || lo < 0)
             return -EINVAL;
         out[i] = (uint8_t)(hi << 4 | lo);
