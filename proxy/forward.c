@@ -275,13 +275,9 @@ static size_t on_upstream_header(char *line, size_t size, size_t nitems, void *u
             r->upstream_ms = waited_ns / 1000000;
             metrics_observe_upstream(r->w->metrics, waited_ns);
             arm_upstream_timer(r);
-            struct MHD_Response *resp = forward_make_response(r);
-            if (resp == NULL)
-                return 0;
-            if (r->resp_bodiless && request_release_pending(r))
-                r->stashed = resp; /* complete as soon as sent: it waits for the release */
-            else
-                request_set_pending(r, (unsigned)r->upstream_status, resp);
+            /* MHD asks for the response on its next turn (forward_respond): by then a small
+               body has usually arrived too, and head and body leave in one write. */
+            request_wake(r);
         }
         return size * nitems;
     }
@@ -364,23 +360,57 @@ static ssize_t read_response_body(void *cls, uint64_t pos, char *buf, size_t max
     return 0;
 }
 
-struct MHD_Response *forward_make_response(struct request *r)
+/* libmicrohttpd callocs the block with every response: a small body gets a small one. */
+static size_t response_block_size(uint64_t size)
+{
+    const size_t largest = 16 * 1024;
+    return size < largest ? (size_t)size : largest;
+}
+
+static struct MHD_Response *make_response(struct request *r)
 {
     bool bodiless = strcmp(r->method, "HEAD") == 0 || r->upstream_status == 204 || r->upstream_status == 304 ||
                     r->resp_content_length == 0;
     r->resp_bodiless = bodiless;
     uint64_t size = r->resp_content_length >= 0 ? (uint64_t)r->resp_content_length : MHD_SIZE_UNKNOWN;
     struct MHD_Response *resp;
-    if (bodiless && (size == MHD_SIZE_UNKNOWN || size == 0))
+    if (bodiless && (size == MHD_SIZE_UNKNOWN || size == 0)) {
         resp = MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT);
-    else
-        resp = MHD_create_response_from_callback(size, 16 * 1024, read_response_body, r, NULL);
+    } else if (!bodiless && r->upstream_done && r->upstream_result == CURLE_OK && !request_release_pending(r)) {
+        /* The whole body is in: MHD takes the buffer and sends it with the head. */
+        struct bytebuf *b = &r->resp_body;
+        size_t len = b->len;
+        resp = MHD_create_response_from_buffer_with_free_callback_cls(len, len > 0 ? b->data + b->off : (void *)"",
+                                                                      free, b->data);
+        if (resp != NULL) {
+            memset(b, 0, sizeof(*b));
+            r->bytes_sent = len;
+        }
+    } else {
+        resp = MHD_create_response_from_callback(size, response_block_size(size), read_response_body, r, NULL);
+    }
     if (resp == NULL)
         return NULL;
     for (size_t i = 0; i < r->n_resp_headers; i++)
         MHD_add_response_header(resp, r->resp_headers[i].name, r->resp_headers[i].value);
     respond_add_ratelimit_headers(r, resp);
     return resp;
+}
+
+void forward_respond(struct request *r)
+{
+    r->response_made = true;
+    struct MHD_Response *resp = make_response(r);
+    if (resp == NULL) {
+        forward_abort(r);
+        r->pending = respond_error(r, "upstream_unavailable");
+        r->pending_status = MHD_HTTP_BAD_GATEWAY;
+    } else if (r->resp_bodiless && request_release_pending(r)) {
+        r->stashed = resp; /* complete as soon as sent: it waits for the release */
+    } else {
+        r->pending = resp;
+        r->pending_status = (unsigned)r->upstream_status;
+    }
 }
 
 /* Request headers that must not travel on to the upstream. */

@@ -27,6 +27,7 @@ int forward_build_headers(struct request *r, bool websocket);
 /* True for headers that describe one connection, not the message (RFC 9110 7.6.1). */
 bool forward_is_hop_by_hop(const char *name, size_t len);
 
-/* Builds the MHD response for r once its upstream head is in. Returns NULL on allocation
- * failure. */
-struct MHD_Response *forward_make_response(struct request *r);
+/* Called when MHD asks for r's response after its upstream head is in: makes it r->pending
+ * (the whole body at once when it has all arrived, else streamed), or r->stashed when a
+ * bodiless response must wait for the slots' release, or a 502 when memory runs out. */
+void forward_respond(struct request *r);

@@ -22,6 +22,10 @@
  * per-connection pool, so a head over it still fits there and gets our JSON 431. */
 #define MAX_HEAD_BYTES (16 * 1024)
 
+/* A suspension shorter than this ends before a departed client could matter; watching
+ * every request's socket would cost two epoll_ctl calls each. */
+#define CLOSE_WATCH_DELAY_MS 50
+
 /* The largest selection of limits one request can meet (rate, concurrency, messages). */
 #define MAX_SELECTED 48
 
@@ -60,6 +64,8 @@ void bytebuf_free(struct bytebuf *b)
     memset(b, 0, sizeof(*b));
 }
 
+static void arm_close_watch(evutil_socket_t fd, short what, void *arg);
+
 void *request_uri_logger(void *cls, const char *uri, struct MHD_Connection *conn)
 {
     struct worker *w = cls;
@@ -74,6 +80,7 @@ void *request_uri_logger(void *cls, const char *uri, struct MHD_Connection *conn
     r->w = w;
     r->conn = conn;
     r->refs = 1;
+    evtimer_assign(&r->close_watch_delay, w->base, arm_close_watch, r);
     r->started_ms = clock_mono_ms();
     r->resp_content_length = -1;
     r->upstream_ms = -1;
@@ -128,6 +135,7 @@ void request_unref(struct request *r)
     if (--r->refs > 0)
         return;
     request_release_slots(r);
+    evtimer_del(&r->close_watch_delay);
     if (r->close_watch != NULL)
         event_free(r->close_watch);
     ws_release(r);
@@ -157,6 +165,7 @@ void request_wake(struct request *r)
     r->reader_waiting = false;
     if (r->suspended) {
         r->suspended = false;
+        evtimer_del(&r->close_watch_delay);
         if (r->close_watch != NULL)
             event_del(r->close_watch);
         MHD_resume_connection(r->conn);
@@ -201,12 +210,13 @@ static void on_client_closed(evutil_socket_t fd, short what, void *arg)
         request_set_pending(r, 499, respond_error(r, "client_closed_request"));
 }
 
-void request_suspend(struct request *r)
+static void arm_close_watch(evutil_socket_t fd, short what, void *arg)
 {
-    if (r->suspended || r->w->closing)
+    struct request *r = arg;
+    (void)fd;
+    (void)what;
+    if (!r->suspended || r->mhd_done)
         return;
-    r->suspended = true;
-    MHD_suspend_connection(r->conn);
     if (r->close_watch == NULL) {
         const union MHD_ConnectionInfo *ci = MHD_get_connection_info(r->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
         if (ci != NULL)
@@ -214,6 +224,16 @@ void request_suspend(struct request *r)
     }
     if (r->close_watch != NULL)
         event_add(r->close_watch, NULL);
+}
+
+void request_suspend(struct request *r)
+{
+    if (r->suspended || r->w->closing)
+        return;
+    r->suspended = true;
+    MHD_suspend_connection(r->conn);
+    struct timeval delay = ms_to_timeval(CLOSE_WATCH_DELAY_MS);
+    evtimer_add(&r->close_watch_delay, &delay);
 }
 
 static enum MHD_Result queue_pending(struct request *r)
@@ -636,6 +656,8 @@ enum MHD_Result request_handle(void *cls, struct MHD_Connection *conn, const cha
         return decide(r, url);
     case PHASE_CHECKING:
     case PHASE_FORWARDING:
+        if (r->phase == PHASE_FORWARDING && r->upstream_head_done && !r->response_made && r->pending == NULL)
+            forward_respond(r);
         if (r->pending != NULL)
             return queue_pending(r);
         request_suspend(r);

@@ -8,13 +8,13 @@
 #include <stdint.h>
 
 #include <curl/curl.h>
+#include <event2/event_struct.h>
 #include <microhttpd.h>
 
 #include "store/limiter.h"
 #include "tiers/snapshot.h"
 
 struct worker;
-struct event;
 struct ws_tunnel;
 
 /* A growable byte buffer with a cap that input cannot push it past. */
@@ -77,6 +77,7 @@ struct request {
     struct limit_rule ws_rule;
     struct ws_tunnel *ws;         /* when the request is a WebSocket handshake */
     struct event *close_watch;    /* notices a client that leaves while suspended */
+    struct event close_watch_delay; /* arms close_watch once a suspension lasts */
     bool client_gone;
     bool ws_upgrade;              /* a WebSocket handshake */
     const char *limit_type;       /* what rejected it: "http", "concurrency", "ws_connection" */
@@ -92,6 +93,7 @@ struct request {
     struct curl_slist *upstream_headers;
     struct event *upstream_timer;
     bool upstream_head_done;      /* the final (non-1xx) response head is in */
+    bool response_made;           /* forward_respond ran */
     bool upstream_done;           /* curl finished (with upstream_result) */
     CURLcode upstream_result;
     bool timed_out;
