@@ -4,7 +4,70 @@
 #include "store/limiter_impl.h"
 
 #include <errno.h>
+#include <stdlib.h>
 #include <string.h>
+
+#include "store/denial_cache.h"
+
+/* A check on its way to the store, so that its answer can be remembered when it is a
+ * lasting rejection (store/denial_cache.h). Kept on a free list: no allocation per check
+ * in the steady state. */
+struct asked {
+    struct asked *next_free;
+    struct limiter_shield *shield;
+    limiter_done_fn *done;
+    void *arg;
+    uint64_t key;
+    int64_t asked_ms;
+    uint32_t concurrency_mask;
+    size_t subject_len;
+    char subject[160];
+};
+
+struct limiter_shield {
+    struct denial_cache *denials;
+    struct asked *free_list;
+};
+
+static struct limiter_shield *shield_of(struct limiter *limiter)
+{
+    if (limiter->shield == NULL) {
+        struct limiter_shield *s = calloc(1, sizeof(*s));
+        if (s == NULL)
+            return NULL;
+        if ((s->denials = denial_cache_create()) == NULL) {
+            free(s);
+            return NULL;
+        }
+        limiter->shield = s;
+    }
+    return limiter->shield;
+}
+
+static void shield_free(struct limiter_shield *s)
+{
+    if (s == NULL)
+        return;
+    while (s->free_list != NULL) {
+        struct asked *a = s->free_list;
+        s->free_list = a->next_free;
+        free(a);
+    }
+    denial_cache_destroy(s->denials);
+    free(s);
+}
+
+static void on_answer(void *arg, const struct limiter_result *result)
+{
+    struct asked *a = arg;
+    struct limiter_shield *s = a->shield;
+    denial_cache_remember(s->denials, a->key, a->subject, a->subject_len, a->concurrency_mask, result, a->asked_ms);
+    limiter_done_fn *done = a->done;
+    void *done_arg = a->arg;
+    a->next_free = s->free_list;
+    s->free_list = a;
+    done(done_arg, result);
+}
 
 void limiter_result_unavailable(struct limiter_result *result, size_t n)
 {
@@ -65,7 +128,37 @@ int limiter_check_leased(struct limiter *limiter, const char *subject, size_t su
                 lease_table_find(&limiter->leases, subject, subject_len, rules[i].id, lease_id, id_len) != NULL)
                 return -EINVAL;
     }
-    return limiter->ops->check(limiter, subject, subject_len, rules, n, now_ms, lease_id, id_len, done, arg);
+    /* An explicit clock (tests) always asks the store. */
+    struct limiter_shield *s = now_ms < 0 && subject_len <= sizeof(((struct asked *)0)->subject) ? shield_of(limiter)
+                                                                                                 : NULL;
+    if (s == NULL)
+        return limiter->ops->check(limiter, subject, subject_len, rules, n, now_ms, lease_id, id_len, done, arg);
+    uint64_t key = denial_cache_key(subject, subject_len, rules, n);
+    int64_t asked_ms = denial_cache_now_ms();
+    struct limiter_result remembered;
+    if (denial_cache_lookup(s->denials, key, subject, subject_len, asked_ms, &remembered)) {
+        done(arg, &remembered);
+        return 0;
+    }
+    struct asked *a = s->free_list;
+    if (a != NULL)
+        s->free_list = a->next_free;
+    else if ((a = malloc(sizeof(*a))) == NULL)
+        return -ENOMEM;
+    a->shield = s;
+    a->done = done;
+    a->arg = arg;
+    a->key = key;
+    a->asked_ms = asked_ms;
+    a->concurrency_mask = denial_cache_concurrency_mask(rules, n);
+    a->subject_len = subject_len;
+    memcpy(a->subject, subject, subject_len);
+    r = limiter->ops->check(limiter, subject, subject_len, rules, n, now_ms, lease_id, id_len, on_answer, a);
+    if (r != 0) {
+        a->next_free = s->free_list;
+        s->free_list = a;
+    }
+    return r;
 }
 
 void limiter_release(struct limiter *limiter, const char *subject, size_t subject_len,
@@ -122,8 +215,12 @@ size_t limiter_lease_count(const struct limiter *limiter)
 
 void limiter_destroy(struct limiter *limiter)
 {
-    if (limiter != NULL)
-        limiter->ops->destroy(limiter);
+    if (limiter == NULL)
+        return;
+    /* Checks still pending are answered inside destroy, and come back to the shield. */
+    struct limiter_shield *s = limiter->shield;
+    limiter->ops->destroy(limiter);
+    shield_free(s);
 }
 
 bool limiter_available(const struct limiter *limiter)

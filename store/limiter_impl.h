@@ -28,9 +28,12 @@ struct limiter_ops {
     void (*sync)(struct limiter *limiter, void (*done)(void *arg), void *arg);
 };
 
+struct limiter_shield;
+
 struct limiter {
     const struct limiter_ops *ops;
     struct lease_table leases;   /* the concurrency leases this limiter holds */
+    struct limiter_shield *shield; /* remembered rejections (limiter.c); NULL until needed */
 };
 
 /* Fills result as LIMITER_UNAVAILABLE for n rules. */

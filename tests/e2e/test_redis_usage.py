@@ -39,3 +39,37 @@ def test_no_keyspace_walks_while_serving(catalog, proxies, redis_factory):
     assert cmds, seen[:5]
     walks = [c for c in cmds if c in ("KEYS", "SCAN", "HSCAN", "SSCAN", "ZSCAN")]
     assert walks == [], walks
+
+
+def evalsha_calls(rd):
+    info = rd.cmd("INFO", "commandstats")
+    text = info.decode() if isinstance(info, bytes) else str(info)
+    m = re.search(r"cmdstat_evalsha:calls=(\d+)", text)
+    return int(m.group(1)) if m else 0
+
+
+def test_repeat_rejections_cost_no_store_call(catalog, proxies, redis_factory):
+    """A client over a rate limit keeps getting 429 until the reset, but only its first
+    rejection asks Redis: the rest are answered from the proxy's memory of it, with the
+    same numbers, until the reset."""
+    catalog.plan("tiny", "--rate", "1/min")
+    _, key = catalog.user_key("tiny")
+    _, other = catalog.user_key("tiny")
+    rd = redis_factory()
+    # one worker: each worker remembers its own rejections
+    p = proxies.start(catalog, store="redis", redis=rd, proxy={"workers": 1})
+    before = evalsha_calls(rd)
+    statuses, resets = [], []
+    for _ in range(20):
+        r = p.get("/x", key=key)
+        statuses.append(r.status)
+        if r.status == 429:
+            resets.append(int(r.header("RateLimit-Reset")))
+            assert r.json()["error_code"] == "rate_limit_exceeded"
+            assert r.header("RateLimit-Remaining") == "0"
+    assert statuses == [200] + [429] * 19
+    assert all(55 <= s <= 60 for s in resets), resets
+    assert evalsha_calls(rd) - before == 2   # the allowed request and the first rejection
+    # another user of the same plan is decided by Redis as usual
+    assert p.get("/x", key=other).status == 200
+    assert evalsha_calls(rd) - before == 3

@@ -1,0 +1,122 @@
+#include "store/denial_cache.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define SLOTS 256
+/* Longer subjects are not remembered (the proxy's are "u:<id>" or "ip:<address>"). */
+#define SUBJECT_MAX 160
+
+struct denial {
+    uint64_t key;                 /* 0: empty */
+    int64_t asked_ms;
+    int64_t until_ms;
+    size_t subject_len;
+    char subject[SUBJECT_MAX];
+    struct limiter_result result;
+};
+
+struct denial_cache {
+    struct denial slots[SLOTS];
+};
+
+struct denial_cache *denial_cache_create(void)
+{
+    return calloc(1, sizeof(struct denial_cache));
+}
+
+void denial_cache_destroy(struct denial_cache *cache)
+{
+    free(cache);
+}
+
+int64_t denial_cache_now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static uint64_t fnv1a(uint64_t h, const void *data, size_t len)
+{
+    const unsigned char *p = data;
+    for (size_t i = 0; i < len; i++) {
+        h ^= p[i];
+        h *= 0x100000001b3ULL;
+    }
+    return h;
+}
+
+uint64_t denial_cache_key(const char *subject, size_t subject_len, const struct limit_rule *rules, size_t n)
+{
+    uint64_t h = fnv1a(0xcbf29ce484222325ULL, subject, subject_len);
+    for (size_t i = 0; i < n; i++) {
+        int64_t fields[5] = { rules[i].id, (int64_t)rules[i].algorithm, rules[i].rate, rules[i].burst,
+                              rules[i].window_ms };
+        h = fnv1a(h, fields, sizeof(fields));
+    }
+    h ^= h >> 33; /* spread the high bits into the slot index */
+    return h != 0 ? h : 1;
+}
+
+static struct denial *slot_of(struct denial_cache *cache, uint64_t key)
+{
+    return &cache->slots[key % SLOTS];
+}
+
+bool denial_cache_lookup(struct denial_cache *cache, uint64_t key, const char *subject, size_t subject_len,
+                         int64_t now_mono_ms, struct limiter_result *result)
+{
+    struct denial *d = slot_of(cache, key);
+    if (d->key != key || d->subject_len != subject_len || memcmp(d->subject, subject, subject_len) != 0)
+        return false;
+    if (now_mono_ms >= d->until_ms) {
+        d->key = 0;
+        return false;
+    }
+    int64_t elapsed = now_mono_ms > d->asked_ms ? now_mono_ms - d->asked_ms : 0;
+    *result = d->result;
+    if (result->now_ms >= 0)
+        result->now_ms += elapsed;
+    for (size_t i = 0; i < result->n; i++) {
+        struct limit_verdict *v = &result->verdicts[i];
+        v->reset_ms = v->reset_ms > elapsed ? v->reset_ms - elapsed : 0;
+    }
+    return true;
+}
+
+uint32_t denial_cache_concurrency_mask(const struct limit_rule *rules, size_t n)
+{
+    uint32_t mask = 0;
+    for (size_t i = 0; i < n && i < 32; i++)
+        if (rules[i].algorithm == LIMIT_CONCURRENCY)
+            mask |= (uint32_t)1 << i;
+    return mask;
+}
+
+void denial_cache_remember(struct denial_cache *cache, uint64_t key, const char *subject, size_t subject_len,
+                           uint32_t concurrency_mask, const struct limiter_result *result, int64_t asked_mono_ms)
+{
+    if (result->status != LIMITER_DECIDED || result->allowed || subject_len > SUBJECT_MAX)
+        return;
+    int64_t holds_ms = -1;
+    for (size_t i = 0; i < result->n; i++) {
+        const struct limit_verdict *v = &result->verdicts[i];
+        if (v->allowed)
+            continue;
+        if (i >= 32 || (concurrency_mask & ((uint32_t)1 << i)))
+            return;
+        if (holds_ms < 0 || v->reset_ms < holds_ms)
+            holds_ms = v->reset_ms;
+    }
+    if (holds_ms <= 0)
+        return;
+    struct denial *d = slot_of(cache, key);
+    d->key = key;
+    d->asked_ms = asked_mono_ms;
+    d->until_ms = asked_mono_ms + holds_ms;
+    d->subject_len = subject_len;
+    memcpy(d->subject, subject, subject_len);
+    d->result = *result;
+}
