@@ -156,8 +156,10 @@ static int serve(struct proxy_config *cfg, int argc, char **argv, char **envp)
     if (workers == NULL || limiters == NULL || metrics == NULL)
         goto out;
     for (; started < cfg->workers; started++) {
-        if (worker_init(&workers[started], started, &shared, err, sizeof(err)) < 0 ||
-            worker_start(&workers[started]) < 0) {
+        int rc = worker_init(&workers[started], started, &shared, err, sizeof(err));
+        if (rc == 0 && (rc = worker_start(&workers[started])) < 0)
+            snprintf(err, sizeof(err), "cannot start worker %d: %s", started, strerror(-rc));
+        if (rc < 0) {
             fprintf(stderr, "tierproxy: %s\n", err);
             worker_join_and_destroy(&workers[started]);
             goto stop;

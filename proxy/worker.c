@@ -1,11 +1,14 @@
 #include "proxy/worker.h"
 
 #include <errno.h>
+#include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <event2/event.h>
 #include <microhttpd.h>
@@ -62,6 +65,9 @@ static void schedule_mhd_timer(struct worker *w)
 
 static void run_mhd(struct worker *w)
 {
+    /* A kick asked for before this run is served by it; one asked for during it (from
+     * an MHD callback) stays pending. */
+    evtimer_del(w->mhd_kick);
     MHD_run(w->daemon);
     schedule_mhd_timer(w);
 }
@@ -79,9 +85,124 @@ static void on_mhd_timer(evutil_socket_t fd, short what, void *arg)
 void worker_kick_mhd(struct worker *w)
 {
     /* Runs MHD from the loop on its next turn, never from inside a curl or hiredis
-     * callback. */
+     * callback. Not mhd_timer: run_mhd re-arms that one from MHD_get_timeout after every
+     * run (or deletes it when MHD has no timeout), which would drop a kick asked for from
+     * inside that run. */
     static const struct timeval now = { 0, 0 };
-    evtimer_add(w->mhd_timer, &now);
+    evtimer_add(w->mhd_kick, &now);
+}
+
+/* ---- accepting ----------------------------------------------------------------------
+ * The listening socket is ours and every accepted connection goes to MHD with
+ * MHD_add_connection. libmicrohttpd 0.9.75 in external epoll mode, when it stops accepting
+ * (at MHD_OPTION_CONNECTION_LIMIT, or after accept() failed with EMFILE), takes its
+ * listening socket out of its epoll set and puts it back only at the start of a later
+ * MHD_run; nothing in its epoll set wakes the loop for that run, so clients stayed in the
+ * backlog of an idle worker. And an accept() that fails for lack of descriptors while it
+ * has no connection leaves the socket in the set, level-triggered: a busy loop.
+ *
+ * Here: at the limit, stop watching the socket and watch it again when a connection
+ * closes; out of descriptors, stop watching it and try again every ACCEPT_RETRY_MS (the
+ * descriptors may come back from another worker, curl or Redis, which tell us nothing),
+ * and at once when one of our connections closes. Waiting clients stay in the backlog
+ * meanwhile and are served as soon as there is room. */
+
+/* At most this many accept()s per wake-up, so one worker's loop also serves the
+ * connections it has. The socket is level-triggered: the rest come on the next turn. */
+#define ACCEPT_BATCH 32
+#define ACCEPT_RETRY_MS 25
+
+static void accept_watch(struct worker *w, bool on)
+{
+    if (on && !w->accepting && w->serving && !w->stopping && w->listen_fd >= 0)
+        w->accepting = event_add(w->accept_event, NULL) == 0;
+    else if (!on && w->accepting) {
+        event_del(w->accept_event);
+        w->accepting = false;
+    }
+}
+
+static bool accept_error_is_transient(int err)
+{
+    /* The connection in front of the queue went away, or a signal: the next one may be
+     * fine (accept(2): network errors are passed on as errors of accept). */
+    switch (err) {
+    case EINTR:
+    case ECONNABORTED:
+    case EPROTO:
+    case EPERM:
+    case ENETDOWN:
+    case ENOPROTOOPT:
+    case EHOSTDOWN:
+    case ENONET:
+    case EHOSTUNREACH:
+    case EOPNOTSUPP:
+    case ENETUNREACH:
+    case ETIMEDOUT:
+        return true;
+    default:
+        return false;
+    }
+}
+
+static void accept_connections(struct worker *w)
+{
+    if (w->stopping || w->listen_fd < 0)
+        return;
+    evtimer_del(w->accept_retry);
+    unsigned accepted = 0;
+    for (;;) {
+        if (w->connections >= w->connection_limit) {
+            accept_watch(w, false); /* on_connection watches again when one closes */
+            break;
+        }
+        if (accepted == ACCEPT_BATCH) {
+            accept_watch(w, true); /* level-triggered: the rest on the loop's next turn */
+            break;
+        }
+        struct sockaddr_storage ss;
+        socklen_t len = sizeof(ss);
+        int fd = accept4(w->listen_fd, (struct sockaddr *)&ss, &len, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        if (fd < 0) {
+            int err = errno;
+            if (err == EAGAIN || err == EWOULDBLOCK) {
+                w->out_of_fds = false;
+                accept_watch(w, true);
+                break;
+            }
+            if (accept_error_is_transient(err))
+                continue;
+            /* EMFILE, ENFILE, ENOBUFS, ENOMEM (or anything unexpected): the client stays in
+               the backlog. Never retried in a loop: a timer, or a connection closing. */
+            if (!w->out_of_fds && w->shared->log_warnings)
+                fprintf(stderr,
+                        "tierproxy: worker %d: cannot accept (%s) with %u connections open; "
+                        "clients wait until descriptors free up\n",
+                        w->index, strerror(err), w->connections);
+            w->out_of_fds = true;
+            accept_watch(w, false);
+            struct timeval retry = ms_to_timeval(ACCEPT_RETRY_MS);
+            evtimer_add(w->accept_retry, &retry);
+            break;
+        }
+        w->out_of_fds = false;
+        accepted++;
+        /* MHD closes the socket itself when it cannot take it (out of memory). Its
+           NOTIFY_STARTED callback counts the connection before this returns. */
+        MHD_add_connection(w->daemon, fd, (struct sockaddr *)&ss, len);
+    }
+    if (accepted > 0)
+        worker_kick_mhd(w);
+}
+
+static void on_accept(evutil_socket_t fd, short what, void *arg)
+{
+    accept_connections(arg);
+}
+
+static void on_accept_retry(evutil_socket_t fd, short what, void *arg)
+{
+    accept_connections(arg);
 }
 
 struct snapshot *worker_snapshot(struct worker *w)
@@ -104,11 +225,21 @@ static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_
 {
     struct worker *w = cls;
     metrics_add_connections(w->metrics, toe == MHD_CONNECTION_NOTIFY_STARTED ? 1 : -1);
-    /* After accept() failed for lack of descriptors, MHD takes its listening socket out
-     * of epoll and puts it back only in a later MHD_run once a connection has closed:
-     * make sure that run happens even if nothing else wakes the loop. */
-    if (toe == MHD_CONNECTION_NOTIFY_CLOSED)
-        worker_kick_mhd(w);
+    if (toe == MHD_CONNECTION_NOTIFY_STARTED) {
+        w->connections++;
+        return;
+    }
+    if (w->connections > 0)
+        w->connections--;
+    /* Room again: accept on the loop's next turn (never from inside MHD_run, where
+     * MHD_add_connection must not be called). A descriptor is free now too. */
+    if (w->out_of_fds) {
+        static const struct timeval now = { 0, 0 };
+        if (!w->stopping && w->listen_fd >= 0)
+            evtimer_add(w->accept_retry, &now);
+    } else if (w->connections < w->connection_limit) {
+        accept_watch(w, true);
+    }
 }
 
 static void on_leases_released(void *arg)
@@ -138,9 +269,12 @@ static void on_stop(evutil_socket_t fd, short what, void *arg)
         return;
     w->stopping = true;
     /* Stop accepting; the other workers' sockets keep the port open until they stop too. */
-    MHD_socket listen_fd = MHD_quiesce_daemon(w->daemon);
-    if (listen_fd != MHD_INVALID_SOCKET)
-        close(listen_fd);
+    accept_watch(w, false);
+    evtimer_del(w->accept_retry);
+    if (w->listen_fd >= 0) {
+        close(w->listen_fd);
+        w->listen_fd = -1;
+    }
     w->drain_deadline_ms = clock_mono_ms() + DRAIN_MS;
     ws_close_all(w);
     on_drain_timer(-1, 0, w);
@@ -160,9 +294,53 @@ void worker_reload(struct worker *w, const struct proxy_config *cfg, sem_t *done
     event_active(w->reload_event, EV_TIMEOUT, 1);
 }
 
+/* The worker's listening socket: the port is shared with the other workers through
+ * SO_REUSEPORT (the kernel spreads connections over them). Returns the socket or -errno. */
+static int open_listener(const struct sockaddr_storage *addr)
+{
+    int fd = socket(addr->ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return -errno;
+    int on = 1;
+    socklen_t len = addr->ss_family == AF_INET6 ? sizeof(struct sockaddr_in6) : sizeof(struct sockaddr_in);
+    if (setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &on, sizeof(on)) < 0 ||
+        setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &on, sizeof(on)) < 0 ||
+        (addr->ss_family == AF_INET6 && setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &on, sizeof(on)) < 0) ||
+        bind(fd, (const struct sockaddr *)addr, len) < 0 || listen(fd, 4096) < 0) {
+        int rc = -errno;
+        close(fd);
+        return rc;
+    }
+    return fd;
+}
+
+/* How many client connections one worker holds at most: its share of the process's
+ * descriptors, each connection counting two (its upstream side too, in use or idle in
+ * curl's cache; a WebSocket keeps both), after what the process needs besides. Counted
+ * on a running proxy: 8 + 9 per worker (+1 per worker with Redis, +1 with an access log
+ * file), each loop with its libevent and MHD epoll fds, MHD's ITC, the listening socket
+ * and curl's wakeup pair; the reserve leaves some room over that for admin clients, Redis
+ * reconnects and the catalog. Past the share, clients wait in the backlog. Running out
+ * of descriptors all the same (other processes' limits, many admin clients) is handled:
+ * accept_connections waits for them, curl answers 502. */
+static unsigned connection_share(const struct proxy_config *cfg)
+{
+    struct rlimit nofile;
+    rlim_t workers = (rlim_t)(cfg->workers > 0 ? cfg->workers : 1);
+    if (getrlimit(RLIMIT_NOFILE, &nofile) != 0 || nofile.rlim_cur == RLIM_INFINITY)
+        return 1020;
+    rlim_t reserve = 16 + 10 * workers;
+    rlim_t usable = nofile.rlim_cur > reserve ? nofile.rlim_cur - reserve : 0;
+    rlim_t share = usable / 2 / workers;
+    if (share > 100000)
+        share = 100000;
+    return share > 4 ? (unsigned)share : 4;
+}
+
 int worker_init(struct worker *w, int index, const struct proxy_shared *shared, char *err, size_t errlen)
 {
     memset(w, 0, sizeof(*w));
+    w->listen_fd = -1;
     w->index = index;
     w->shared = shared;
     w->cfg = shared->cfg;
@@ -180,40 +358,33 @@ int worker_init(struct worker *w, int index, const struct proxy_shared *shared, 
         snprintf(err, errlen, "listen address \"%s\" is not an IP address", cfg->listen_host);
         return -EINVAL;
     }
-    unsigned flags = MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME | MHD_ALLOW_UPGRADE;
-    /* Each worker gets its share of the process's descriptors, each connection counting
-     * two (its upstream side too; a WebSocket keeps both). Not MHD's default of 1020, which
-     * stops a worker long before they run out; and not more than the share: a worker
-     * whose accept() fails for lack of descriptors while it holds no connection of its
-     * own never accepts again (MHD clears that state only when one of its own closes). */
-    struct rlimit nofile;
-    unsigned connection_limit = 1020;
-    if (getrlimit(RLIMIT_NOFILE, &nofile) == 0 && nofile.rlim_cur != RLIM_INFINITY) {
-        rlim_t reserve = 32 + 8 * (rlim_t)cfg->workers; /* loops, MHD, Redis, SQLite, logs */
-        rlim_t usable = nofile.rlim_cur > reserve ? nofile.rlim_cur - reserve : 0;
-        rlim_t per_worker = usable / 2 / (rlim_t)(cfg->workers > 0 ? cfg->workers : 1);
-        connection_limit = per_worker > 4 ? (unsigned)per_worker : 4;
+    w->listen_fd = open_listener(&addr);
+    if (w->listen_fd < 0) {
+        snprintf(err, errlen, "cannot listen on %s:%u (%s)", cfg->listen_host, (unsigned)cfg->listen_port,
+                 strerror(-w->listen_fd));
+        w->listen_fd = -1;
+        return -EADDRINUSE;
     }
-    if (addr.ss_family == AF_INET6)
-        flags |= MHD_USE_IPv6;
+    w->connection_limit = connection_share(cfg);
+    /* No listening socket of MHD's own: accept_connections hands it every connection. */
+    unsigned flags = MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME | MHD_ALLOW_UPGRADE | MHD_USE_NO_LISTEN_SOCKET;
     w->daemon = MHD_start_daemon(flags, 0, NULL, NULL, request_handle, w,
-                                 MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&addr,
-                                 MHD_OPTION_LISTENING_ADDRESS_REUSE, (unsigned)1,
-                                 MHD_OPTION_LISTEN_BACKLOG_SIZE, (unsigned)4096,
                                  MHD_OPTION_URI_LOG_CALLBACK, request_uri_logger, (void *)w,
                                  MHD_OPTION_NOTIFY_COMPLETED, request_completed, (void *)w,
                                  MHD_OPTION_NOTIFY_CONNECTION, on_connection, (void *)w,
                                  MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)75,
-                                 MHD_OPTION_CONNECTION_LIMIT, connection_limit,
+                                 /* Ours is w->connection_limit, checked before accept();
+                                    MHD's only backs it up (MHD_add_connection over it
+                                    would close the client's socket). */
+                                 MHD_OPTION_CONNECTION_LIMIT, w->connection_limit + 64,
                                  /* Room for heads past our own limit, so that we answer them
                                     (431, JSON). Not more: MHD zeroes the whole pool after
                                     every request. Heads that overflow it get MHD's own 431. */
                                  MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(32 * 1024),
                                  MHD_OPTION_END);
     if (w->daemon == NULL) {
-        snprintf(err, errlen, "cannot listen on %s:%u (address in use, or not allowed)", cfg->listen_host,
-                 (unsigned)cfg->listen_port);
-        return -EADDRINUSE;
+        snprintf(err, errlen, "cannot start libmicrohttpd");
+        return -ENOMEM;
     }
     const union MHD_DaemonInfo *info = MHD_get_daemon_info(w->daemon, MHD_DAEMON_INFO_EPOLL_FD);
     if (info == NULL) {
@@ -222,12 +393,16 @@ int worker_init(struct worker *w, int index, const struct proxy_shared *shared, 
     }
     w->mhd_io = event_new(w->base, info->epoll_fd, EV_READ | EV_PERSIST, on_mhd_io, w);
     w->mhd_timer = evtimer_new(w->base, on_mhd_timer, w);
+    w->mhd_kick = evtimer_new(w->base, on_mhd_timer, w);
+    w->accept_event = event_new(w->base, w->listen_fd, EV_READ | EV_PERSIST, on_accept, w);
+    w->accept_retry = evtimer_new(w->base, on_accept_retry, w);
     w->stop_event = event_new(w->base, -1, 0, on_stop, w);
     w->drain_timer = evtimer_new(w->base, on_drain_timer, w);
     w->reload_event = event_new(w->base, -1, 0, on_reload, w);
     w->start_timer = evtimer_new(w->base, on_start_timer, w);
-    if (w->mhd_io == NULL || w->mhd_timer == NULL || w->stop_event == NULL || w->drain_timer == NULL ||
-        w->reload_event == NULL || w->start_timer == NULL) {
+    if (w->mhd_io == NULL || w->mhd_timer == NULL || w->mhd_kick == NULL || w->accept_event == NULL ||
+        w->accept_retry == NULL || w->stop_event == NULL || w->drain_timer == NULL || w->reload_event == NULL ||
+        w->start_timer == NULL) {
         snprintf(err, errlen, "cannot register events");
         return -ENOMEM;
     }
@@ -273,6 +448,8 @@ int worker_init(struct worker *w, int index, const struct proxy_shared *shared, 
 static void start_serving(struct worker *w)
 {
     event_add(w->mhd_io, NULL);
+    w->serving = true;
+    accept_watch(w, true);
     run_mhd(w);
 }
 
@@ -299,6 +476,7 @@ static void *worker_main(void *arg)
 int worker_start(struct worker *w)
 {
     int rc = pthread_create(&w->thread, NULL, worker_main, w);
+    w->thread_started = rc == 0;
     return rc == 0 ? 0 : -rc;
 }
 
@@ -309,7 +487,9 @@ void worker_request_stop(struct worker *w)
 
 void worker_join_and_destroy(struct worker *w)
 {
-    pthread_join(w->thread, NULL);
+    if (w->thread_started)
+        pthread_join(w->thread, NULL);
+    w->thread_started = false;
     /* MHD cannot stop with suspended connections: wake them; their requests see the
      * daemon going away and are freed by the completion callback. */
     w->closing = true;
@@ -336,6 +516,14 @@ void worker_join_and_destroy(struct worker *w)
         event_free(w->mhd_io);
     if (w->mhd_timer != NULL)
         event_free(w->mhd_timer);
+    if (w->mhd_kick != NULL)
+        event_free(w->mhd_kick);
+    if (w->accept_event != NULL)
+        event_free(w->accept_event);
+    if (w->accept_retry != NULL)
+        event_free(w->accept_retry);
+    if (w->listen_fd >= 0)
+        close(w->listen_fd);
     if (w->stop_event != NULL)
         event_free(w->stop_event);
     if (w->drain_timer != NULL)

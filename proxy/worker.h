@@ -37,11 +37,25 @@ struct worker {
     const struct proxy_shared *shared;
     const struct proxy_config *cfg;
     pthread_t thread;
+    bool thread_started;            /* worker_start succeeded: there is a thread to join */
 
     struct event_base *base;
     struct MHD_Daemon *daemon;
     struct event *mhd_io;           /* MHD's epoll fd readable */
-    struct event *mhd_timer;        /* MHD's own timeouts, and "run MHD soon" */
+    struct event *mhd_timer;        /* MHD's own timeouts (MHD_get_timeout) */
+    struct event *mhd_kick;         /* "run MHD soon": apart, so a timeout set never cancels it */
+
+    /* Connections are accepted here and handed to MHD (MHD_add_connection): MHD 0.9.75,
+     * driven from outside, leaves connections in the backlog with nothing to wake it when
+     * it stops accepting (at its limit, or out of descriptors). */
+    int listen_fd;                  /* SO_REUSEPORT, one per worker; -1 once stopped */
+    struct event *accept_event;     /* listen_fd readable, while accepting */
+    struct event *accept_retry;     /* armed only while accept() fails for lack of descriptors */
+    bool serving;                   /* past the start (the limiter answered or STORE_WAIT_MS) */
+    bool accepting;                 /* accept_event added */
+    bool out_of_fds;                /* the last accept() failed for lack of descriptors */
+    unsigned connections;           /* open MHD connections (upgraded ones included) */
+    unsigned connection_limit;      /* this worker's share of RLIMIT_NOFILE */
     struct event *stop_event;       /* activated from the main thread */
     struct event *drain_timer;
     struct event *reload_event;     /* activated from the main thread */
