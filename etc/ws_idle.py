@@ -4,6 +4,8 @@ the proxy: resident memory per connection and CPU time while they sit idle.
 
     /usr/bin/python3 etc/ws_idle.py [-n 10000] [--idle 10] [--workers 0]
                                     [--redis redis://127.0.0.1:6379/0]
+                                    [--echo-all BYTES] [--ws-idle-timeout-ms MS]
+                                    [--proxy-bin PATH] [--tierctl-bin PATH]
     /usr/bin/python3 etc/ws_idle.py --proxy-port PORT --proxy-pid PID --key KEY [-n N]
 
 The first form builds a catalog with tierctl (a plan with concurrency N + 10, so every
@@ -13,9 +15,16 @@ each with RLIMIT_NOFILE raised to fit. The second form measures a proxy already 
 (its upstream must accept WebSocket upgrades and echo).
 
 Measured from /proc/PID: VmRSS of /proc/PID/status before the N connections and with them
-open, (after - before) / N per connection; utime + stime of /proc/PID/stat over an idle
-period of --idle seconds with all N open. Then every connection is closed (close frame 1000)
-and the proxy's RSS is shown once more. Standard library only.
+open, (after - before) / N per connection; utime + stime of /proc/PID/stat, and the context
+switches of all its threads, over an idle period of --idle seconds with all N open. Then
+every connection is closed (close frame 1000) and the proxy's RSS is shown once more.
+
+The target (issue 5): N = 10,000 through one proxy at no more than 24 KB (24,000 bytes) of
+proxy RSS each, and no CPU while idle -- at most one clock tick (the resolution of
+/proc/PID/stat, usually 10 ms) per 10 s of the idle period. The exit status is 0 when every
+connection opened, echoed, and the target was met; 1 otherwise; 2 when N cannot be held
+here at all (RLIMIT_NOFILE: the proxy needs two descriptors per connection). Standard
+library only.
 """
 import argparse
 import asyncio
@@ -35,6 +44,11 @@ import time
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 GUID = b"258EAFA5-E914-47DA-95CA-C5AB0DC11B85"
+TARGET_BYTES = 24000          # 24 KB of proxy RSS per connection
+# Descriptors a proxy keeps for itself (listeners, loops, MHD, store, catalog, logs) on
+# top of two per tunnel (client and upstream side); its connection limit keeps some more
+# in reserve, so this is a bound, not the exact figure.
+PROXY_OWN_FDS = 64
 
 
 # --------------------------------------------------------------------------------------
@@ -70,6 +84,20 @@ def cpu_seconds(pid):
     fields = data[data.rindex(")") + 2:].split()
     utime, stime = int(fields[11]), int(fields[12])      # fields 14 and 15 of stat(5)
     return (utime + stime) / os.sysconf("SC_CLK_TCK")
+
+
+def context_switches(pid):
+    """Voluntary + involuntary context switches of all of pid's threads."""
+    total = 0
+    for tid in os.listdir("/proc/%d/task" % pid):
+        try:
+            with open("/proc/%d/task/%s/status" % (pid, tid)) as f:
+                for ln in f:
+                    if ln.startswith(("voluntary_ctxt_switches:", "nonvoluntary_ctxt_switches:")):
+                        total += int(ln.split()[1])
+        except OSError:
+            pass                  # a thread that ended meanwhile
+    return total
 
 
 def nofile_of(pid):
@@ -224,29 +252,45 @@ async def echo_check(conn, text):
 
 
 async def run_client(a, port, key, pid):
-    rss0 = vm_rss_kib(pid)
+    """Opens a.n WebSockets, measures, closes them. Returns a dict of what was measured."""
+    m = {"n": a.n, "rss0": vm_rss_kib(pid)}
     conns, results, t_open = await open_all(a, port, key)
+    m.update(opened=len(conns), refused=len(results["refused"]), errors=len(results["errors"]),
+             abandoned=results.get("stalled", 0), t_open=t_open)
     print("opened %d of %d WebSockets in %.1f s (%d refused, %d errors, %d abandoned)"
-          % (len(conns), a.n, t_open, len(results["refused"]), len(results["errors"]),
-             results.get("stalled", 0)))
+          % (len(conns), a.n, t_open, m["refused"], m["errors"], m["abandoned"]))
     for what in ("refused", "errors"):
         if results[what]:
             print("  first %s: %s" % (what, results[what][:3]))
     if not conns:
-        return 1
-    ok = await echo_check(conns[0], b"first") and await echo_check(conns[-1], b"last")
-    print("echo through the first and the last connection: %s" % ("ok" if ok else "FAILED"))
+        m["echo"] = False
+        return m
+    m["echo"] = await echo_check(conns[0], b"first") and await echo_check(conns[-1], b"last")
+    print("echo through the first and the last connection: %s" % ("ok" if m["echo"] else "FAILED"))
+    if a.echo_all:
+        sem = asyncio.Semaphore(a.parallel)
+
+        async def echo_one(i, conn):
+            async with sem:
+                return await echo_check(conn, b"message %d " % i + b"x" * a.echo_all)
+        oks = await asyncio.gather(*[echo_one(i, c) for i, c in enumerate(conns)],
+                                   return_exceptions=True)
+        good = sum(1 for ok in oks if ok is True)
+        m["echo"] = m["echo"] and good == len(conns)
+        print("echo of a %d-byte message through every connection: %d of %d ok"
+              % (a.echo_all, good, len(conns)))
     await asyncio.sleep(1.0)              # let the allocator settle
-    rss1 = vm_rss_kib(pid)
+    m["rss1"] = vm_rss_kib(pid)
+    m["per_conn_kib"] = (m["rss1"] - m["rss0"]) / len(conns)
     print("proxy RSS: %d KiB before, %d KiB with %d open -> %.2f KiB per connection"
-          % (rss0, rss1, len(conns), (rss1 - rss0) / len(conns)))
-    c0 = cpu_seconds(pid)
-    w0 = time.monotonic()
+          % (m["rss0"], m["rss1"], len(conns), m["per_conn_kib"]))
+    c0, s0, w0 = cpu_seconds(pid), context_switches(pid), time.monotonic()
     await asyncio.sleep(a.idle)
-    c1 = cpu_seconds(pid)
-    wall = time.monotonic() - w0
-    print("proxy CPU during %.1f s idle with %d open: %.3f s (%.2f%% of one core)"
-          % (wall, len(conns), c1 - c0, 100.0 * (c1 - c0) / wall))
+    c1, s1 = cpu_seconds(pid), context_switches(pid)
+    m.update(idle_wall=time.monotonic() - w0, idle_cpu=c1 - c0, idle_switches=s1 - s0)
+    print("proxy CPU during %.1f s idle with %d open: %.3f s (%.2f%% of one core), %d context "
+          "switches" % (m["idle_wall"], len(conns), m["idle_cpu"],
+                        100.0 * m["idle_cpu"] / m["idle_wall"], m["idle_switches"]))
     # close them all
     t0 = time.monotonic()
     for reader, writer in conns:
@@ -258,10 +302,46 @@ async def run_client(a, port, key, pid):
     for reader, writer in conns:
         writer.close()
     await asyncio.sleep(1.0)
-    print("closed them in %.1f s; proxy RSS after: %d KiB; proxy %s"
-          % (time.monotonic() - t0, vm_rss_kib(pid), "alive" if os.path.exists("/proc/%d" % pid)
-             else "GONE"))
-    return 0 if ok and len(conns) == a.n else 1
+    m["alive"] = os.path.exists("/proc/%d" % pid)
+    m["rss2"] = vm_rss_kib(pid) if m["alive"] else None
+    print("closed them in %.1f s; proxy RSS after: %s KiB; proxy %s"
+          % (time.monotonic() - t0, m["rss2"], "alive" if m["alive"] else "GONE"))
+    return m
+
+
+def summary(m, setup):
+    """Prints what was measured against the target. Returns True when it was met."""
+    tick = 1.0 / os.sysconf("SC_CLK_TCK")
+    print()
+    print("== %d idle WebSockets through one tierproxy (%s) ==" % (m["n"], setup))
+    print("connections opened : %d of %d%s" % (
+        m["opened"], m["n"], "" if m["opened"] == m["n"] else
+        "  (%d refused, %d errors, %d abandoned)" % (m["refused"], m["errors"], m["abandoned"])))
+    print("echo first/last    : %s" % ("ok" if m["echo"] else "FAILED"))
+    if "rss1" not in m:
+        print("RESULT             : FAIL (nothing to measure)")
+        return False
+    per_bytes = m["per_conn_kib"] * 1024
+    print("proxy RSS          : %d KiB before, %d KiB with %d open, %s KiB after closing them"
+          % (m["rss0"], m["rss1"], m["opened"], m["rss2"] if m["rss2"] is not None else "-"))
+    print("per connection     : %.2f KiB (%.0f bytes)" % (m["per_conn_kib"], per_bytes))
+    print("CPU while idle     : %.3f s over %.1f s (%.3f%% of one core), %d context switches"
+          % (m["idle_cpu"], m["idle_wall"], 100.0 * m["idle_cpu"] / m["idle_wall"],
+             m["idle_switches"]))
+    mem_ok = per_bytes <= TARGET_BYTES
+    # /proc/PID/stat counts whole clock ticks: allow one per 10 s (0.1% of a core; the
+    # redis store renews all leases in one call every lease_ttl_ms / 3)
+    allowed = tick * max(1, round(m["idle_wall"] / 10.0))
+    cpu_ok = m["idle_cpu"] <= allowed + 1e-9
+    print("target memory      : <= %d bytes (24 KB) per connection: %s"
+          % (TARGET_BYTES, "met" if mem_ok else "NOT met"))
+    print("target CPU         : none while idle (<= %.0f ms: one clock tick per 10 s): %s"
+          % (allowed * 1000, "met" if cpu_ok else "NOT met"))
+    if m["n"] < 10000:
+        print("note               : N = %d, short of the 10,000 of the target" % m["n"])
+    ok = mem_ok and cpu_ok and m["echo"] and m["opened"] == m["n"] and m["alive"]
+    print("RESULT             : %s" % ("PASS" if ok else "FAIL"))
+    return ok
 
 
 # --------------------------------------------------------------------------------------
@@ -291,9 +371,12 @@ def start_everything(a, tmp, nofile):
     ini = os.path.join(tmp, "proxy.ini")
     with open(ini, "w") as f:
         f.write("[proxy]\nlisten = 127.0.0.1:%d\nupstream = http://127.0.0.1:%d\nworkers = %d\n"
-                "[admin]\nlisten =\n[plans]\ndb = %s\n[limits]\nstore = %s\n%s"
+                "%s[admin]\nlisten =\n[plans]\ndb = %s\n[limits]\nstore = %s\n%s"
                 "[log]\naccess = off\nlevel = warn\n"
-                % (port, up_port, a.workers, db, "redis" if a.redis else "memory",
+                % (port, up_port, a.workers,
+                   "websocket_idle_timeout_ms = %d\n" % a.ws_idle_timeout_ms
+                   if a.ws_idle_timeout_ms else "",
+                   db, "redis" if a.redis else "memory",
                    ("redis = %s\nkey_prefix = wsidle%d:\n" % (a.redis, os.getpid()))
                    if a.redis else ""))
     err = open(os.path.join(tmp, "proxy.stderr"), "wb")
@@ -322,8 +405,14 @@ def main():
                     help="give up opening when no handshake was answered for this long (10)")
     ap.add_argument("--workers", type=int, default=0, help="proxy [proxy] workers (0)")
     ap.add_argument("--redis", help="use the redis store at this URL (default: memory)")
-    ap.add_argument("--proxy-bin")
-    ap.add_argument("--tierctl-bin")
+    ap.add_argument("--echo-all", type=int, default=0, metavar="BYTES",
+                    help="before measuring, echo one message of about BYTES through every "
+                         "connection (idle after traffic rather than idle since the handshake)")
+    ap.add_argument("--ws-idle-timeout-ms", type=int, default=0,
+                    help="the proxy's websocket_idle_timeout_ms (0: off, the default); longer "
+                         "than the whole run, or it closes the connections being measured")
+    ap.add_argument("--proxy-bin", help="tierproxy to start (build/proxy/tierproxy)")
+    ap.add_argument("--tierctl-bin", help="tierctl for the catalog (build/tiers/tierctl)")
     ap.add_argument("--proxy-port", type=int, help="measure a proxy already running")
     ap.add_argument("--proxy-pid", type=int)
     ap.add_argument("--key", help="an API key for --proxy-port")
@@ -339,10 +428,24 @@ def main():
 
     # the proxy holds two sockets per connection (client and upstream) plus a few of its own;
     # without CAP_SYS_RESOURCE nothing can go above the hard limit
-    nofile = min(2 * a.n + 1024, resource.getrlimit(resource.RLIMIT_NOFILE)[1])
+    hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+    if hard != resource.RLIM_INFINITY and not a.proxy_port:
+        fits = (hard - PROXY_OWN_FDS) // 2
+        if a.n > fits:
+            print("cannot hold %d WebSockets through one proxy here: the hard RLIMIT_NOFILE is "
+                  "%d, and a proxy needs two descriptors per connection (client and upstream) "
+                  "plus about %d of its own, so at most about %d fit. Raise the hard limit "
+                  "(ulimit -Hn, LimitNOFILE=; needs CAP_SYS_RESOURCE) to at least %d, or "
+                  "measure fewer: -n %d." % (a.n, hard, PROXY_OWN_FDS, fits,
+                                             2 * a.n + PROXY_OWN_FDS, fits // 100 * 100),
+                  file=sys.stderr)
+            return 2
+    nofile = min(2 * a.n + 1024, hard)
     have = raise_nofile(a.n + 1024)
     if have < a.n + 100:
-        raise SystemExit("RLIMIT_NOFILE is %d, %d client sockets need more" % (have, a.n))
+        print("RLIMIT_NOFILE is %d here: this client's own %d sockets need more (-n %d fits)"
+              % (have, a.n, max(0, have - 100)), file=sys.stderr)
+        return 2
     tmp = None
     proxy = up = None
     try:
@@ -361,7 +464,14 @@ def main():
             print("warning: the proxy's RLIMIT_NOFILE %d is short of 2N + 64 = %d (hard limit; "
                   "raising it needs CAP_SYS_RESOURCE): some connections may be refused"
                   % (nofile_of(pid), 2 * a.n + 64))
-        rc = asyncio.run(run_client(a, port, key, pid))
+        m = asyncio.run(run_client(a, port, key, pid))
+        if a.proxy_port:
+            setup = "pid %d, its own store" % pid
+        else:
+            setup = "%s worker%s, %s store" % (a.workers or "per-core", "" if a.workers == 1 else "s",
+                                               "redis" if a.redis else "memory")
+        ok = summary(m, setup)
+        rc = 0 if ok else 1
         if proxy is not None:
             proxy.send_signal(signal.SIGTERM)
             proxy.wait(30)

@@ -6,7 +6,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
 #include <event2/buffer.h>
 #include <event2/bufferevent.h>
@@ -47,8 +49,9 @@ struct ws_tunnel {
     struct bufferevent *up;
     struct bufferevent *client;
     struct MHD_UpgradeResponseHandle *urh;
-    struct event *close_timer;
-    struct event *idle_timer;        /* websocket_idle_timeout_ms, re-armed by traffic */
+    /* While open: websocket_idle_timeout_ms, re-armed by traffic. While closing: how long
+     * what is queued may take to flush (CLOSE_FLUSH_MS). */
+    struct event *timer;
     bool counted;                    /* in the websockets gauge */
     bool await_client_close;         /* we sent the client a close frame: let it answer */
     bool client_write_shut;
@@ -167,10 +170,8 @@ static void tunnel_closed(struct ws_tunnel *t)
         return;
     t->state = TUNNEL_CLOSED;
     struct request *r = t->r;
-    if (t->close_timer != NULL)
-        evtimer_del(t->close_timer);
-    if (t->idle_timer != NULL)
-        evtimer_del(t->idle_timer);
+    if (t->timer != NULL)
+        evtimer_del(t->timer);
     if (t->up != NULL) {
         bufferevent_free(t->up);
         t->up = NULL;
@@ -192,18 +193,13 @@ static void tunnel_closed(struct ws_tunnel *t)
     request_unref(r); /* the tunnel's reference */
 }
 
-static void on_close_timer(evutil_socket_t fd, short what, void *arg)
-{
-    tunnel_closed(arg);
-}
-
 static void arm_idle_timer(struct ws_tunnel *t)
 {
     int64_t ms = t->w->cfg->websocket_idle_timeout_ms;
-    if (ms <= 0 || t->idle_timer == NULL)
+    if (ms <= 0 || t->state != TUNNEL_OPEN)
         return;
     struct timeval tv = ms_to_timeval(ms);
-    evtimer_add(t->idle_timer, &tv);
+    evtimer_add(t->timer, &tv);
 }
 
 static void tunnel_shutdown(struct ws_tunnel *t);
@@ -224,12 +220,15 @@ static void close_client_with(struct ws_tunnel *t, uint16_t code, const char *re
     tunnel_shutdown(t);
 }
 
-/* Idle too long: close 1001 to the client, as nginx does at proxy_read_timeout. */
-static void on_idle_timer(evutil_socket_t fd, short what, void *arg)
+/* Open: idle too long, close 1001 to the client (as nginx does at proxy_read_timeout).
+ * Closing: what was queued did not flush in time. */
+static void on_timer(evutil_socket_t fd, short what, void *arg)
 {
     struct ws_tunnel *t = arg;
     if (t->state == TUNNEL_OPEN)
         close_client_with(t, 1001, "idle timeout");
+    else if (t->state == TUNNEL_CLOSING)
+        tunnel_closed(t);
 }
 
 static bool output_pending(const struct ws_tunnel *t)
@@ -266,7 +265,7 @@ static void tunnel_shutdown(struct ws_tunnel *t)
     if (!output_pending(t))
         shut_client_writes(t);
     struct timeval tv = ms_to_timeval(CLOSE_FLUSH_MS);
-    evtimer_add(t->close_timer, &tv);
+    evtimer_add(t->timer, &tv);
 }
 
 static void maybe_closed_after_flush(struct ws_tunnel *t)
@@ -404,11 +403,51 @@ static void on_up_open_event(struct bufferevent *bev, short what, void *arg)
     }
 }
 
+static bool page_is_zero(const unsigned char *p, size_t len)
+{
+    return p[0] == 0 && memcmp(p, p + 1, len - 1) == 0;
+}
+
+/* libmicrohttpd 0.9.75 keeps an upgraded connection's memory pool (one malloc of
+ * WS_CONNECTION_POOL_BYTES) until the tunnel closes. The pool's first half was the read
+ * buffer: the head came in at its start (extra_in is where the head ends), and before
+ * writing the 101 MHD shrank the buffer to the bytes still unread (extra_in_size) and
+ * zeroed the rest, then wrote the 101 just past them. That left ~16 KiB of resident
+ * zeros per tunnel, more than half of what an idle tunnel cost (26 KiB -> 14 KiB).
+ * The pages of that range that are still all zeros are given back: private anonymous
+ * memory dropped with MADV_DONTNEED reads back as zeros, so nothing anyone can see
+ * changes, and a later write there faults in a fresh page. Only pages inside the read
+ * buffer are looked at: they are this connection's, which no other thread touches.
+ * Only pages that are all zeros go, so with another MHD layout nothing is lost. */
+static void give_back_read_buffer(struct MHD_Connection *conn, const char *extra_in, size_t extra_in_size)
+{
+    const size_t read_buffer = WS_CONNECTION_POOL_BYTES / 2;
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_REQUEST_HEADER_SIZE);
+    if (ci == NULL || extra_in == NULL || ci->header_size + extra_in_size >= read_buffer)
+        return;
+    long pagesize = sysconf(_SC_PAGESIZE);
+    uintptr_t page = pagesize > 0 ? (uintptr_t)pagesize : 4096;
+    uintptr_t zeroed_from = (uintptr_t)(extra_in + extra_in_size);
+    uintptr_t zeroed_to = (uintptr_t)extra_in - ci->header_size + read_buffer;
+    uintptr_t lo = (zeroed_from + page - 1) & ~(page - 1), hi = zeroed_to & ~(page - 1);
+    uintptr_t run = lo; /* start of the current run of zero pages */
+    for (uintptr_t p = lo; p < hi; p += page) {
+        if (!page_is_zero((const unsigned char *)p, page)) {
+            if (p > run)
+                (void)madvise((void *)run, p - run, MADV_DONTNEED);
+            run = p + page;
+        }
+    }
+    if (hi > run)
+        (void)madvise((void *)run, hi - run, MADV_DONTNEED);
+}
+
 static void on_upgraded(void *cls, struct MHD_Connection *connection, void *req_cls, const char *extra_in,
                         size_t extra_in_size, MHD_socket sock, struct MHD_UpgradeResponseHandle *urh)
 {
     struct ws_tunnel *t = cls;
     t->urh = urh;
+    give_back_read_buffer(connection, extra_in, extra_in_size);
     t->client = bufferevent_socket_new(t->w->base, sock, 0);
     if (t->client == NULL || t->up == NULL || t->state != TUNNEL_WAIT_UPGRADE) {
         tunnel_closed(t);
@@ -426,8 +465,17 @@ static void on_upgraded(void *cls, struct MHD_Connection *connection, void *req_
     bufferevent_enable(t->up, EV_READ | EV_WRITE);
     arm_idle_timer(t);
     if (extra_in_size > 0) {
-        evbuffer_add(bufferevent_get_input(t->client), extra_in, extra_in_size);
-        pump_client(t, bufferevent_get_input(t->client));
+        /* What the client sent with its handshake. A bufferevent keeps the end of its input
+         * frozen (only its own reads add there): without the thaw the bytes were lost. */
+        struct evbuffer *in = bufferevent_get_input(t->client);
+        evbuffer_unfreeze(in, 0);
+        int rc = evbuffer_add(in, extra_in, extra_in_size);
+        evbuffer_freeze(in, 0);
+        if (rc < 0) {
+            tunnel_closed(t);
+            return;
+        }
+        pump_client(t, in);
     }
     /* Frames the upstream sent right after its 101. */
     if (t->state == TUNNEL_OPEN && evbuffer_get_length(bufferevent_get_input(t->up)) > 0)
@@ -643,14 +691,12 @@ void ws_start(struct request *r)
     r->phase = PHASE_FORWARDING;
     r->forwarded_ns = clock_mono_ns();
     ws_frame_reader_init(&t->frames);
-    t->close_timer = evtimer_new(w->base, on_close_timer, t);
-    if (cfg->websocket_idle_timeout_ms > 0)
-        t->idle_timer = evtimer_new(w->base, on_idle_timer, t);
+    t->timer = evtimer_new(w->base, on_timer, t);
     if (r->has_ws_rule)
         t->messages = local_limit_create();
     size_t pick = w->upstream_next++ % cfg->n_upstreams;
     const struct upstream_addr *ua = pick < w->n_ws_upstreams ? &w->ws_upstreams[pick] : NULL;
-    if (t->close_timer == NULL || (r->has_ws_rule && t->messages == NULL) || ua == NULL || !ua->ok ||
+    if (t->timer == NULL || (r->has_ws_rule && t->messages == NULL) || ua == NULL || !ua->ok ||
         forward_build_headers(r, true) < 0) {
         fail_handshake(t, MHD_HTTP_BAD_GATEWAY, "upstream_unavailable");
         return;
@@ -670,6 +716,9 @@ void ws_start(struct request *r)
             evbuffer_add_printf(out, "%s\r\n", h->data);
     }
     evbuffer_add(out, "\r\n", 2);
+    /* Sent: not kept for the tunnel's life. */
+    curl_slist_free_all(r->upstream_headers);
+    r->upstream_headers = NULL;
     bufferevent_setcb(t->up, on_up_handshake_read, NULL, on_up_handshake_event, t);
     struct timeval ct = ms_to_timeval(cfg->connect_timeout_ms);
     bufferevent_set_timeouts(t->up, &ct, &ct);
@@ -709,10 +758,8 @@ void ws_release(struct request *r)
         bufferevent_free(t->up);
     if (t->client != NULL)
         bufferevent_free(t->client);
-    if (t->close_timer != NULL)
-        event_free(t->close_timer);
-    if (t->idle_timer != NULL)
-        event_free(t->idle_timer);
+    if (t->timer != NULL)
+        event_free(t->timer);
     local_limit_destroy(t->messages);
     if (t->answer != NULL)
         MHD_destroy_response(t->answer);

@@ -380,7 +380,7 @@ int worker_init(struct worker *w, int index, const struct proxy_shared *shared, 
                                  /* Room for heads past our own limit, so that we answer them
                                     (431, JSON). Not more: MHD zeroes the whole pool after
                                     every request. Heads that overflow it get MHD's own 431. */
-                                 MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(32 * 1024),
+                                 MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)WS_CONNECTION_POOL_BYTES,
                                  MHD_OPTION_END);
     if (w->daemon == NULL) {
         snprintf(err, errlen, "cannot start libmicrohttpd");

@@ -401,6 +401,28 @@ def test_upstream_first_frame_in_the_same_packet_as_its_101(catalog, proxies, ws
         w.close()
 
 
+def test_client_frames_in_the_same_packet_as_its_handshake(catalog, proxies, ws_upstream):
+    """An eager client writes its first frames with the handshake, before the 101: they
+    reach the upstream in order, and the tunnel goes on working."""
+    _, key = ws_plan(catalog, "wsx")
+    p = proxies.start(catalog, store="memory", upstream=ws_upstream)
+    import socket
+    from fleet_helpers import encode_frame, ws_finish, ws_handshake_bytes
+    s = socket.create_connection(("127.0.0.1", p.port), timeout=10)
+    s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    early = [b"first", b"second", os.urandom(3000)]
+    s.sendall(ws_handshake_bytes("/echo", key) +
+              b"".join(encode_frame(OP_BIN if len(m) > 10 else OP_TEXT, m) for m in early))
+    w = ws_finish(s)
+    try:
+        assert w.recv_message() == (OP_TEXT, b"first")
+        assert w.recv_message() == (OP_TEXT, b"second")
+        assert w.recv_message() == (OP_BIN, early[2])
+        assert_echo(w, "after the early frames")
+    finally:
+        w.close()
+
+
 def test_rate_limit_applies_to_handshakes(catalog, proxies, ws_upstream):
     catalog.plan("wsrate", "--rate", "2/min")
     _, key = catalog.user_key("wsrate")
