@@ -369,6 +369,173 @@ static void test_same_rule_changes(void **state)
     }
 }
 
+/* Sliding logs longer than the times check.lua keeps in the list's tail (8), so that it
+ * reads on in the list: same-millisecond bursts, a clock that goes back, and catalog edits
+ * of a rule (its rate or window changes; a log carries over under a new window). */
+static void test_same_sliding_log_long(void **state)
+{
+    struct fixture *f = *state;
+    unsigned seed = 11;
+    if (getenv("SEED"))
+        seed += (unsigned)strtoul(getenv("SEED"), NULL, 10) * 1000;
+    srand(seed);
+    static const int64_t windows[] = {60000, 90000, 120000};
+    struct limit_rule rules[2][3];
+    for (int s = 0; s < 2; s++)
+        for (int j = 0; j < 3; j++)
+            rules[s][j] = (struct limit_rule){.id = 300 + j, .algorithm = LIMIT_SLIDING_LOG, .rate = 1 + rand() % 40,
+                                              .burst = rand() % 3, .window_ms = windows[rand() % 3]};
+    int64_t now = 1700000000000 + rand() % 100000;
+    for (int i = 0; i < 700; i++) {
+        int r = rand() % 20;
+        if (r < 5)
+            ;
+        else if (r < 17)
+            now += rand() % 4000;
+        else if (r < 19)
+            now += rand() % 150000;
+        else
+            now -= rand() % 30000;
+        int s = rand() % 2;
+        if (rand() % 60 == 0) {   /* a catalog edit */
+            struct limit_rule *e = &rules[s][rand() % 3];
+            if (rand() % 2)
+                e->window_ms = windows[rand() % 3];
+            else
+                e->rate = 1 + rand() % 40;
+        }
+        struct limit_rule pick[3];
+        size_t n = 0;
+        int mask = 1 + rand() % 7;
+        for (int j = 0; j < 3; j++)
+            if (mask & (1 << j))
+                pick[n++] = rules[s][j];
+        char subject[16];
+        snprintf(subject, sizeof(subject), "u:L%d", s);
+        int reps = rand() % 10 == 0 ? 2 + rand() % 20 : 1;   /* a burst in one millisecond */
+        for (int k = 0; k < reps; k++)
+            both(f, subject, pick, n, now);
+    }
+}
+
+/* Several requests in one millisecond, then the window shrinks: every one of them is still
+ * counted (the sorted-set layout before lost one: two "<ms>:<count before>" members met). */
+static void test_sliding_log_window_shrinks(void **state)
+{
+    struct fixture *f = *state;
+    struct limit_rule r = {.id = 310, .algorithm = LIMIT_SLIDING_LOG, .rate = 10, .burst = 0, .window_ms = 180000};
+    int64_t t = 1700000663333;
+    both(f, "u:shrink", &r, 1, t - 120000);
+    both(f, "u:shrink", &r, 1, t - 2000);
+    for (int i = 0; i < 3; i++)
+        both(f, "u:shrink", &r, 1, t);
+    r.window_ms = 60000;
+    struct limiter_result res = both(f, "u:shrink", &r, 1, t);
+    assert_int_equal(res.verdicts[0].remaining, 10 - 5);
+    res = both(f, "u:shrink", &r, 1, t);
+    assert_int_equal(res.verdicts[0].remaining, 10 - 6);
+}
+
+/* The rule's limit is lowered under a long log: a rejected request's wait comes from an
+ * entry past the times kept in the tail. */
+static void test_sliding_log_limit_lowered(void **state)
+{
+    struct fixture *f = *state;
+    struct limit_rule r = {.id = 311, .algorithm = LIMIT_SLIDING_LOG, .rate = 30, .burst = 0, .window_ms = 60000};
+    int64_t t0 = 1700000000000;
+    for (int i = 0; i < 25; i++)
+        assert_true(both(f, "u:lower", &r, 1, t0 + 1000 * i).allowed);
+    r.rate = 5;
+    struct limiter_result res = both(f, "u:lower", &r, 1, t0 + 30000);
+    assert_false(res.allowed);
+    /* allowed again when all but 4 of the 25 left: the 21st oldest, at t0 + 20000 */
+    assert_int_equal(res.verdicts[0].reset_ms, 20000 + 60000 - 30000);
+    for (int64_t t = t0 + 60000; t < t0 + 90000; t += 700)
+        both(f, "u:lower", &r, 1, t);
+}
+
+static redisReply *cmd_ok(redisContext *c, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    redisReply *r = redisvCommand(c, fmt, ap);
+    va_end(ap);
+    assert_non_null(r);
+    if (r->type == REDIS_REPLY_ERROR)
+        fail_msg("%s", r->str);
+    return r;
+}
+
+/* A log kept in the layout before (a sorted set: score = ms, member = "<ms>:<count before>",
+ * TTL w) is read as the log it is, and rewritten as a list by the next admitted request. */
+static void test_sliding_log_old_layout(void **state)
+{
+    struct fixture *f = *state;
+    /* list -> sorted set holding the log's live entries (those after the dead ones) */
+    static const char to_zset[] =
+        "local r = redis.call('LRANGE', KEYS[1], 0, -1) "
+        "local _, w, count, dead = struct.unpack('>xI7I7I7I7', r[#r]) "
+        "redis.call('DEL', KEYS[1]) "
+        "for i = dead + 1, #r do local t = struct.unpack('>xI7', r[i]) "
+        "  redis.call('ZADD', KEYS[1], string.format('%d', t), string.format('%d:%d', t, i - dead - 1)) end "
+        "redis.call('PEXPIRE', KEYS[1], w) "
+        "return #r - dead";
+    struct limit_rule pair[2] = {
+        {.id = 320, .algorithm = LIMIT_SLIDING_LOG, .rate = 12, .burst = 2, .window_ms = 60000},
+        {.id = 321, .algorithm = LIMIT_SLIDING_LOG, .rate = 3, .burst = 0, .window_ms = 90000},
+    };
+    srand(21);
+    int64_t now = 1700000000000;
+    for (int round = 0; round < 6; round++) {
+        for (int i = 0; i < 40; i++) {
+            now += rand() % 5000;
+            both(f, "u:old", &pair[rand() % 2], 1, now);
+            if (rand() % 8 == 0)
+                both(f, "u:old", pair, 2, now);
+        }
+        for (int j = 0; j < 2; j++) {
+            char key[128];
+            snprintf(key, sizeof(key), "%s{u:old}:%lld", f->prefix, (long long)pair[j].id);
+            freeReplyObject(cmd_ok(f->sync, "EVAL %s 1 %s", to_zset, key));
+            redisReply *r = cmd_ok(f->sync, "TYPE %s", key);
+            assert_string_equal(r->str, "zset");
+            freeReplyObject(r);
+        }
+        if (round == 3)
+            pair[0].window_ms = 30000;   /* and read under another window */
+    }
+    char key[128];
+    snprintf(key, sizeof(key), "%s{u:old}:320", f->prefix);
+    while (!both(f, "u:old", &pair[0], 1, now).allowed)
+        now += 1000;
+    redisReply *r = cmd_ok(f->sync, "TYPE %s", key);
+    assert_string_equal(r->str, "list");
+    freeReplyObject(r);
+}
+
+/* A sliding-log key holding something else (a string, another list, a hash) is empty to
+ * both stores, and replaced by the first admitted request. */
+static void test_sliding_log_stale_types(void **state)
+{
+    struct fixture *f = *state;
+    static const char *const writes[] = {"SET %s{u:st%d}:330 x", "RPUSH %s{u:st%d}:330 a b c", "HSET %s{u:st%d}:330 a 0:60000"};
+    struct limit_rule r = {.id = 330, .algorithm = LIMIT_SLIDING_LOG, .rate = 2, .burst = 0, .window_ms = 60000};
+    for (int i = 0; i < 3; i++) {
+        freeReplyObject(cmd_ok(f->sync, writes[i], f->prefix, i));
+        char subject[16];
+        snprintf(subject, sizeof(subject), "u:st%d", i);
+        struct limit_rule other = {.id = 331, .algorithm = LIMIT_FIXED_WINDOW, .rate = 1, .window_ms = 60000};
+        struct limit_rule pair[2] = {r, other};
+        both(f, subject, pair, 2, 1000000);
+        assert_false(both(f, subject, pair, 2, 1000001).allowed);   /* the fixed window rejects */
+        for (int k = 0; k < 3; k++)
+            both(f, subject, &r, 1, 1000002 + k);
+        redisReply *t = cmd_ok(f->sync, "TYPE %s{%s}:330", f->prefix, subject);
+        assert_string_equal(t->str, "list");
+        freeReplyObject(t);
+    }
+}
+
 /* ---- exact numbers, asserted on both stores ---- */
 
 static void test_sliding_log_exact(void **state)
@@ -399,14 +566,14 @@ static void test_sliding_log_exact(void **state)
     res = both(f, "u:exact", &r, 1, t0 + 60000);
     assert_false(res.allowed);
     assert_int_equal(res.verdicts[0].reset_ms, 100);
-    /* several requests in one millisecond are each counted (unique zset members) */
+    /* several requests in one millisecond are each counted (one list entry each) */
     struct limit_rule big = {.id = 2, .algorithm = LIMIT_SLIDING_LOG, .rate = 5, .burst = 0, .window_ms = 60000};
     for (int i = 0; i < 5; i++)
         assert_true(both(f, "u:samems", &big, 1, t0).allowed);
     assert_false(both(f, "u:samems", &big, 1, t0).allowed);
     char key[128];
     snprintf(key, sizeof(key), "%s{u:samems}:2", f->prefix);
-    redisReply *rep = redisCommand(f->sync, "ZCARD %s", key);
+    redisReply *rep = redisCommand(f->sync, "LLEN %s", key);   /* one list entry each */
     assert_non_null(rep);
     assert_int_equal(rep->integer, 5);
     freeReplyObject(rep);
@@ -468,11 +635,37 @@ static long long commandstat(redisContext *c, const char *cmd)
 
 static long long writes(redisContext *c)
 {
-    static const char *const cmds[] = {"zadd", "zremrangebyscore", "hset", "pexpire", "del"};
+    static const char *const cmds[] = {"zadd", "zremrangebyscore", "hset", "pexpire", "del", "rpush", "ltrim"};
     long long total = 0;
-    for (size_t i = 0; i < 5; i++)
+    for (size_t i = 0; i < sizeof(cmds) / sizeof(cmds[0]); i++)
         total += commandstat(c, cmds[i]);
     return total;
+}
+
+/* The server's clock, a short window: the key's TTL is set at the first request of each
+ * window-aligned period only, and still outlives the newest entry by at least the window. */
+static void test_sliding_log_ttl_real_clock(void **state)
+{
+    struct fixture *f = *state;
+    struct limit_rule r = {.id = 340, .algorithm = LIMIT_SLIDING_LOG, .rate = 1000, .burst = 0, .window_ms = 300};
+    char key[128];
+    snprintf(key, sizeof(key), "%s{u:ttl}:340", f->prefix);
+    long long pexpire = commandstat(f->sync, "pexpire");
+    int64_t end = mono_ms() + 1500;
+    int n = 0;
+    while (mono_ms() < end) {
+        struct limiter_result res = run(f, f->redis, "u:ttl", &r, 1, -1);
+        assert_true(res.allowed);
+        n++;
+        redisReply *t = cmd_ok(f->sync, "PTTL %s", key);
+        if (t->integer < 300 - 10 || t->integer > 600)   /* 10 ms: the round trip to read it */
+            fail_msg("request %d: PTTL %lld", n, t->integer);
+        freeReplyObject(t);
+        usleep(7000);
+    }
+    long long sets = commandstat(f->sync, "pexpire") - pexpire;
+    if (n < 50 || sets > 1500 / 300 + 2)
+        fail_msg("%d requests, %lld PEXPIRE", n, sets);
 }
 
 static void test_rejected_writes_nothing(void **state)
@@ -517,8 +710,8 @@ static void test_keys_and_expiry(void **state)
     assert_int_equal(res.status, LIMITER_DECIDED);
     assert_true(res.allowed);
     assert_true(res.now_ms >= before - 5000 && res.now_ms <= real_ms() + 5000);
-    static const long long max_ttl[4] = {60000, 120000, 60000, 60000};
-    static const char *const type[4] = {"zset", "hash", "hash", "hash"};
+    static const long long max_ttl[4] = {120000, 120000, 60000, 60000};   /* sliding log, window: 2w */
+    static const char *const type[4] = {"list", "hash", "hash", "hash"};
     for (int i = 0; i < 4; i++) {
         /* one hash tag per subject: every key of a check is in one cluster slot */
         char key[128];
@@ -1276,6 +1469,12 @@ int main(void)
         T(test_same_mixed),
         T(test_same_rule_changes),
         T(test_sliding_log_exact),
+        T(test_same_sliding_log_long),
+        T(test_sliding_log_window_shrinks),
+        T(test_sliding_log_limit_lowered),
+        T(test_sliding_log_old_layout),
+        T(test_sliding_log_stale_types),
+        T(test_sliding_log_ttl_real_clock),
         T(test_other_algorithms_exact),
         T(test_rejected_writes_nothing),
         T(test_keys_and_expiry),
