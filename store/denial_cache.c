@@ -4,7 +4,10 @@
 #include <string.h>
 #include <time.h>
 
-#define SLOTS 256
+/* 4-way sets: a direct-mapped table let 100 denied subjects evict each other (~18% of
+ * their repeats still asked the store). */
+#define SETS 128
+#define WAYS 4
 /* Longer subjects are not remembered (the proxy's are "u:<id>" or "ip:<address>"). */
 #define SUBJECT_MAX 160
 
@@ -18,7 +21,7 @@ struct denial {
 };
 
 struct denial_cache {
-    struct denial slots[SLOTS];
+    struct denial slots[SETS][WAYS];
 };
 
 struct denial_cache *denial_cache_create(void)
@@ -60,16 +63,39 @@ uint64_t denial_cache_key(const char *subject, size_t subject_len, const struct 
     return h != 0 ? h : 1;
 }
 
-static struct denial *slot_of(struct denial_cache *cache, uint64_t key)
+static struct denial *find(struct denial_cache *cache, uint64_t key, const char *subject, size_t subject_len)
 {
-    return &cache->slots[key % SLOTS];
+    struct denial *set = cache->slots[key % SETS];
+    for (int i = 0; i < WAYS; i++)
+        if (set[i].key == key && set[i].subject_len == subject_len && memcmp(set[i].subject, subject, subject_len) == 0)
+            return &set[i];
+    return NULL;
+}
+
+/* Where a new rejection goes: its own old entry, else a free or ended one, else the one
+ * that ends first. */
+static struct denial *place_for(struct denial_cache *cache, uint64_t key, const char *subject, size_t subject_len,
+                                int64_t now_ms)
+{
+    struct denial *d = find(cache, key, subject, subject_len);
+    if (d != NULL)
+        return d;
+    struct denial *set = cache->slots[key % SETS];
+    struct denial *victim = &set[0];
+    for (int i = 0; i < WAYS; i++) {
+        if (set[i].key == 0 || set[i].until_ms <= now_ms)
+            return &set[i];
+        if (set[i].until_ms < victim->until_ms)
+            victim = &set[i];
+    }
+    return victim;
 }
 
 bool denial_cache_lookup(struct denial_cache *cache, uint64_t key, const char *subject, size_t subject_len,
                          int64_t now_mono_ms, struct limiter_result *result)
 {
-    struct denial *d = slot_of(cache, key);
-    if (d->key != key || d->subject_len != subject_len || memcmp(d->subject, subject, subject_len) != 0)
+    struct denial *d = find(cache, key, subject, subject_len);
+    if (d == NULL)
         return false;
     if (now_mono_ms >= d->until_ms) {
         d->key = 0;
@@ -112,7 +138,7 @@ void denial_cache_remember(struct denial_cache *cache, uint64_t key, const char 
     }
     if (holds_ms <= 0)
         return;
-    struct denial *d = slot_of(cache, key);
+    struct denial *d = place_for(cache, key, subject, subject_len, asked_mono_ms);
     d->key = key;
     d->asked_ms = asked_mono_ms;
     d->until_ms = asked_mono_ms + holds_ms;

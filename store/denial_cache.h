@@ -6,8 +6,8 @@
  * costs no round trip. Rejections by a concurrency rule are never remembered (a slot
  * frees whenever a request ends).
  *
- * One cache per limiter, used from its thread only; a fixed number of entries, the
- * newest rejection replacing whatever shared its slot. */
+ * One cache per limiter, used from its thread only; 512 entries in 4-way sets, a new
+ * rejection taking a free or ended entry of its set, else the one that ends first. */
 #pragma once
 #include <stdbool.h>
 #include <stddef.h>

@@ -5,6 +5,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <string.h>
 #include <time.h>
 
@@ -89,6 +90,27 @@ static void allowed_and_concurrency_answers_are_not_remembered(void **state)
     denial_cache_destroy(c);
 }
 
+static void a_hundred_denied_subjects_are_all_remembered(void **state)
+{
+    (void)state;
+    struct denial_cache *c = denial_cache_create();
+    char subject[32];
+    struct limiter_result r = rejection(60000);
+    for (int i = 0; i < 100; i++) {
+        int len = snprintf(subject, sizeof(subject), "u:%d", i);
+        denial_cache_remember(c, denial_cache_key(subject, (size_t)len, &per_minute, 1), subject, (size_t)len, 0, &r, 0);
+    }
+    int found = 0;
+    struct limiter_result got;
+    for (int i = 0; i < 100; i++) {
+        int len = snprintf(subject, sizeof(subject), "u:%d", i);
+        found += denial_cache_lookup(c, denial_cache_key(subject, (size_t)len, &per_minute, 1), subject, (size_t)len,
+                                     1000, &got);
+    }
+    assert_int_equal(found, 100);
+    denial_cache_destroy(c);
+}
+
 /* ---- through the memory limiter ---- */
 
 struct answer {
@@ -137,6 +159,7 @@ int main(void)
         cmocka_unit_test(rejection_is_answered_until_its_reset),
         cmocka_unit_test(other_subjects_and_rules_are_not_answered),
         cmocka_unit_test(allowed_and_concurrency_answers_are_not_remembered),
+        cmocka_unit_test(a_hundred_denied_subjects_are_all_remembered),
         cmocka_unit_test(limiter_answers_repeat_rejections_alike),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
