@@ -39,9 +39,14 @@ TIERCTL_BIN = os.environ.get("TIERCTL_BIN", str(ROOT / "build" / "tiers" / "tier
 REDIS_SERVER = os.environ.get("REDIS_SERVER_BIN", "/usr/bin/redis-server")
 PYTHON = sys.executable
 SANITIZED = "sanitize" in os.environ.get("TIERPROXY_BUILD_KIND", "") or "asan" in TIERPROXY_BIN
+# E2E_VALGRIND=1 (opt-in; etc/valgrind.sh sets it): every tierproxy the harness starts runs
+# under valgrind's memcheck, and so do the tierproxy and tierctl the tests run themselves
+# (TIERPROXY_BIN and TIERCTL_BIN become wrapper scripts). See "valgrind" below.
+VALGRIND = os.environ.get("E2E_VALGRIND", "").lower() not in ("", "0", "no", "off")
 # Sanitized builds start and run slower; scale the harness's own waits (never the
-# product's limits).
-SLOW = 3.0 if SANITIZED else 1.0
+# product's limits). valgrind is 20-50 times slower on CPU-bound work.
+SLOW = float(os.environ.get("E2E_VALGRIND_SLOW", "6")) if VALGRIND else \
+    3.0 if SANITIZED else 1.0
 TEST_TIMEOUT_S = int(os.environ.get("E2E_TEST_TIMEOUT", "150"))
 
 # Lines a sanitizer or a runtime error check prints; any of them on the proxy's stderr
@@ -65,6 +70,179 @@ def _kill_all_children():
 
 
 atexit.register(_kill_all_children)
+
+
+# --------------------------------------------------------------------------------------
+# valgrind (E2E_VALGRIND=1)
+#
+# Every tierproxy a Proxy starts runs as `valgrind OPTIONS --log-file=LOG tierproxy ...`;
+# Proxy.stop() (so the proxies fixture's teardown) fails the test when valgrind found
+# anything: the exit status VALGRIND_RC, "definitely lost"/"indirectly lost" above 0, or
+# any memory error (invalid read/write/free, use of uninitialised values, ...). A proxy
+# that was SIGKILLed has no leak summary: only its memory errors are checked.
+# TIERPROXY_BIN and TIERCTL_BIN (this module's names, and TIERCTL_BIN in the environment,
+# which test_tierctl.py reads) point to wrapper scripts doing the same, so `tierproxy
+# --check` and the tierctl runs the tests make themselves are checked too, by an autouse
+# fixture after each test. The Catalog helper (set-up of every test) runs tierctl
+# directly unless E2E_VALGRIND_TIERCTL=all: under valgrind each run costs ~1 s.
+#
+#   E2E_VALGRIND_DIR     where the logs go (default: a new /tmp/tierproxy-valgrind-*)
+#   E2E_VALGRIND_OPTS    more valgrind options (--track-origins=yes, --suppressions=F)
+#   E2E_VALGRIND_SLOW    the harness's wait factor (SLOW) under valgrind, default 6
+#   E2E_VALGRIND_TIERCTL "all": the Catalog helper's tierctl too; "no": no tierctl at all
+#
+# Logs are named <program>.<test>.<proxyN>.log (a Proxy) or <program>.<test>.pid<PID>.log
+# (a wrapper run); valgrind_log_problems() reads one (etc/valgrind.sh uses it too).
+
+VALGRIND_RC = 97        # valgrind's --error-exitcode: no tierproxy/tierctl exit status
+VALGRIND_BIN = os.environ.get("VALGRIND_BIN", "valgrind")
+VALGRIND_OPTS = ["--leak-check=full", "--show-leak-kinds=definite,indirect",
+                 "--errors-for-leak-kinds=definite,indirect",
+                 "--error-exitcode=%d" % VALGRIND_RC, "--num-callers=40",
+                 # threads take turns fairly (valgrind runs one at a time)
+                 "--fair-sched=yes"] + os.environ.get("E2E_VALGRIND_OPTS", "").split()
+REAL_TIERPROXY_BIN = TIERPROXY_BIN
+REAL_TIERCTL_BIN = TIERCTL_BIN
+CATALOG_TIERCTL_BIN = TIERCTL_BIN      # what the Catalog helper runs
+_vg_tag = "session"                    # the running test, for log names
+
+
+def valgrind_argv(log_file):
+    return [VALGRIND_BIN] + VALGRIND_OPTS + ["--log-file=%s" % log_file]
+
+
+def _valgrind_tag(nodeid):
+    nodeid = re.sub(r"^([^:]*/)?(test_)?", "", nodeid.replace(".py::", "::"), count=1)
+    tag = re.sub(r"[^A-Za-z0-9_.=-]+", "_", nodeid)
+    return tag[-150:].strip("_.") or "test"
+
+
+def _write_valgrind_wrapper(real, name):
+    """A script that runs `real` under valgrind with a log per process."""
+    import shlex
+    path = VALGRIND_DIR / "bin" / name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    log = "%s/%s.${E2E_VALGRIND_TAG:-untagged}.pid%%p.log" % (VALGRIND_DIR, name)
+    path.write_text("#!/bin/sh\nexec %s \"--log-file=%s\" %s \"$@\"\n" % (
+        " ".join(shlex.quote(a) for a in [VALGRIND_BIN] + VALGRIND_OPTS), log,
+        shlex.quote(real)))
+    path.chmod(0o755)
+    return str(path)
+
+
+if VALGRIND:
+    import shutil
+    import tempfile
+    if shutil.which(VALGRIND_BIN) is None:
+        raise RuntimeError("E2E_VALGRIND is set but %s is not installed" % VALGRIND_BIN)
+    VALGRIND_DIR = pathlib.Path(os.environ.get("E2E_VALGRIND_DIR") or
+                                tempfile.mkdtemp(prefix="tierproxy-valgrind-")).resolve()
+    VALGRIND_DIR.mkdir(parents=True, exist_ok=True)
+    TIERPROXY_BIN = _write_valgrind_wrapper(REAL_TIERPROXY_BIN, "tierproxy")
+    _tierctl_mode = os.environ.get("E2E_VALGRIND_TIERCTL", "tests").lower()
+    if _tierctl_mode not in ("no", "0", "off"):
+        TIERCTL_BIN = _write_valgrind_wrapper(REAL_TIERCTL_BIN, "tierctl")
+        os.environ["TIERCTL_BIN"] = TIERCTL_BIN       # test_tierctl.py reads it there
+        if _tierctl_mode == "all":
+            CATALOG_TIERCTL_BIN = TIERCTL_BIN
+else:
+    VALGRIND_DIR = None
+
+_VG_PREFIX = re.compile(r"^==\d+== ?", re.M)
+# the first line of each kind of memory error memcheck reports
+_VG_ERROR = re.compile(r"^(Invalid (read|write|free)|Mismatched free|"
+                       r"Conditional jump or move depends on uninitialised|"
+                       r"Use of uninitialised value|Syscall param .* (uninitialised|"
+                       r"unaddressable)|Source and destination overlap|"
+                       r"Jump to the invalid address|Argument .* of function .* fishy|"
+                       r"Process terminating with default action of signal (4|6|7|8|11) )")
+
+
+def valgrind_log_problems(path):
+    """Reads a memcheck log. Returns (problems, finished): problems is a list of
+    strings (empty when clean); finished says whether the log has valgrind's final
+    summary (a process SIGKILLed or still running has none, so no leak check)."""
+    try:
+        text = pathlib.Path(path).read_text(errors="replace")
+    except FileNotFoundError:
+        return ["no valgrind log at %s" % path], False
+    text = _VG_PREFIX.sub("", text)
+    lines = text.splitlines()
+    problems = []
+    summary = re.search(r"^ERROR SUMMARY: ([\d,]+) errors? from ([\d,]+) context", text, re.M)
+    finished = summary is not None
+    errors = [ln for ln in lines if _VG_ERROR.search(ln)]
+    if errors:
+        problems.append("%d memory error(s), first: %s" % (len(errors), errors[0]))
+    for kind in ("definitely", "indirectly"):
+        m = re.search(r"^ +%s lost: ([\d,]+) bytes in ([\d,]+) blocks" % kind, text, re.M)
+        if m and m.group(1).replace(",", "") != "0":
+            problems.append("%s lost: %s bytes in %s blocks" % (kind, m.group(1), m.group(2)))
+    if summary and summary.group(1) != "0" and not problems:
+        problems.append("ERROR SUMMARY: %s errors" % summary.group(1))
+    return problems, finished
+
+
+def valgrind_log_excerpt(path, limit=6000):
+    """The log without its banner: the error reports, leak records and summaries."""
+    try:
+        text = _VG_PREFIX.sub("", pathlib.Path(path).read_text(errors="replace"))
+    except FileNotFoundError:
+        return ""
+    start = text.find("Parent PID:")
+    if start >= 0:
+        text = text[text.find("\n", start) + 1:]
+    text = re.sub(r"(?m)^(Reachable blocks|To see them|For lists of|For counts of).*\n", "", text)
+    text = re.sub(r"\n{3,}", "\n\n", text.strip("\n"))
+    if len(text) > limit:
+        text = text[:limit] + "\n[... %d more characters in %s]" % (len(text) - limit, path)
+    return text
+
+
+def check_valgrind_log(path, what, rc=None):
+    """Problems (list of strings) of one process run under valgrind; rc its exit status
+    when known."""
+    problems, finished = valgrind_log_problems(path)
+    if rc == VALGRIND_RC and not problems:
+        problems.append("exited with valgrind's error status %d" % VALGRIND_RC)
+    if not problems:
+        return []
+    return ["%s: valgrind: %s (log %s)\n--- valgrind log ---\n%s"
+            % (what, "; ".join(problems), path, valgrind_log_excerpt(path))]
+
+
+# Tests that cannot hold under valgrind (node id without parameters -> why). Latency
+# bounds do not belong here: they are scaled by SLOW.
+VALGRIND_SKIP = {
+    "test_faults.py::test_out_of_file_descriptors":
+        "valgrind keeps descriptors of its own under the proxy's RLIMIT_NOFILE, so the test "
+        "cannot bring the proxy to exactly its limit of 64",
+}
+
+
+if VALGRIND:
+    def pytest_report_header(config):
+        return "E2E_VALGRIND: tierproxy under valgrind, logs in %s, SLOW %g" % (VALGRIND_DIR, SLOW)
+
+    def pytest_collection_modifyitems(config, items):
+        for item in items:
+            base = item.nodeid.split("[", 1)[0]
+            for nodeid, why in VALGRIND_SKIP.items():
+                if base == nodeid or base.endswith("/" + nodeid):
+                    item.add_marker(pytest.mark.skip(reason="under valgrind: " + why))
+
+    @pytest.fixture(autouse=True)
+    def _valgrind_wrapped_runs():
+        """Checks the logs of the wrapped tierproxy/tierctl runs a test made itself."""
+        def wrapped():
+            return {p for p in VALGRIND_DIR.glob("*.log") if re.search(r"\.pid\d+\.log$", p.name)}
+        before = wrapped()
+        yield
+        problems = []
+        for log in sorted(wrapped() - before):
+            problems += check_valgrind_log(log, log.name.split(".", 1)[0])
+        if problems:
+            pytest.fail("\n".join(problems), pytrace=False)
 
 
 def _clean_env(extra=None):
@@ -431,7 +609,7 @@ class Catalog:
 
     def run(self, *args, check=True, timeout=60):
         """Runs `tierctl --db PATH ARGS...`. Returns the CompletedProcess (text)."""
-        cmd = [TIERCTL_BIN, "--db", str(self.path)] + [str(a) for a in args]
+        cmd = [CATALOG_TIERCTL_BIN, "--db", str(self.path)] + [str(a) for a in args]
         cp = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
                             env=_clean_env(), stdin=subprocess.DEVNULL)
         if check and cp.returncode != 0:
@@ -510,7 +688,12 @@ class Proxy:
         write_ini(self.ini_path, ini)
         out = open(self.stdout_path, "wb")
         err = open(self.stderr_path, "wb")
-        self.cmd = [TIERPROXY_BIN, "-c", str(self.ini_path)] + list(args)
+        self.cmd = [REAL_TIERPROXY_BIN, "-c", str(self.ini_path)] + list(args)
+        self.valgrind_log = None
+        self.valgrind_checked = False
+        if VALGRIND:
+            self.valgrind_log = VALGRIND_DIR / ("tierproxy.%s.%s.log" % (_vg_tag, self.name))
+            self.cmd = valgrind_argv(self.valgrind_log) + self.cmd
         self.proc = subprocess.Popen(self.cmd, stdout=out, stderr=err,
                                      stdin=subprocess.DEVNULL, env=_clean_env(env),
                                      cwd=str(self.tmpdir))
@@ -527,7 +710,10 @@ class Proxy:
             if self.proc.poll() is not None:
                 raise ProxyStartError("tierproxy exited with %s before listening\n%s"
                                       % (self.proc.returncode, self.stderr()[-3000:]))
-            # the admin listener is checked by the admin tests, not required here
+            # the admin listener starts just after the workers listen (seconds later under
+            # valgrind), and some tests use it at once
+            if self.admin_port and port_open(self.port):
+                return port_open(self.admin_port)
             return port_open(self.port)
         if not wait_until(ready, timeout * SLOW):
             raise ProxyStartError("tierproxy did not listen on %d within %ss\n%s"
@@ -574,7 +760,8 @@ class Proxy:
         proxy exited as expected and its stderr is clean)."""
         problems = []
         if self.stopped:
-            return problems
+            # stopped (or waited for) by the test itself: valgrind's verdict is still due
+            return self.valgrind_problems()
         self.stopped = True
         if self.proc.poll() is None:
             self.proc.terminate()
@@ -586,7 +773,8 @@ class Proxy:
                 problems.append("%s did not exit within %ss of SIGTERM (killed)"
                                 % (self.name, timeout * SLOW))
         rc = self.proc.returncode
-        if rc != self.expected_rc and not problems:
+        if rc != self.expected_rc and not problems and \
+                not (self.valgrind_log and rc == VALGRIND_RC):
             problems.append("%s exited with %s (expected %s)" % (self.name, rc, self.expected_rc))
         err = self.stderr()
         bad = [ln for ln in err.splitlines() if BAD_STDERR.search(ln)]
@@ -595,7 +783,15 @@ class Proxy:
                             % (self.name, "\n".join(bad[:20])))
         if problems:
             problems.append("--- %s stderr (tail) ---\n%s" % (self.name, err[-4000:]))
-        return problems
+        return problems + self.valgrind_problems()
+
+    def valgrind_problems(self):
+        """Under E2E_VALGRIND: what valgrind found in this proxy (once it has exited; a
+        SIGKILLed one has no leak summary, so only its memory errors count)."""
+        if self.valgrind_log is None or self.valgrind_checked or self.proc.poll() is None:
+            return []
+        self.valgrind_checked = True
+        return check_valgrind_log(self.valgrind_log, self.name, self.proc.returncode)
 
 
 def write_ini(path, ini):
@@ -778,6 +974,10 @@ def _on_alarm(signum, frame):
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item, nextitem):
+    if VALGRIND:
+        global _vg_tag
+        _vg_tag = _valgrind_tag(item.nodeid)
+        os.environ["E2E_VALGRIND_TAG"] = _vg_tag     # the wrapper scripts' log names
     old = signal.signal(signal.SIGALRM, _on_alarm)
     signal.alarm(int(TEST_TIMEOUT_S * SLOW))
     try:
