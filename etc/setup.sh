@@ -4,7 +4,7 @@
 # something is missing. Idempotent and silent when there is nothing to do.
 #
 #   etc/setup.sh            build + test packages
-#   etc/setup.sh --bench    also wrk and nginx
+#   etc/setup.sh --bench    also wrk, nginx, and what ../shared/bench/run.sh needs (haproxy, nginx lua)
 #   etc/setup.sh --fuzz     also clang and its libFuzzer runtime, for etc/fuzz.sh
 set -euo pipefail
 
@@ -13,7 +13,7 @@ build_pkgs=(gcc meson ninja-build pkg-config libmicrohttpd-dev libcurl4-openssl-
             libssl-dev libcmocka-dev libsystemd-dev)
 test_pkgs=(redis-server redis-tools python3-pytest python3-requests python3-websocket
            valgrind curl)
-bench_pkgs=(wrk nginx)
+bench_pkgs=(wrk nginx haproxy libnginx-mod-http-lua lua-nginx-redis redis-tools curl)
 fuzz_pkgs=(clang libclang-rt-14-dev)
 
 want=("${build_pkgs[@]}" "${test_pkgs[@]}")
