@@ -347,7 +347,7 @@ static void apply_verdict(struct request *r, const struct limiter_result *result
 {
     struct worker *w = r->w;
     const struct proxy_config *cfg = w->cfg;
-    if (r->store_started_ns > 0)
+    if (r->store_started_ns > 0 && !result->remembered)
         metrics_observe_store(w->metrics, clock_mono_ns() - r->store_started_ns);
     if (result->status != LIMITER_DECIDED) {
         metrics_count_store_error(w->metrics);

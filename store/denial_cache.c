@@ -103,6 +103,7 @@ bool denial_cache_lookup(struct denial_cache *cache, uint64_t key, const char *s
     }
     int64_t elapsed = now_mono_ms > d->asked_ms ? now_mono_ms - d->asked_ms : 0;
     *result = d->result;
+    result->remembered = true;
     if (result->now_ms >= 0)
         result->now_ms += elapsed;
     for (size_t i = 0; i < result->n; i++) {

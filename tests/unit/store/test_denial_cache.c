@@ -35,6 +35,7 @@ static void rejection_is_answered_until_its_reset(void **state)
 
     struct limiter_result got;
     assert_true(denial_cache_lookup(c, key, "u:1", 3, 10100, &got));
+    assert_true(got.remembered);
     assert_false(got.allowed);
     assert_int_equal(got.verdicts[0].remaining, 0);
     assert_int_equal(got.verdicts[0].reset_ms, 400);
@@ -137,10 +138,12 @@ static void limiter_answers_repeat_rejections_alike(void **state)
     assert_int_equal(limiter_check(l, "u:1", 3, &per_minute, 1, -1, on_done, &a), 0);
     struct limiter_result from_store = a.last;
     assert_false(from_store.allowed);
+    assert_false(from_store.remembered);
     assert_true(from_store.verdicts[0].reset_ms > 59000);
     /* From the cache now: the same answer, the reset no later than the store's. */
     assert_int_equal(limiter_check(l, "u:1", 3, &per_minute, 1, -1, on_done, &a), 0);
     assert_int_equal(a.calls, 3);
+    assert_true(a.last.remembered);
     assert_false(a.last.allowed);
     assert_int_equal(a.last.verdicts[0].limit, 1);
     assert_int_equal(a.last.verdicts[0].remaining, 0);
