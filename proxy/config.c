@@ -4,6 +4,8 @@
  * environment variables. Precedence: defaults < file < flags < environment. */
 #include "proxy/config.h"
 
+#include "proxy/http_token.h"
+
 #include <ctype.h>
 #include <errno.h>
 #include <ini.h>
@@ -470,7 +472,7 @@ static bool token_ok(const char *s)
     if (*s == '\0')
         return false;
     for (; *s; s++)
-        if (!isalnum((unsigned char)*s) && strchr("!#$%&'*+-.^_`|~", *s) == NULL)
+        if (!http_token_char((unsigned char)*s))
             return false;
     return true;
 }

@@ -13,6 +13,7 @@
 #include "proxy/config.h"
 #include "proxy/metrics.h"
 #include "proxy/forward.h"
+#include "proxy/http_token.h"
 #include "proxy/netaddr.h"
 #include "proxy/respond.h"
 #include "proxy/websocket.h"
@@ -566,12 +567,6 @@ struct head_check {
     bool unknown_coding;       /* a transfer coding other than chunked */
 };
 
-static bool is_token_char(unsigned char c)
-{
-    return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
-           (c != '\0' && strchr("!#$%&'*+-.^_`|~", c) != NULL);
-}
-
 static enum MHD_Result check_header(void *cls, enum MHD_ValueKind kind, const char *name, size_t name_size,
                                     const char *value, size_t value_size)
 {
@@ -580,7 +575,7 @@ static enum MHD_Result check_header(void *cls, enum MHD_ValueKind kind, const ch
     if (name_size == 0 || strlen(name) != name_size)
         hc->malformed = true;
     for (size_t i = 0; i < name_size && !hc->malformed; i++)
-        if (!is_token_char((unsigned char)name[i]))
+        if (!http_token_char((unsigned char)name[i]))
             hc->malformed = true;
     if (value != NULL) {
         /* A NUL shows as a value shorter than its size; CR and LF would end it upstream. */
@@ -627,7 +622,7 @@ enum MHD_Result request_handle(void *cls, struct MHD_Connection *conn, const cha
             r->decision = "malformed";
             return queue_now(r, MHD_HTTP_NOT_IMPLEMENTED, respond_error(r, "unsupported_transfer_coding"));
         }
-        const char *cl = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
+        const char *cl = hc.content_length;
         if (cl != NULL) {
             char *end;
             errno = 0;

@@ -200,10 +200,6 @@ static void on_accept(evutil_socket_t fd, short what, void *arg)
     accept_connections(arg);
 }
 
-static void on_accept_retry(evutil_socket_t fd, short what, void *arg)
-{
-    accept_connections(arg);
-}
 
 struct snapshot *worker_snapshot(struct worker *w)
 {
@@ -395,7 +391,7 @@ int worker_init(struct worker *w, int index, const struct proxy_shared *shared, 
     w->mhd_timer = evtimer_new(w->base, on_mhd_timer, w);
     w->mhd_kick = evtimer_new(w->base, on_mhd_timer, w);
     w->accept_event = event_new(w->base, w->listen_fd, EV_READ | EV_PERSIST, on_accept, w);
-    w->accept_retry = evtimer_new(w->base, on_accept_retry, w);
+    w->accept_retry = evtimer_new(w->base, on_accept, w);
     w->stop_event = event_new(w->base, -1, 0, on_stop, w);
     w->drain_timer = evtimer_new(w->base, on_drain_timer, w);
     w->reload_event = event_new(w->base, -1, 0, on_reload, w);

@@ -2,21 +2,20 @@
 
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
+
+#include "store/hash.h"
 
 /* 4-way sets: a direct-mapped table let 100 denied subjects evict each other (~18% of
  * their repeats still asked the store). */
 #define SETS 128
 #define WAYS 4
-/* Longer subjects are not remembered (the proxy's are "u:<id>" or "ip:<address>"). */
-#define SUBJECT_MAX 160
 
 struct denial {
     uint64_t key;                 /* 0: empty */
     int64_t asked_ms;
     int64_t until_ms;
     size_t subject_len;
-    char subject[SUBJECT_MAX];
+    char subject[DENIAL_CACHE_SUBJECT_MAX];
     struct limiter_result result;
 };
 
@@ -34,32 +33,15 @@ void denial_cache_destroy(struct denial_cache *cache)
     free(cache);
 }
 
-int64_t denial_cache_now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-static uint64_t fnv1a(uint64_t h, const void *data, size_t len)
-{
-    const unsigned char *p = data;
-    for (size_t i = 0; i < len; i++) {
-        h ^= p[i];
-        h *= 0x100000001b3ULL;
-    }
-    return h;
-}
-
 uint64_t denial_cache_key(const char *subject, size_t subject_len, const struct limit_rule *rules, size_t n)
 {
-    uint64_t h = fnv1a(0xcbf29ce484222325ULL, subject, subject_len);
+    uint64_t h = hash_fnv1a(HASH_FNV_BASIS, subject, subject_len);
     for (size_t i = 0; i < n; i++) {
         int64_t fields[5] = { rules[i].id, (int64_t)rules[i].algorithm, rules[i].rate, rules[i].burst,
                               rules[i].window_ms };
-        h = fnv1a(h, fields, sizeof(fields));
+        h = hash_fnv1a(h, fields, sizeof(fields));
     }
-    h ^= h >> 33; /* spread the high bits into the slot index */
+    h = hash_mix(h);
     return h != 0 ? h : 1;
 }
 
@@ -113,19 +95,10 @@ bool denial_cache_lookup(struct denial_cache *cache, uint64_t key, const char *s
     return true;
 }
 
-uint32_t denial_cache_concurrency_mask(const struct limit_rule *rules, size_t n)
-{
-    uint32_t mask = 0;
-    for (size_t i = 0; i < n && i < 32; i++)
-        if (rules[i].algorithm == LIMIT_CONCURRENCY)
-            mask |= (uint32_t)1 << i;
-    return mask;
-}
-
 void denial_cache_remember(struct denial_cache *cache, uint64_t key, const char *subject, size_t subject_len,
                            uint32_t concurrency_mask, const struct limiter_result *result, int64_t asked_mono_ms)
 {
-    if (result->status != LIMITER_DECIDED || result->allowed || subject_len > SUBJECT_MAX)
+    if (result->status != LIMITER_DECIDED || result->allowed || subject_len > DENIAL_CACHE_SUBJECT_MAX)
         return;
     int64_t holds_ms = -1;
     for (size_t i = 0; i < result->n; i++) {

@@ -17,7 +17,10 @@
 
 struct denial_cache;
 
-/* Returns NULL on allocation failure. */
+/* Longer subjects are not remembered (the proxy's are "u:<id>" or "ip:<address>"). */
+#define DENIAL_CACHE_SUBJECT_MAX 160
+
+/* Times are CLOCK_MONOTONIC ms (store/clock.h). Returns NULL on allocation failure. */
 struct denial_cache *denial_cache_create(void);
 void denial_cache_destroy(struct denial_cache *cache);
 
@@ -36,8 +39,4 @@ bool denial_cache_lookup(struct denial_cache *cache, uint64_t key, const char *s
 void denial_cache_remember(struct denial_cache *cache, uint64_t key, const char *subject, size_t subject_len,
                            uint32_t concurrency_mask, const struct limiter_result *result, int64_t asked_mono_ms);
 
-/* Bit i set when rules[i] is a concurrency rule (n <= 32). */
-uint32_t denial_cache_concurrency_mask(const struct limit_rule *rules, size_t n);
 
-/* CLOCK_MONOTONIC in ms. */
-int64_t denial_cache_now_ms(void);

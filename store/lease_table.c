@@ -5,35 +5,19 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "store/hash.h"
+
 #define INITIAL_BUCKETS 16
-
-static uint64_t fnv(uint64_t h, const void *data, size_t len)
-{
-    const unsigned char *p = data;
-    for (size_t i = 0; i < len; i++) {
-        h ^= p[i];
-        h *= 1099511628211ULL;
-    }
-    return h;
-}
-
-static uint64_t mix(uint64_t h)
-{
-    h ^= h >> 33;
-    h *= 0xff51afd7ed558ccdULL;
-    h ^= h >> 33;
-    return h;
-}
 
 static uint64_t group_hash(const char *subject, size_t subject_len, int64_t rule_id)
 {
-    uint64_t h = fnv(1469598103934665603ULL, &rule_id, sizeof(rule_id));
-    return mix(fnv(h, subject, subject_len));
+    uint64_t h = hash_fnv1a(HASH_FNV_BASIS, &rule_id, sizeof(rule_id));
+    return hash_mix(hash_fnv1a(h, subject, subject_len));
 }
 
 static uint64_t lease_hash(uint64_t ghash, const char *id, size_t id_len)
 {
-    return mix(fnv(ghash, id, id_len));
+    return hash_mix(hash_fnv1a(ghash, id, id_len));
 }
 
 void lease_table_init(struct lease_table *t)

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "store/clock.h"
 #include "store/denial_cache.h"
 
 /* A check on its way to the store, so that its answer can be remembered when it is a
@@ -21,7 +22,7 @@ struct asked {
     int64_t asked_ms;
     uint32_t concurrency_mask;
     size_t subject_len;
-    char subject[160];
+    char subject[DENIAL_CACHE_SUBJECT_MAX];
 };
 
 struct limiter_shield {
@@ -77,14 +78,14 @@ void limiter_result_unavailable(struct limiter_result *result, size_t n)
     result->n = n;
 }
 
-/* Checks the arguments; *pleased tells whether some rule is a concurrency rule. */
+/* Checks the arguments; bit i of *concurrency is set when rules[i] is a concurrency rule. */
 static int check_args(const struct limiter *limiter, const char *subject, size_t subject_len,
-                      const struct limit_rule *rules, size_t n, limiter_done_fn *done, bool *pleased)
+                      const struct limit_rule *rules, size_t n, limiter_done_fn *done, uint32_t *concurrency)
 {
     if (limiter == NULL || subject == NULL || subject_len == 0 || subject_len > LIMITER_MAX_SUBJECT ||
         rules == NULL || n < 1 || n > LIMITER_MAX_RULES || done == NULL)
         return -EINVAL;
-    bool leased = false;
+    uint32_t mask = 0;
     for (size_t i = 0; i < n; i++) {
         if (limit_rule_validate(&rules[i]) != 0)
             return -EINVAL;
@@ -92,9 +93,10 @@ static int check_args(const struct limiter *limiter, const char *subject, size_t
         for (size_t j = 0; j < i; j++)
             if (rules[j].id == rules[i].id)
                 return -EINVAL;
-        leased = leased || rules[i].algorithm == LIMIT_CONCURRENCY;
+        if (rules[i].algorithm == LIMIT_CONCURRENCY)
+            mask |= (uint32_t)1 << i;
     }
-    *pleased = leased;
+    *concurrency = mask;
     return 0;
 }
 
@@ -109,12 +111,12 @@ int limiter_check_leased(struct limiter *limiter, const char *subject, size_t su
                          const struct limit_rule *rules, size_t n, int64_t now_ms, const char *lease_id,
                          limiter_done_fn *done, void *arg)
 {
-    bool leased = false;
-    int r = check_args(limiter, subject, subject_len, rules, n, done, &leased);
+    uint32_t concurrency = 0;
+    int r = check_args(limiter, subject, subject_len, rules, n, done, &concurrency);
     if (r != 0)
         return r;
     size_t id_len = 0;
-    if (!leased) {
+    if (concurrency == 0) {
         lease_id = NULL;
     } else {
         if (lease_id == NULL)
@@ -134,7 +136,7 @@ int limiter_check_leased(struct limiter *limiter, const char *subject, size_t su
     if (s == NULL)
         return limiter->ops->check(limiter, subject, subject_len, rules, n, now_ms, lease_id, id_len, done, arg);
     uint64_t key = denial_cache_key(subject, subject_len, rules, n);
-    int64_t asked_ms = denial_cache_now_ms();
+    int64_t asked_ms = store_mono_ms();
     struct limiter_result remembered;
     if (denial_cache_lookup(s->denials, key, subject, subject_len, asked_ms, &remembered)) {
         done(arg, &remembered);
@@ -150,7 +152,7 @@ int limiter_check_leased(struct limiter *limiter, const char *subject, size_t su
     a->arg = arg;
     a->key = key;
     a->asked_ms = asked_ms;
-    a->concurrency_mask = denial_cache_concurrency_mask(rules, n);
+    a->concurrency_mask = concurrency;
     a->subject_len = subject_len;
     memcpy(a->subject, subject, subject_len);
     r = limiter->ops->check(limiter, subject, subject_len, rules, n, now_ms, lease_id, id_len, on_answer, a);

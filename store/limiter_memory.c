@@ -25,6 +25,8 @@
 #include <time.h>
 
 #include "store/algorithms.h"
+#include "store/clock.h"
+#include "store/hash.h"
 
 #define STRIPES 64            /* power of two */
 #define INITIAL_BUCKETS 16    /* per stripe, power of two */
@@ -64,22 +66,7 @@ struct memory_limiter {
 
 static uint64_t hash_subject(const char *s, size_t len)
 {
-    uint64_t h = 1469598103934665603ULL;   /* FNV-1a, then a final mix */
-    for (size_t i = 0; i < len; i++) {
-        h ^= (unsigned char)s[i];
-        h *= 1099511628211ULL;
-    }
-    h ^= h >> 33;
-    h *= 0xff51afd7ed558ccdULL;
-    h ^= h >> 33;
-    return h;
-}
-
-static int64_t realtime_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+    return hash_mix(hash_fnv1a(HASH_FNV_BASIS, s, len));
 }
 
 static void entry_free(struct mem_entry *e)
@@ -293,7 +280,7 @@ static int memory_check(struct limiter *limiter, const char *subject, size_t sub
                         size_t lease_id_len, limiter_done_fn *done, void *arg)
 {
     struct memory_limiter *ml = (struct memory_limiter *)limiter;
-    int64_t now = now_ms >= 0 ? now_ms : realtime_ms();
+    int64_t now = now_ms >= 0 ? now_ms : store_realtime_ms();
     uint64_t hash = hash_subject(subject, subject_len);
     struct mem_stripe *st = &ml->store->stripes[hash & (STRIPES - 1)];
 

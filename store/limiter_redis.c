@@ -40,6 +40,7 @@
 #include <openssl/evp.h>
 
 #include "lua_scripts.h"
+#include "store/clock.h"
 #include "store/redis_url.h"
 
 #define BACKOFF_MIN_MS 50
@@ -128,13 +129,6 @@ struct redis_limiter {
     int64_t lease_grace_until_ms;    /* mono ms; concurrency checks unavailable until then */
 };
 
-static int64_t mono_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 static struct timeval ms_to_tv(int64_t ms)
 {
     struct timeval tv = {.tv_sec = (time_t)(ms / 1000), .tv_usec = (suseconds_t)(ms % 1000) * 1000};
@@ -188,7 +182,7 @@ static void watchdog_arm(struct redis_limiter *rl)
         deadline = rl->head->sent_ms + rl->timeout_ms;
     if (deadline == INT64_MAX)
         return;
-    int64_t wait = deadline - mono_ms();
+    int64_t wait = deadline - store_mono_ms();
     struct timeval tv = ms_to_tv(wait > 0 ? wait + 1 : 0);
     evtimer_add(rl->watchdog, &tv);
 }
@@ -232,7 +226,7 @@ static void on_retry(evutil_socket_t fd, short what, void *arg)
 static void on_watchdog(evutil_socket_t fd, short what, void *arg)
 {
     struct redis_limiter *rl = arg;
-    int64_t now = mono_ms();
+    int64_t now = store_mono_ms();
     if (rl->ac != NULL && rl->state != CONN_READY && now >= rl->attempt_ms + rl->connect_timeout_ms) {
         note_error(rl, "connect", "timed out");
         drop_connection(rl);
@@ -267,7 +261,7 @@ static int send_command(struct redis_limiter *rl, struct pending *p, redisCallba
 {
     if (rl->ac == NULL || redisAsyncCommandArgv(rl->ac, fn, p, argc, argv, lens) != REDIS_OK)
         return -1;
-    p->sent_ms = mono_ms();
+    p->sent_ms = store_mono_ms();
     inflight_append(rl, p);
     watchdog_arm(rl);
     return 0;
@@ -296,7 +290,7 @@ static void on_setup_reply(redisAsyncContext *ac, void *r, void *privdata)
     }
     if (kind == P_LOAD) {   /* the last of the handshake */
         if (rl->was_ready)
-            rl->lease_grace_until_ms = mono_ms() + LEASE_GRACE_MS;
+            rl->lease_grace_until_ms = store_mono_ms() + LEASE_GRACE_MS;
         rl->was_ready = true;
         rl->state = CONN_READY;
         rl->backoff_ms = BACKOFF_MIN_MS;
@@ -386,7 +380,7 @@ static void start_connect(struct redis_limiter *rl)
     redisAsyncSetDisconnectCallback(ac, on_disconnect);
     rl->ac = ac;
     rl->state = CONN_CONNECTING;
-    rl->attempt_ms = mono_ms();
+    rl->attempt_ms = store_mono_ms();
     watchdog_arm(rl);
 }
 
@@ -783,7 +777,7 @@ static int redis_check(struct limiter *limiter, const char *subject, size_t subj
     struct redis_limiter *rl = (struct redis_limiter *)limiter;
     struct limiter_result res;
     if (rl->state != CONN_READY || rl->ac == NULL ||
-        (lease_id != NULL && rl->lease_grace_until_ms > 0 && mono_ms() < rl->lease_grace_until_ms)) {
+        (lease_id != NULL && rl->lease_grace_until_ms > 0 && store_mono_ms() < rl->lease_grace_until_ms)) {
         limiter_result_unavailable(&res, n);
         done(arg, &res);
         return 0;

@@ -15,7 +15,6 @@ Fixtures:
 """
 import atexit
 import base64
-import hashlib
 import http.client
 import itertools
 import json
@@ -27,7 +26,6 @@ import signal
 import socket
 import subprocess
 import sys
-import threading
 import time
 
 import pytest
@@ -419,28 +417,36 @@ def http_request(port, method, target, host="127.0.0.1", source=None, timeout=30
         c.close()
 
 
+def read_answer(sock, timeout=None):
+    """Everything the server sends until it closes or a whole Content-Length answer is
+    in; b"" when nothing came within timeout."""
+    if timeout is not None:
+        sock.settimeout(timeout)
+    out = b""
+    try:
+        while True:
+            chunk = sock.recv(65536)
+            if not chunk:
+                break
+            out += chunk
+            if b"\r\n\r\n" in out:
+                head, _, rest = out.partition(b"\r\n\r\n")
+                m = re.search(rb"(?i)\r\ncontent-length:\s*(\d+)", head)
+                if m and len(rest) >= int(m.group(1)):
+                    break
+    except (socket.timeout, ConnectionError):
+        pass
+    return out
+
+
 def raw_exchange(port, data, timeout=10, host="127.0.0.1"):
     """Sends raw bytes, returns everything read until the server closes or goes quiet."""
     with socket.create_connection((host, port), timeout=timeout) as s:
-        out = b""
         try:
             s.sendall(data)
         except OSError:
             pass      # the server may answer and close before reading everything
-        try:
-            while True:
-                chunk = s.recv(65536)
-                if not chunk:
-                    break
-                out += chunk
-                if b"\r\n\r\n" in out:
-                    head, _, rest = out.partition(b"\r\n\r\n")
-                    m = re.search(rb"(?i)\r\ncontent-length:\s*(\d+)", head)
-                    if m and len(rest) >= int(m.group(1)):
-                        break
-        except (socket.timeout, ConnectionResetError):
-            pass
-        return out
+        return read_answer(s)
 
 
 def parse_raw_response(raw):
@@ -561,20 +567,26 @@ class RedisServer:
 # --------------------------------------------------------------------------------------
 # upstream
 
+def spawn_test_server(script, err_path, port=0):
+    """Starts one of the test servers here on port (0: one it picks; it prints the port
+    it bound); returns (process, port)."""
+    err = open(err_path, "ab")
+    proc = subprocess.Popen([PYTHON, str(HERE / script), "--port", str(port)], stdout=subprocess.PIPE,
+                            stderr=err, stdin=subprocess.DEVNULL)
+    err.close()
+    _children.append(proc)
+    line = proc.stdout.readline()
+    if not line.strip():
+        raise RuntimeError("%s did not print its port" % script)
+    return proc, int(line)
+
+
 class Upstream:
     def __init__(self, tmpdir):
         self.tmpdir = pathlib.Path(tmpdir)
         self.tmpdir.mkdir(parents=True, exist_ok=True)
-        err = open(self.tmpdir / ("upstream-%d.err" % next(_counter)), "wb")
-        self.proc = subprocess.Popen([PYTHON, str(HERE / "upstream.py"), "--port", "0"],
-                                     stdout=subprocess.PIPE, stderr=err,
-                                     stdin=subprocess.DEVNULL)
-        err.close()
-        _children.append(self.proc)
-        line = self.proc.stdout.readline()
-        if not line.strip():
-            raise RuntimeError("upstream.py did not print its port")
-        self.port = int(line)
+        self.proc, self.port = spawn_test_server("upstream.py",
+                                                 self.tmpdir / ("upstream-%d.err" % next(_counter)))
         self.url = "http://127.0.0.1:%d" % self.port
 
     def stats(self):

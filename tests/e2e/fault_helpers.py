@@ -19,7 +19,7 @@ import resource
 import socket
 import subprocess
 
-from conftest import HERE, PYTHON, Proxy, _children
+from conftest import Proxy, spawn_test_server
 
 
 # --------------------------------------------------------------------------------------
@@ -35,16 +35,10 @@ class UpstreamOnPort:
         self.start()
 
     def start(self):
-        err = open(self.tmpdir / ("upstream-%d.err" % self.port), "ab")
-        self.proc = subprocess.Popen([PYTHON, str(HERE / "upstream.py"), "--port",
-                                      str(self.port)],
-                                     stdout=subprocess.PIPE, stderr=err,
-                                     stdin=subprocess.DEVNULL)
-        err.close()
-        _children.append(self.proc)
-        line = self.proc.stdout.readline()
-        if int(line or 0) != self.port:
-            raise RuntimeError("upstream.py did not start on %d: %r" % (self.port, line))
+        self.proc, bound = spawn_test_server("upstream.py", self.tmpdir / ("upstream-%d.err" % self.port),
+                                             self.port)
+        if bound != self.port:
+            raise RuntimeError("upstream.py did not start on %d (got %d)" % (self.port, bound))
 
     def kill(self):
         if self.proc.poll() is None:
@@ -221,22 +215,3 @@ def raw_socket(port, timeout=10):
     return s
 
 
-def read_answer(sock, timeout):
-    """Everything the server sends until it closes or a whole Content-Length answer is
-    in; b"" when nothing came within timeout."""
-    sock.settimeout(timeout)
-    out = b""
-    try:
-        while True:
-            chunk = sock.recv(65536)
-            if not chunk:
-                break
-            out += chunk
-            if b"\r\n\r\n" in out:
-                head, _, rest = out.partition(b"\r\n\r\n")
-                m = re.search(rb"(?i)\r\ncontent-length:\s*(\d+)", head)
-                if m and len(rest) >= int(m.group(1)):
-                    break
-    except (socket.timeout, ConnectionError):
-        pass
-    return out

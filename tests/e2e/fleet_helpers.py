@@ -19,7 +19,7 @@ import time
 
 import pytest
 
-from conftest import PYTHON, Resp, _children, http_request, wait_until
+from conftest import Resp, http_request, spawn_test_server, wait_until
 
 HERE = pathlib.Path(__file__).resolve().parent
 
@@ -32,16 +32,7 @@ class WsUpstream:
         tmpdir = pathlib.Path(tmpdir)
         tmpdir.mkdir(parents=True, exist_ok=True)
         self.err_path = tmpdir / ("ws_upstream-%d.err" % os.getpid())
-        err = open(self.err_path, "ab")
-        self.proc = subprocess.Popen([PYTHON, str(HERE / "ws_upstream.py"), "--port", "0"],
-                                     stdout=subprocess.PIPE, stderr=err,
-                                     stdin=subprocess.DEVNULL)
-        err.close()
-        _children.append(self.proc)
-        line = self.proc.stdout.readline()
-        if not line.strip():
-            raise RuntimeError("ws_upstream.py did not print its port")
-        self.port = int(line)
+        self.proc, self.port = spawn_test_server("ws_upstream.py", self.err_path)
         self.url = "http://127.0.0.1:%d" % self.port
 
     def stats(self):

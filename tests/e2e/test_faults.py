@@ -16,9 +16,9 @@ import time
 import pytest
 
 from conftest import (SLOW, Client, assert_json_error, free_port, http_request, port_open,
-                      wait_until, write_ini)
+                      read_answer, wait_until, write_ini)
 from fault_helpers import (UpstreamOnPort, cpu_s, fd_count, finish_wrk, metric, raw_socket,
-                           read_answer, rss_kb, start_with_nofile, start_wrk)
+                           rss_kb, start_with_nofile, start_wrk)
 from fleet_helpers import fleet, http_read, http_send, ws_upstream  # noqa: F401
 
 

@@ -22,13 +22,7 @@
 
 #include "proxy/config.h"
 
-#define CHECK(cond)                                                                    \
-    do {                                                                               \
-        if (!(cond)) {                                                                 \
-            fprintf(stderr, "%s:%d: invariant failed: %s\n", __FILE__, __LINE__, #cond); \
-            abort();                                                                   \
-        }                                                                              \
-    } while (0)
+#include "tests/fuzz/fuzz_check.h"
 
 #define MAX_ARGS 16
 #define MAX_TIMEOUT_MS INT64_C(86400000)

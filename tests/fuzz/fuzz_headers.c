@@ -18,13 +18,7 @@
 
 #include "proxy/ratelimit_headers.h"
 
-#define CHECK(cond)                                                                    \
-    do {                                                                               \
-        if (!(cond)) {                                                                 \
-            fprintf(stderr, "%s:%d: invariant failed: %s\n", __FILE__, __LINE__, #cond); \
-            abort();                                                                   \
-        }                                                                              \
-    } while (0)
+#include "tests/fuzz/fuzz_check.h"
 
 #define MAX_ITEMS 48
 #define MAX_HEADERS 8

@@ -13,13 +13,7 @@
 
 #include "proxy/ws_frame.h"
 
-#define CHECK(cond)                                                                    \
-    do {                                                                               \
-        if (!(cond)) {                                                                 \
-            fprintf(stderr, "%s:%d: invariant failed: %s\n", __FILE__, __LINE__, #cond); \
-            abort();                                                                   \
-        }                                                                              \
-    } while (0)
+#include "tests/fuzz/fuzz_check.h"
 
 #define MAX_INPUT 16384
 #define MAX_FRAMES (MAX_INPUT / 2) /* a head is at least 2 bytes */

@@ -69,24 +69,25 @@ static void allowed_and_concurrency_answers_are_not_remembered(void **state)
     (void)state;
     struct denial_cache *c = denial_cache_create();
     struct limit_rule both[2] = { per_minute, slots };
+    const uint32_t slots_rule = 1u << 1; /* both[1] is the concurrency rule */
     uint64_t key = denial_cache_key("u:1", 3, both, 2);
     struct limiter_result got;
 
     struct limiter_result allowed = rejection(0);
     allowed.allowed = true;
     allowed.verdicts[0].allowed = true;
-    denial_cache_remember(c, key, "u:1", 3, denial_cache_concurrency_mask(both, 2), &allowed, 0);
+    denial_cache_remember(c, key, "u:1", 3, slots_rule, &allowed, 0);
     assert_false(denial_cache_lookup(c, key, "u:1", 3, 1, &got));
 
     /* The concurrency rule rejects: a slot may free at any moment. */
     struct limiter_result busy = { .status = LIMITER_DECIDED, .allowed = false, .n = 2 };
     busy.verdicts[0] = (struct limit_verdict){ .allowed = true, .limit = 1, .remaining = 0 };
     busy.verdicts[1] = (struct limit_verdict){ .allowed = false, .limit = 1, .remaining = 0, .reset_ms = 1000 };
-    denial_cache_remember(c, key, "u:1", 3, denial_cache_concurrency_mask(both, 2), &busy, 0);
+    denial_cache_remember(c, key, "u:1", 3, slots_rule, &busy, 0);
     assert_false(denial_cache_lookup(c, key, "u:1", 3, 1, &got));
 
     struct limiter_result down = { .status = LIMITER_UNAVAILABLE, .n = 2 };
-    denial_cache_remember(c, key, "u:1", 3, denial_cache_concurrency_mask(both, 2), &down, 0);
+    denial_cache_remember(c, key, "u:1", 3, slots_rule, &down, 0);
     assert_false(denial_cache_lookup(c, key, "u:1", 3, 1, &got));
     denial_cache_destroy(c);
 }

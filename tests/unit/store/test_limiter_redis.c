@@ -25,6 +25,7 @@
 #include <event2/event.h>
 #include <hiredis/hiredis.h>
 
+#include "store/clock.h"
 #include "store/limiter_impl.h"
 
 /* ---- redis-server as a child process ---- */
@@ -34,13 +35,6 @@ struct server {
     int port;
     char sock[108];
 };
-
-static int64_t mono_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 static int64_t real_ms(void)
 {
@@ -165,15 +159,15 @@ static void on_done(void *arg, const struct limiter_result *result)
 
 static void pump(struct fixture *f, const int *calls, int want, int64_t max_ms)
 {
-    int64_t deadline = mono_ms() + max_ms;
-    while (*calls < want && mono_ms() < deadline)
+    int64_t deadline = store_mono_ms() + max_ms;
+    while (*calls < want && store_mono_ms() < deadline)
         event_base_loop(f->base, EVLOOP_ONCE);
 }
 
 static bool wait_available(struct fixture *f, struct limiter *l, bool want, int64_t max_ms)
 {
-    int64_t deadline = mono_ms() + max_ms;
-    while (limiter_available(l) != want && mono_ms() < deadline)
+    int64_t deadline = store_mono_ms() + max_ms;
+    while (limiter_available(l) != want && store_mono_ms() < deadline)
         event_base_loop(f->base, EVLOOP_ONCE);
     return limiter_available(l) == want;
 }
@@ -651,9 +645,9 @@ static void test_sliding_log_ttl_real_clock(void **state)
     char key[128];
     snprintf(key, sizeof(key), "%s{u:ttl}:340", f->prefix);
     long long pexpire = commandstat(f->sync, "pexpire");
-    int64_t end = mono_ms() + 1500;
+    int64_t end = store_mono_ms() + 1500;
     int n = 0;
-    while (mono_ms() < end) {
+    while (store_mono_ms() < end) {
         struct limiter_result res = run(f, f->redis, "u:ttl", &r, 1, -1);
         assert_true(res.allowed);
         n++;
@@ -779,8 +773,8 @@ static void test_pipelined_two_limiters(void **state)
     int calls = 0;
     for (int i = 0; i < N; i++)
         assert_int_equal(limiter_check(i % 2 ? second : f->redis, "u:pipe", 6, &r, 1, -1, on_done, &c[i]), 0);
-    int64_t deadline = mono_ms() + 10000;
-    while (mono_ms() < deadline) {
+    int64_t deadline = store_mono_ms() + 10000;
+    while (store_mono_ms() < deadline) {
         calls = 0;
         for (int i = 0; i < N; i++)
             calls += c[i].calls;
@@ -827,12 +821,12 @@ static void expect_unavailable_now(struct limiter *l)
 {
     struct limit_rule r = {.id = 80, .algorithm = LIMIT_SLIDING_LOG, .rate = 3, .burst = 0, .window_ms = 60000};
     struct capture c = {0};
-    int64_t t = mono_ms();
+    int64_t t = store_mono_ms();
     assert_int_equal(limiter_check(l, "u:down", 6, &r, 1, -1, on_done, &c), 0);
     /* answered at once: done ran before limiter_check returned */
     assert_int_equal(c.calls, 1);
     assert_int_equal(c.res.status, LIMITER_UNAVAILABLE);
-    assert_true(mono_ms() - t < 1000);
+    assert_true(store_mono_ms() - t < 1000);
 }
 
 static void test_down_and_back(void **state)
@@ -851,9 +845,9 @@ static void test_down_and_back(void **state)
 
     /* redis comes up: decided again within about a second */
     server_start(&s, NULL, false);
-    int64_t t = mono_ms();
+    int64_t t = store_mono_ms();
     assert_true(wait_available(f, l, true, 5000));
-    assert_true(mono_ms() - t < 2500);
+    assert_true(store_mono_ms() - t < 2500);
     struct limit_rule r = {.id = 81, .algorithm = LIMIT_SLIDING_LOG, .rate = 3, .burst = 0, .window_ms = 60000};
     assert_int_equal(run(f, l, "u:db", &r, 1, -1).status, LIMITER_DECIDED);
 
@@ -868,9 +862,9 @@ static void test_down_and_back(void **state)
 
     /* restarted on the same port (its data is gone): decided again */
     server_start(&s, NULL, false);
-    t = mono_ms();
+    t = store_mono_ms();
     assert_true(wait_available(f, l, true, 5000));
-    assert_true(mono_ms() - t < 2500);
+    assert_true(store_mono_ms() - t < 2500);
     struct limiter_result res = run(f, l, "u:db", &r, 1, -1);
     assert_int_equal(res.status, LIMITER_DECIDED);
     assert_int_equal(res.verdicts[0].remaining, 2);
@@ -891,11 +885,11 @@ static void test_command_timeout(void **state)
     /* a server that stops answering: the check fails after the timeout, not never */
     kill(s.pid, SIGSTOP);
     struct capture c[3] = {0};
-    int64_t t = mono_ms();
+    int64_t t = store_mono_ms();
     for (int i = 0; i < 3; i++)
         assert_int_equal(limiter_check(l, "u:slow", 6, &r, 1, -1, on_done, &c[i]), 0);
     pump(f, &c[2].calls, 1, 5000);
-    int64_t took = mono_ms() - t;
+    int64_t took = store_mono_ms() - t;
     for (int i = 0; i < 3; i++) {
         assert_int_equal(c[i].calls, 1);
         assert_int_equal(c[i].res.status, LIMITER_UNAVAILABLE);
@@ -1228,15 +1222,15 @@ static void test_crashed_proxy_expires(void **state)
     struct fixture *f = *state;
     struct limit_rule cc = {.id = 240, .algorithm = LIMIT_CONCURRENCY, .rate = 2, .burst = 0, .window_ms = 500};
     struct limiter *dead = lease_limiter(f, f->srv.port, f->prefix, 500);
-    int64_t t0 = mono_ms();
+    int64_t t0 = store_mono_ms();
     assert_true(run_leased(f, dead, "u:crash", &cc, 1, -1, "d1").allowed);
     assert_true(run_leased(f, dead, "u:crash", &cc, 1, -1, "d2").allowed);
     limiter_destroy(dead);
     struct limiter_result res = run_leased(f, f->redis, "u:crash", &cc, 1, -1, "live1");
-    if (mono_ms() - t0 >= 450)
-        fail_msg("too slow to test a 500 ms TTL (%lld ms)", (long long)(mono_ms() - t0));
+    if (store_mono_ms() - t0 >= 450)
+        fail_msg("too slow to test a 500 ms TTL (%lld ms)", (long long)(store_mono_ms() - t0));
     assert_false(res.allowed);   /* the dead proxy's two still count */
-    wait_ms(f, 600 - (mono_ms() - t0));
+    wait_ms(f, 600 - (store_mono_ms() - t0));
     res = run_leased(f, f->redis, "u:crash", &cc, 1, -1, "live2");
     assert_true(res.allowed);
     expect_verdict(&res.verdicts[0], true, 2, 1, 0);   /* both expired; only live2 held */
@@ -1257,11 +1251,11 @@ static void test_renewal_keeps_leases(void **state)
         assert_true(run_leased(f, l, subject, &cc, 1, -1, "keep").allowed);
     }
     long long evalsha = commandstat(f->sync, "evalsha"), eval = commandstat(f->sync, "eval");
-    int64_t t0 = mono_ms();
+    int64_t t0 = store_mono_ms();
     wait_ms(f, 700);
     freeReplyObject(redisCommand(f->sync, "SCRIPT FLUSH"));
     wait_ms(f, 800);
-    int64_t took = mono_ms() - t0;
+    int64_t took = store_mono_ms() - t0;
     long long calls = commandstat(f->sync, "evalsha") - evalsha + commandstat(f->sync, "eval") - eval;
     /* every 100 ms one call for all 25 leases (one per lease would be 25 times more) */
     if (calls < 3 || calls > took / 100 + 3)
@@ -1313,9 +1307,9 @@ static void test_many_leases(void **state)
         snprintf(id, sizeof(id), "lease:%d", i);
         assert_int_equal(limiter_check_leased(l, subject, strlen(subject), &cc, 1, -1, id, on_done, &c[i]), 0);
     }
-    int64_t deadline = mono_ms() + 30000;
+    int64_t deadline = store_mono_ms() + 30000;
     int calls = 0;
-    while (mono_ms() < deadline) {
+    while (store_mono_ms() < deadline) {
         calls = 0;
         for (int i = 0; i < N; i++)
             calls += c[i].calls;
@@ -1370,9 +1364,9 @@ static void test_concurrency_race(void **state)
         assert_int_equal(limiter_check_leased(i % 2 ? second : f->redis, "u:race", 6, rules, 2, -1, id, on_done, &c[i]),
                          0);
     }
-    int64_t deadline = mono_ms() + 10000;
+    int64_t deadline = store_mono_ms() + 10000;
     int calls = 0;
-    while (mono_ms() < deadline) {
+    while (store_mono_ms() < deadline) {
         calls = 0;
         for (int i = 0; i < N; i++)
             calls += c[i].calls;
@@ -1425,8 +1419,8 @@ static void test_restart_reestablishes(void **state)
     assert_true(wait_available(f, l, true, 5000));
     redisContext *c = sync_connect(s->port);
     assert_non_null(c);
-    int64_t deadline = mono_ms() + 1000;   /* well before the next tick (10 s) */
-    while (mono_ms() < deadline &&
+    int64_t deadline = store_mono_ms() + 1000;   /* well before the next tick (10 s) */
+    while (store_mono_ms() < deadline &&
            zcard(c, "rs:", "u:a", 280) + zcard(c, "rs:", "u:a", 281) + zcard(c, "rs:", "u:b", 280) != 7)
         wait_ms(f, 20);
     assert_int_equal(zcard(c, "rs:", "u:a", 280), 3);
