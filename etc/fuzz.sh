@@ -6,7 +6,8 @@
 # when any harness found one; the reproducer is in build-fuzz/fuzz-artifacts/<name>/.
 #
 #   etc/fuzz.sh [RUNS] [HARNESS...]     RUNS defaults to 10000000; HARNESS: config, limit,
-#                                       headers, ws_frame, catalog_import (default: all)
+#                                       headers, ws_frame, head_screen, catalog_import
+#                                       (default: all)
 #   FUZZ_MAX_TIME=S etc/fuzz.sh ...     also stop each harness after S seconds
 #
 # Needs clang and its libFuzzer runtime (Debian: clang libclang-rt-14-dev; etc/setup.sh
@@ -25,7 +26,7 @@ case "${1:-}" in
     -h|--help) sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
 esac
 harnesses=("$@")
-[[ ${#harnesses[@]} -eq 0 ]] && harnesses=(config limit headers ws_frame catalog_import)
+[[ ${#harnesses[@]} -eq 0 ]] && harnesses=(config limit headers ws_frame head_screen catalog_import)
 
 etc/setup.sh --fuzz || { echo "etc/fuzz.sh: etc/setup.sh --fuzz failed" >&2; exit 1; }
 if [[ ! -f build-fuzz/build.ninja ]]; then

@@ -13,15 +13,12 @@
 #include "proxy/config.h"
 #include "proxy/metrics.h"
 #include "proxy/forward.h"
+#include "proxy/head_screen.h"
 #include "proxy/http_token.h"
 #include "proxy/netaddr.h"
 #include "proxy/respond.h"
 #include "proxy/websocket.h"
 #include "proxy/worker.h"
-
-/* The largest request head (request line and headers) accepted; half of MHD's
- * per-connection pool, so a head over it still fits there and gets our JSON 431. */
-#define MAX_HEAD_BYTES (16 * 1024)
 
 /* A suspension shorter than this ends before a departed client could matter; watching
  * every request's socket would cost two epoll_ctl calls each. */

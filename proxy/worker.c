@@ -15,6 +15,7 @@
 
 #include "proxy/config.h"
 #include "proxy/forward.h"
+#include "proxy/intake.h"
 #include "proxy/metrics.h"
 #include "proxy/request.h"
 #include "proxy/websocket.h"
@@ -152,7 +153,7 @@ static void accept_connections(struct worker *w)
     evtimer_del(w->accept_retry);
     unsigned accepted = 0;
     for (;;) {
-        if (w->connections >= w->connection_limit) {
+        if (w->connections + w->intake_waiting >= w->connection_limit) {
             accept_watch(w, false); /* on_connection watches again when one closes */
             break;
         }
@@ -187,12 +188,29 @@ static void accept_connections(struct worker *w)
         }
         w->out_of_fds = false;
         accepted++;
-        /* MHD closes the socket itself when it cannot take it (out of memory). Its
-           NOTIFY_STARTED callback counts the connection before this returns. */
-        MHD_add_connection(w->daemon, fd, (struct sockaddr *)&ss, len);
+        intake_take(w, fd, &ss, len);
     }
-    if (accepted > 0)
-        worker_kick_mhd(w);
+}
+
+void worker_hand_to_mhd(struct worker *w, int fd, const struct sockaddr *addr, socklen_t addrlen)
+{
+    /* MHD closes the socket itself when it cannot take it (out of memory). Its
+       NOTIFY_STARTED callback counts the connection before this returns. */
+    MHD_add_connection(w->daemon, fd, addr, addrlen);
+    worker_kick_mhd(w);
+}
+
+void worker_connection_closed(struct worker *w)
+{
+    /* Room again: accept on the loop's next turn (never from inside MHD_run, where
+     * MHD_add_connection must not be called). A descriptor is free now too. */
+    if (w->out_of_fds) {
+        static const struct timeval now = { 0, 0 };
+        if (!w->stopping && w->listen_fd >= 0)
+            evtimer_add(w->accept_retry, &now);
+    } else if (w->connections + w->intake_waiting < w->connection_limit) {
+        accept_watch(w, true);
+    }
 }
 
 static void on_accept(evutil_socket_t fd, short what, void *arg)
@@ -227,15 +245,7 @@ static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_
     }
     if (w->connections > 0)
         w->connections--;
-    /* Room again: accept on the loop's next turn (never from inside MHD_run, where
-     * MHD_add_connection must not be called). A descriptor is free now too. */
-    if (w->out_of_fds) {
-        static const struct timeval now = { 0, 0 };
-        if (!w->stopping && w->listen_fd >= 0)
-            evtimer_add(w->accept_retry, &now);
-    } else if (w->connections < w->connection_limit) {
-        accept_watch(w, true);
-    }
+    worker_connection_closed(w);
 }
 
 static void on_leases_released(void *arg)
@@ -272,6 +282,7 @@ static void on_stop(evutil_socket_t fd, short what, void *arg)
         w->listen_fd = -1;
     }
     w->drain_deadline_ms = clock_mono_ms() + DRAIN_MS;
+    intake_close_all(w); /* no request of theirs was accepted yet */
     ws_close_all(w);
     on_drain_timer(-1, 0, w);
 }
@@ -498,6 +509,7 @@ void worker_join_and_destroy(struct worker *w)
     }
     if (w->daemon != NULL)
         MHD_run(w->daemon);
+    intake_close_all(w);
     /* Closing the daemon ends the remaining connections; their completion callbacks free
      * requests, which may still hold curl handles and limiter replies. */
     if (w->daemon != NULL)

@@ -9,6 +9,7 @@
 #include <stdint.h>
 
 #include <curl/curl.h>
+#include <sys/socket.h>
 #include <sys/time.h>
 
 struct event_base;
@@ -21,6 +22,7 @@ struct snapshot_watch;
 struct proxy_config;
 struct request;
 struct upstream_addr;
+struct intake_conn;
 
 /* What every worker shares, owned by main. */
 struct proxy_shared {
@@ -55,6 +57,8 @@ struct worker {
     bool accepting;                 /* accept_event added */
     bool out_of_fds;                /* the last accept() failed for lack of descriptors */
     unsigned connections;           /* open MHD connections (upgraded ones included) */
+    struct intake_conn *intake;     /* connections waiting for their first head (intake.c) */
+    unsigned intake_waiting;
     unsigned connection_limit;      /* this worker's share of RLIMIT_NOFILE */
     struct event *stop_event;       /* activated from the main thread */
     struct event *drain_timer;
@@ -104,6 +108,12 @@ void worker_reload(struct worker *w, const struct proxy_config *cfg, sem_t *done
 
 /* Joins the thread and frees everything worker_init made. */
 void worker_join_and_destroy(struct worker *w);
+
+/* Gives MHD a client connection whose first head has passed the intake. */
+void worker_hand_to_mhd(struct worker *w, int fd, const struct sockaddr *addr, socklen_t addrlen);
+
+/* A client connection of this worker has closed: room to accept again. */
+void worker_connection_closed(struct worker *w);
 
 /* Makes the loop call MHD_run soon: the way to get MHD moving after a connection was
  * resumed from a curl or hiredis callback, where calling MHD_run is not allowed. */

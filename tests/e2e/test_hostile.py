@@ -17,6 +17,7 @@ import pytest
 
 from conftest import (TIERCTL_BIN, BAD_STDERR, _clean_env, assert_json_error,
                       echo_header, parse_raw_response, raw_exchange, wait_until)
+from fault_helpers import metric
 from fleet_helpers import (OP_CLOSE, http_read, OP_CONT, OP_PING, OP_TEXT, WS, parse_close, ws_connect,
                            ws_try, ws_upstream)  # noqa: F401
 
@@ -82,6 +83,7 @@ def test_oversized_heads_other_shapes(catalog, proxies):
         assert r is not None, "%s: no answer" % what
         # SPEC: 400 or 431; 414 (what nginx answers for a long target) is let pass
         assert r.status in (400, 414, 431), (what, r)
+        assert_json_error(r, r.status)
         still_fine(p, key)
     # an oversized head after a good request on the same keep-alive connection
     with socket.create_connection(("127.0.0.1", p.port), timeout=5) as s:
@@ -93,17 +95,19 @@ def test_oversized_heads_other_shapes(catalog, proxies):
         assert_json_error(second, 431)
 
 
-@pytest.mark.parametrize("what,extra,body", [
-    ("Content-Length overflows 64 bits", b"Content-Length: 99999999999999999999999\r\n", b"x"),
-    ("negative Content-Length", b"Content-Length: -1\r\n", b"x"),
-    ("Content-Length not a number", b"Content-Length: 12abc\r\n", b"x"),
-    ("two different Content-Lengths", b"Content-Length: 3\r\nContent-Length: 5\r\n", b"abcde"),
-    ("bad chunk size", b"Transfer-Encoding: chunked\r\n", b"zz\r\nabc\r\n0\r\n\r\n"),
+# A malformed chunk is found by libmicrohttpd 0.9.75 while it reads the body, and it
+# answers that itself, with an HTML body (a known limit): json_body False.
+@pytest.mark.parametrize("what,extra,body,json_body", [
+    ("Content-Length overflows 64 bits", b"Content-Length: 99999999999999999999999\r\n", b"x", True),
+    ("negative Content-Length", b"Content-Length: -1\r\n", b"x", True),
+    ("Content-Length not a number", b"Content-Length: 12abc\r\n", b"x", True),
+    ("two different Content-Lengths", b"Content-Length: 3\r\nContent-Length: 5\r\n", b"abcde", True),
+    ("bad chunk size", b"Transfer-Encoding: chunked\r\n", b"zz\r\nabc\r\n0\r\n\r\n", False),
     ("chunk size overflows", b"Transfer-Encoding: chunked\r\n",
-     b"fffffffffffffffffffff\r\nabc\r\n0\r\n\r\n"),
-    ("unknown transfer coding", b"Transfer-Encoding: gzip, identity\r\n", b"abc"),
+     b"fffffffffffffffffffff\r\nabc\r\n0\r\n\r\n", False),
+    ("unknown transfer coding", b"Transfer-Encoding: gzip, identity\r\n", b"abc", True),
 ])
-def test_malformed_body_framing_is_400_or_413(catalog, proxies, what, extra, body):
+def test_malformed_body_framing_is_400_or_413(catalog, proxies, what, extra, body, json_body):
     _, key = wide(catalog)
     p = proxies.start(catalog, proxy={"max_body_bytes": 1000})
     t0 = time.monotonic()
@@ -111,6 +115,8 @@ def test_malformed_body_framing_is_400_or_413(catalog, proxies, what, extra, bod
     took = time.monotonic() - t0
     assert r is not None, "%s: no answer" % what
     assert r.status in (400, 413, 501), (what, r)
+    if json_body:
+        assert_json_error(r, r.status)
     assert took < 1.5, "%s: answered after %.1f s" % (what, took)
     still_fine(p, key)
 
@@ -215,37 +221,143 @@ def test_bearer_scheme_is_case_insensitive(catalog, proxies):
 # --------------------------------------------------------------------------------------
 # CR, LF, NUL in header lines
 
-@pytest.mark.xfail(strict=False, reason="known limit: libmicrohttpd 0.9.75 cuts a field value at "
-                   "its NUL before the proxy sees it (value and length both end there), so the "
-                   "value arrives truncated rather than refused")
 def test_nul_in_header_values_is_refused(catalog, proxies, upstream_factory):
     # RFC 9110 5.5: a field value with NUL is rejected, or NUL replaced by SP; never cut
     up = upstream_factory()
     _, key = wide(catalog)
     p = proxies.start(catalog, upstream=up)
     r = raw(p, head(b"/nul") + b"Authorization: Bearer " + key.encode() + b"\x00junk\r\n\r\n")
-    assert r is not None and r.status in (400, 401), r
+    assert r is not None, "no answer"
+    assert_json_error(r, 400, {"error_code": "malformed_request"})
     r = raw(p, head(b"/nul", key) + b"X-A: before\x00after\r\n\r\n")
     assert r is not None, "no answer"
-    if r.status == 200:
-        assert echo_header(r.echo, "X-A") == ["before after"], r.echo["headers"]
-    else:
-        assert r.status == 400, r
+    assert_json_error(r, 400, {"error_code": "malformed_request"})
     still_fine(p, key)
 
 
-@pytest.mark.parametrize("what,lines", [
-    ("bare CR inside a value", b"X-A: a\rX-Tier-User: admin\r\n"),
-    ("bare LF ending a line", b"X-A: a\nX-Tier-User: admin\r\n"),
-    ("obs-fold continuation", b"X-A: a\r\n X-Tier-User: admin\r\n"),
-    ("space before the colon", b"X-Tier-User : admin\r\n"),
-    ("tab before the colon", b"X-Tier-Plan\t: pro\r\n"),
-    ("header name with a space", b"X Tier User: admin\r\n"),
+@pytest.mark.xfail(strict=True, reason="known limit: only a connection's first head is screened "
+                   "before libmicrohttpd 0.9.75 reads it; on a kept-alive connection it cuts a "
+                   "later head's field value at its NUL (value and length both end there)")
+def test_nul_in_a_later_head_on_a_kept_alive_connection(catalog, proxies, upstream_factory):
+    up = upstream_factory()
+    _, key = wide(catalog)
+    p = proxies.start(catalog, upstream=up)
+    with socket.create_connection(("127.0.0.1", p.port), timeout=5) as s:
+        s.sendall(head(b"/first", key) + b"\r\n")
+        assert http_read(s).status == 200
+        s.sendall(head(b"/nul", key) + b"X-A: before\x00after\r\n\r\n")
+        r = http_read(s)
+    assert r.status == 400 or echo_header(r.echo, "X-A") == ["before after"], r
+
+
+# --------------------------------------------------------------------------------------
+# the first head of a connection: every refusal is a JSON error, at once
+
+@pytest.mark.parametrize("what,data,status", [
+    ("not HTTP", b"THIS IS NOT HTTP\r\n\r\n", 400),
+    ("a TLS ClientHello", b"\x16\x03\x01\x00\xa5\x01\x00\x00\xa1\x03\x03" + b"\x00" * 32, 400),
+    ("space before the method", b" GET / HTTP/1.1\r\nHost: t\r\n\r\n", 400),
+    ("no version", b"GET /\r\n\r\n", 400),
+    ("not an HTTP version", b"GET / FOO/1.1\r\nHost: t\r\n\r\n", 400),
+    ("HTTP/2.0 in an HTTP/1 line", b"GET / HTTP/2.0\r\nHost: t\r\n\r\n", 505),
+    ("HTTP/0.9", b"GET / HTTP/0.9\r\nHost: t\r\n\r\n", 505),
+    ("a field line without colon", b"GET / HTTP/1.1\r\nHost: t\r\nNoColonHere\r\n\r\n", 400),
+    ("NUL in the target", b"GET /a\x00b HTTP/1.1\r\nHost: t\r\n\r\n", 400),
+    ("Content-Length not a number", b"POST / HTTP/1.1\r\nHost: t\r\nContent-Length: abc\r\n\r\n", 400),
+    ("Content-Length over 64 bits",
+     b"POST / HTTP/1.1\r\nHost: t\r\nContent-Length: 99999999999999999999999\r\n\r\n", 413),
+    ("a 40 KB field", b"GET / HTTP/1.1\r\nHost: t\r\nX-Big: " + b"a" * 40000 + b"\r\n\r\n", 431),
+    ("a 40 KB target", b"GET /" + b"a" * 40000 + b" HTTP/1.1\r\nHost: t\r\n\r\n", 414),
 ])
-def test_crlf_tricks_in_header_lines(catalog, proxies, what, lines):
-    """Whatever the proxy does with a header line that breaks RFC 9112 (refuse it with
-    400, which the RFC asks for, or read it leniently), the upstream never sees an
-    X-Tier-* header the client wrote."""
+def test_bad_first_heads_get_one_json_error_and_a_close(catalog, proxies, what, data, status):
+    _, key = wide(catalog)
+    p = proxies.start(catalog)
+    t0 = time.monotonic()
+    out = raw_exchange(p.port, data, timeout=3)
+    took = time.monotonic() - t0
+    assert out, "%s: no answer" % what
+    r = parse_raw_response(out)
+    assert_json_error(r, status)
+    assert r.header("Connection") == "close", r
+    assert out.count(b"HTTP/1.") == 1, "%s: more than one status line: %r" % (what, out[:400])
+    # the proxy closed the connection: raw_exchange returned on EOF, not on its timeout
+    assert took < 2.5, "%s: answered after %.1f s" % (what, took)
+    still_fine(p, key)
+
+
+def test_refusals_of_first_heads_are_counted_and_logged(catalog, proxies):
+    _, key = wide(catalog)
+    p = proxies.start(catalog)
+    raw(p, b"GET /bad HTTP/1.1\r\nX-A: a\x00b\r\n\r\n")
+    raw(p, b"GARBAGE\r\n\r\n")
+    still_fine(p, key)
+    assert wait_until(lambda: len(p.access_log_lines()) >= 3, 5)
+    bad = [e for e in p.access_log_lines() if e["status"] == 400]
+    assert [(e["method"], e["path"]) for e in bad] == [("GET", "/bad"), (None, None)], bad
+    assert all(e["decision"] == "malformed" and e["user"] is None for e in bad), bad
+    assert metric(p, "tierproxy_requests_total", code="400") == 2
+
+
+def test_first_head_in_pieces_or_late_is_served(catalog, proxies):
+    """The head arrives a while after the connect, then in pieces with pauses: served."""
+    _, key = wide(catalog)
+    p = proxies.start(catalog)
+    data = head(b"/pieces", key) + b"X-A: 1\r\n\r\n"
+    with socket.create_connection(("127.0.0.1", p.port), timeout=5) as s:
+        time.sleep(0.3)
+        for i in range(0, len(data), 7):
+            s.sendall(data[i:i + 7])
+            time.sleep(0.01)
+        r = http_read(s)
+        assert r.status == 200 and r.echo["path"] == "/pieces", r
+        # and the connection is kept alive for a second request
+        s.sendall(head(b"/again", key) + b"\r\n")
+        r = http_read(s)
+        assert r.status == 200 and r.echo["path"] == "/again", r
+
+
+def test_pipelined_requests_in_the_first_packet(catalog, proxies):
+    _, key = wide(catalog)
+    p = proxies.start(catalog)
+    data = b"".join(head(b"/p%d" % i, key) + b"\r\n" for i in range(3))
+    with socket.create_connection(("127.0.0.1", p.port), timeout=5) as s:
+        s.sendall(data)
+        paths = [http_read(s).echo["path"] for _ in range(3)]
+    assert paths == ["/p0", "/p1", "/p2"]
+
+
+def test_connections_that_send_nothing_or_half_a_head_are_let_go(catalog, proxies):
+    _, key = wide(catalog)
+    p = proxies.start(catalog)
+
+    def gauge():
+        return metric(p, "tierproxy_connections")
+    still_fine(p, key)
+    time.sleep(0.2)     # the connections made while starting it are gone
+    base = gauge()
+    socks = [socket.create_connection(("127.0.0.1", p.port)) for _ in range(5)]
+    socks[1].sendall(b"GET /half HTTP/1.1\r\nHost:")
+    socks[2].sendall(b"GET /half HTTP/1.1\r\nHost:")
+    socks[2].shutdown(socket.SHUT_WR)       # half a head, then FIN: it will never end
+    assert wait_until(lambda: gauge() == base + 4, 5), (base, gauge())
+    for s in socks:
+        s.close()
+    assert wait_until(lambda: gauge() == base, 5), (base, gauge())
+    still_fine(p, key)
+
+
+@pytest.mark.parametrize("what,lines,refused", [
+    ("bare CR inside a value", b"X-A: a\rX-Tier-User: admin\r\n", True),
+    ("bare LF ending a line", b"X-A: a\nX-Tier-User: admin\r\n", False),
+    ("obs-fold continuation", b"X-A: a\r\n X-Tier-User: admin\r\n", True),
+    ("space before the colon", b"X-Tier-User : admin\r\n", True),
+    ("tab before the colon", b"X-Tier-Plan\t: pro\r\n", True),
+    ("header name with a space", b"X Tier User: admin\r\n", True),
+])
+def test_crlf_tricks_in_header_lines(catalog, proxies, what, lines, refused):
+    """A header line that breaks RFC 9112 is refused with a JSON 400, as the RFC asks; a
+    bare LF ends a line (RFC 9112 2.2 lets a recipient take it). Either way the upstream
+    never sees an X-Tier-* header the client wrote."""
     user, key = wide(catalog)
     p = proxies.start(catalog)
     r = raw(p, head(b"/crlf", key, lines) + b"\r\n")
@@ -263,7 +375,8 @@ def test_crlf_tricks_in_header_lines(catalog, proxies, what, lines):
         if "x-a" in names:     # obs-fold replaced by SP (RFC 9112 5.2), never cut or joined
             assert echo_header(e, "X-A")[0] in ("a", "a X-Tier-User: admin"), (what, e["headers"])
     else:
-        assert r.status == 400, (what, r)
+        assert_json_error(r, 400, {"error_code": "malformed_request"})
+    assert (r.status == 400) == refused, (what, r)
     still_fine(p, key)
 
 

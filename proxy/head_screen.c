@@ -1,0 +1,246 @@
+#include "proxy/head_screen.h"
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <strings.h>
+
+#include "proxy/http_token.h"
+
+enum state {
+    S_LEADING,     /* before the request line: empty lines allowed */
+    S_LEADING_CR,
+    S_METHOD,
+    S_AFTER_METHOD,
+    S_TARGET,
+    S_AFTER_TARGET,
+    S_VERSION,
+    S_AFTER_VERSION,
+    S_LINE_CR,     /* a CR ending the request line or a field line */
+    S_FIELD_START,
+    S_NAME,
+    S_VALUE,
+    S_END_CR,      /* the CR of the blank line ending the head */
+};
+
+/* The longest version field looked at: "HTTP/1.1" and a little over, to tell a wrong
+ * version (505) from a line that is no HTTP (400). */
+#define VERSION_MAX 8
+
+struct scan {
+    struct head_screen result;
+    bool in_request_line;
+    const char *name;
+    size_t name_len;
+    const char *value;
+    size_t value_len;
+    bool have_length;
+    uint64_t content_length;
+};
+
+static struct head_screen finish(struct scan *s)
+{
+    if (s->result.target_len == 0) { /* the request line was not read whole */
+        s->result.method = s->result.target = NULL;
+        s->result.method_len = 0;
+    }
+    return s->result;
+}
+
+static struct head_screen refuse(struct scan *s, unsigned status, const char *error_code)
+{
+    s->result.outcome = HEAD_REFUSED;
+    s->result.status = status;
+    s->result.error_code = error_code;
+    return finish(s);
+}
+
+static bool is_digit(char c)
+{
+    return c >= '0' && c <= '9';
+}
+
+/* "HTTP/" DIGIT "." DIGIT: 1 for 1.0 and 1.1, 0 for another version, -1 for no version. */
+static int version_kind(const char *v, size_t n)
+{
+    if (n != 8 || v[0] != 'H' || v[1] != 'T' || v[2] != 'T' || v[3] != 'P' || v[4] != '/' || !is_digit(v[5]) ||
+        v[6] != '.' || !is_digit(v[7]))
+        return -1;
+    return v[5] == '1' && (v[7] == '0' || v[7] == '1') ? 1 : 0;
+}
+
+/* Checks a Content-Length field value (OWS around it); 0, or the refusal's status. */
+static unsigned content_length_field(struct scan *s)
+{
+    const char *v = s->value;
+    size_t n = s->value_len;
+    while (n > 0 && (*v == ' ' || *v == '\t')) {
+        v++;
+        n--;
+    }
+    while (n > 0 && (v[n - 1] == ' ' || v[n - 1] == '\t'))
+        n--;
+    if (n == 0)
+        return 400;
+    uint64_t length = 0;
+    bool too_big = false;
+    for (size_t i = 0; i < n; i++) {
+        if (!is_digit(v[i]))
+            return 400;
+        unsigned d = (unsigned)(v[i] - '0');
+        if (length > ((uint64_t)INT64_MAX - d) / 10)
+            too_big = true;
+        else
+            length = length * 10 + d;
+    }
+    if (too_big)
+        return 413;
+    if (s->have_length && s->content_length != length)
+        return 400;
+    s->have_length = true;
+    s->content_length = length;
+    return 0;
+}
+
+static unsigned field_done(struct scan *s)
+{
+    if (s->name_len == sizeof("Content-Length") - 1 && strncasecmp(s->name, "Content-Length", s->name_len) == 0)
+        return content_length_field(s);
+    return 0;
+}
+
+struct head_screen head_screen(const char *data, size_t len, size_t max_head)
+{
+    struct scan s = { .result = { .outcome = HEAD_INCOMPLETE }, .in_request_line = true };
+    enum state st = S_LEADING;
+    const char *version = NULL;
+    size_t version_len = 0;
+    size_t n = len < max_head ? len : max_head;
+
+    for (size_t i = 0; i < n; i++) {
+        const char *p = data + i;
+        unsigned char c = (unsigned char)*p;
+        switch (st) {
+        case S_LEADING:
+            if (c == '\r')
+                st = S_LEADING_CR;
+            else if (c == '\n')
+                ;
+            else if (http_token_char(c)) {
+                s.result.method = p;
+                st = S_METHOD;
+            } else
+                return refuse(&s, 400, "malformed_request");
+            break;
+        case S_LEADING_CR:
+            if (c != '\n')
+                return refuse(&s, 400, "malformed_request");
+            st = S_LEADING;
+            break;
+        case S_METHOD:
+            if (c == ' ') {
+                s.result.method_len = (size_t)(p - s.result.method);
+                st = S_AFTER_METHOD;
+            } else if (!http_token_char(c))
+                return refuse(&s, 400, "malformed_request");
+            break;
+        case S_AFTER_METHOD:
+            if (c == ' ')
+                break;
+            if (c <= 0x20 || c == 0x7f)
+                return refuse(&s, 400, "malformed_request");
+            s.result.target = p;
+            st = S_TARGET;
+            break;
+        case S_TARGET:
+            if (c == ' ') {
+                s.result.target_len = (size_t)(p - s.result.target);
+                st = S_AFTER_TARGET;
+            } else if (c < 0x20 || c == 0x7f) /* CR or LF here: an HTTP/0.9 request */
+                return refuse(&s, 400, "malformed_request");
+            break;
+        case S_AFTER_TARGET:
+            if (c == ' ')
+                break;
+            version = p;
+            st = S_VERSION;
+            __attribute__((fallthrough));
+        case S_VERSION:
+            if (c == ' ' || c == '\r' || c == '\n') {
+                version_len = (size_t)(p - version);
+                int kind = version_kind(version, version_len);
+                if (kind < 0)
+                    return refuse(&s, 400, "malformed_request");
+                if (kind == 0)
+                    return refuse(&s, 505, "http_version_not_supported");
+                st = c == ' ' ? S_AFTER_VERSION : c == '\r' ? S_LINE_CR : S_FIELD_START;
+                if (c == '\n')
+                    s.in_request_line = false;
+            } else if (c < 0x20 || c == 0x7f || (size_t)(p - version) >= VERSION_MAX)
+                return refuse(&s, 400, "malformed_request");
+            break;
+        case S_AFTER_VERSION:
+            if (c == '\r')
+                st = S_LINE_CR;
+            else if (c == '\n') {
+                s.in_request_line = false;
+                st = S_FIELD_START;
+            } else if (c != ' ')
+                return refuse(&s, 400, "malformed_request");
+            break;
+        case S_LINE_CR:
+            if (c != '\n')
+                return refuse(&s, 400, "malformed_request"); /* a bare CR */
+            if (s.in_request_line)
+                s.in_request_line = false;
+            else {
+                unsigned status = field_done(&s);
+                if (status != 0)
+                    return refuse(&s, status, status == 413 ? "request_too_large" : "malformed_request");
+            }
+            st = S_FIELD_START;
+            break;
+        case S_FIELD_START:
+            if (c == '\r')
+                st = S_END_CR;
+            else if (c == '\n') {
+                s.result.outcome = HEAD_ACCEPTABLE;
+                return s.result;
+            } else if (http_token_char(c)) {
+                s.name = p; /* SP or HT here would be obs-fold (RFC 9112 5.2): refused */
+                st = S_NAME;
+            } else
+                return refuse(&s, 400, "malformed_request");
+            break;
+        case S_NAME:
+            if (c == ':') {
+                s.name_len = (size_t)(p - s.name);
+                s.value = p + 1;
+                st = S_VALUE;
+            } else if (!http_token_char(c))
+                return refuse(&s, 400, "malformed_request");
+            break;
+        case S_VALUE:
+            if (c == '\r' || c == '\n') {
+                s.value_len = (size_t)(p - s.value);
+                if (c == '\r')
+                    st = S_LINE_CR;
+                else {
+                    unsigned status = field_done(&s);
+                    if (status != 0)
+                        return refuse(&s, status, status == 413 ? "request_too_large" : "malformed_request");
+                    st = S_FIELD_START;
+                }
+            } else if (c == '\0')
+                return refuse(&s, 400, "malformed_request");
+            break;
+        case S_END_CR:
+            if (c != '\n')
+                return refuse(&s, 400, "malformed_request");
+            s.result.outcome = HEAD_ACCEPTABLE;
+            return s.result;
+        }
+    }
+    if (len >= max_head)
+        return s.in_request_line ? refuse(&s, 414, "uri_too_long") : refuse(&s, 431, "request_header_too_large");
+    return finish(&s);
+}

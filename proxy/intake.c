@@ -1,0 +1,256 @@
+#include "proxy/intake.h"
+
+#include <errno.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <event2/event.h>
+#include <microhttpd.h>
+
+#include "proxy/access_log.h"
+#include "proxy/head_screen.h"
+#include "proxy/metrics.h"
+#include "proxy/netaddr.h"
+#include "proxy/worker.h"
+
+/* How long a connection may take to send its whole first head (nginx's
+ * client_header_timeout); libmicrohttpd's own timeout only counts idle time, so a head
+ * trickled a line at a time was never cut. */
+#define HEAD_WAIT_MS 60000
+
+/* After a refusal, what the client still sends is read and dropped for this long before
+ * the socket is closed: closing with unread data would send a reset, which can destroy
+ * the answer before the client reads it. */
+#define LINGER_MS 2000
+
+/* Reads per wake-up while lingering: the rest comes with the next edge. */
+#define LINGER_READS 16
+
+struct intake_conn {
+    struct worker *w;
+    int fd;
+    bool lingering;
+    struct sockaddr_storage addr;
+    socklen_t addrlen;
+    struct event *readable; /* edge-triggered: peeking leaves the bytes in place */
+    struct event *deadline;
+    struct intake_conn *prev, *next;
+};
+
+/* One per worker thread: the bytes are only looked at, never kept. */
+static _Thread_local char peeked[MAX_HEAD_BYTES];
+
+static void release(struct intake_conn *c)
+{
+    struct worker *w = c->w;
+    if (c->prev != NULL)
+        c->prev->next = c->next;
+    else
+        w->intake = c->next;
+    if (c->next != NULL)
+        c->next->prev = c->prev;
+    event_free(c->readable);
+    event_free(c->deadline);
+    w->intake_waiting--;
+    metrics_add_connections(w->metrics, -1);
+    free(c);
+}
+
+static void close_conn(struct intake_conn *c)
+{
+    struct worker *w = c->w;
+    close(c->fd);
+    release(c);
+    worker_connection_closed(w);
+}
+
+static void hand_over(struct intake_conn *c)
+{
+    struct worker *w = c->w;
+    int fd = c->fd;
+    struct sockaddr_storage addr = c->addr;
+    socklen_t addrlen = c->addrlen;
+    release(c);
+    worker_hand_to_mhd(w, fd, (struct sockaddr *)&addr, addrlen);
+}
+
+static void copy_text(char *dst, size_t cap, const char *src, size_t n)
+{
+    if (n >= cap)
+        n = cap - 1;
+    memcpy(dst, src, n);
+    dst[n] = '\0';
+}
+
+static void account_refusal(struct worker *w, const struct sockaddr_storage *addr, const struct head_screen *hs)
+{
+    metrics_count_request(w->metrics, NULL, hs->status);
+    if (w->shared->access_log == NULL)
+        return;
+    char client[64] = "", method[64], path[2048];
+    sockaddr_to_text((const struct sockaddr *)addr, client, sizeof(client));
+    struct access_entry e = {
+        .time_unix_ms = clock_unix_ms(),
+        .client = client,
+        .status = hs->status,
+        .decision = "malformed",
+        .upstream_ms = -1,
+    };
+    if (hs->method != NULL) {
+        copy_text(method, sizeof(method), hs->method, hs->method_len);
+        copy_text(path, sizeof(path), hs->target, hs->target_len);
+        e.method = method;
+        e.path = path;
+    }
+    access_log_write(w->shared->access_log, &e);
+}
+
+/* The same JSON error the proxy gives everywhere else; the socket's send buffer is empty,
+ * so one send() takes it whole. */
+static void send_refusal(int fd, const struct head_screen *hs)
+{
+    char date[64];
+    struct tm tm;
+    time_t now = time(NULL);
+    gmtime_r(&now, &tm);
+    strftime(date, sizeof(date), "%a, %d %b %Y %H:%M:%S GMT", &tm);
+    char body[96];
+    int body_len = snprintf(body, sizeof(body), "{\"error_code\":\"%s\"}", hs->error_code);
+    char msg[512];
+    int len = snprintf(msg, sizeof(msg),
+                       "HTTP/1.1 %u %s\r\nDate: %s\r\nConnection: close\r\nContent-Type: application/json\r\n"
+                       "Content-Length: %d\r\n\r\n%s",
+                       hs->status, MHD_get_reason_phrase_for(hs->status), date, body_len, body);
+    if (len > 0 && (size_t)len < sizeof(msg))
+        (void)send(fd, msg, (size_t)len, MSG_NOSIGNAL | MSG_DONTWAIT);
+    shutdown(fd, SHUT_WR);
+}
+
+static void linger_read(struct intake_conn *c)
+{
+    for (int i = 0; i < LINGER_READS; i++) {
+        ssize_t n = recv(c->fd, peeked, sizeof(peeked), MSG_DONTWAIT);
+        if (n > 0)
+            continue;
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
+            return;
+        close_conn(c); /* the client has read the answer and closed, or is gone */
+        return;
+    }
+}
+
+static void start_lingering(struct intake_conn *c)
+{
+    c->lingering = true;
+    struct timeval linger = ms_to_timeval(LINGER_MS);
+    evtimer_add(c->deadline, &linger);
+    linger_read(c);
+}
+
+/* Peeks at what the client has sent and acts on it. peer_closed: the client has shut its
+ * side, so an incomplete head will stay incomplete. */
+static void screen(struct intake_conn *c, bool peer_closed)
+{
+    ssize_t n = recv(c->fd, peeked, sizeof(peeked), MSG_PEEK | MSG_DONTWAIT);
+    if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
+        close_conn(c);
+        return;
+    }
+    if (n < 0) {
+        if (peer_closed)
+            close_conn(c);
+        return;
+    }
+    struct head_screen hs = head_screen(peeked, (size_t)n, MAX_HEAD_BYTES);
+    switch (hs.outcome) {
+    case HEAD_ACCEPTABLE:
+        hand_over(c);
+        break;
+    case HEAD_REFUSED:
+        account_refusal(c->w, &c->addr, &hs);
+        send_refusal(c->fd, &hs);
+        start_lingering(c);
+        break;
+    case HEAD_INCOMPLETE:
+        if (peer_closed)
+            close_conn(c);
+        break;
+    }
+}
+
+static void on_readable(evutil_socket_t fd, short what, void *arg)
+{
+    struct intake_conn *c = arg;
+    if (c->lingering)
+        linger_read(c);
+    else
+        screen(c, (what & EV_CLOSED) != 0);
+}
+
+static void on_deadline(evutil_socket_t fd, short what, void *arg)
+{
+    close_conn(arg);
+}
+
+void intake_take(struct worker *w, int fd, const struct sockaddr_storage *addr, socklen_t addrlen)
+{
+    /* Most clients send their head with the connect: then no allocation, no event. */
+    struct head_screen hs = { .outcome = HEAD_INCOMPLETE };
+    ssize_t n = recv(fd, peeked, sizeof(peeked), MSG_PEEK | MSG_DONTWAIT);
+    if (n > 0)
+        hs = head_screen(peeked, (size_t)n, MAX_HEAD_BYTES);
+    else if (n == 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
+        close(fd); /* gone already */
+        return;
+    }
+    if (hs.outcome == HEAD_ACCEPTABLE) {
+        worker_hand_to_mhd(w, fd, (const struct sockaddr *)addr, addrlen);
+        return;
+    }
+    struct intake_conn *c = calloc(1, sizeof(*c));
+    if (c == NULL) {
+        close(fd);
+        return;
+    }
+    c->w = w;
+    c->fd = fd;
+    c->addr = *addr;
+    c->addrlen = addrlen;
+    c->readable = event_new(w->base, fd, EV_READ | EV_CLOSED | EV_ET | EV_PERSIST, on_readable, c);
+    c->deadline = evtimer_new(w->base, on_deadline, c);
+    struct timeval wait = ms_to_timeval(HEAD_WAIT_MS);
+    if (c->readable == NULL || c->deadline == NULL || event_add(c->readable, NULL) != 0 ||
+        evtimer_add(c->deadline, &wait) != 0) {
+        if (c->readable != NULL)
+            event_free(c->readable);
+        if (c->deadline != NULL)
+            event_free(c->deadline);
+        free(c);
+        close(fd);
+        return;
+    }
+    c->next = w->intake;
+    if (w->intake != NULL)
+        w->intake->prev = c;
+    w->intake = c;
+    w->intake_waiting++;
+    metrics_add_connections(w->metrics, 1);
+    if (hs.outcome == HEAD_REFUSED) {
+        account_refusal(w, addr, &hs);
+        send_refusal(fd, &hs);
+        start_lingering(c);
+    }
+}
+
+void intake_close_all(struct worker *w)
+{
+    while (w->intake != NULL) {
+        struct intake_conn *c = w->intake;
+        close(c->fd);
+        release(c);
+    }
+}

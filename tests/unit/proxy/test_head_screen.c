@@ -1,0 +1,182 @@
+/* The first-head screen: which heads libmicrohttpd may have, which the proxy refuses with
+ * which status, and that a good head is never refused while it is still arriving. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "proxy/head_screen.h"
+
+static struct head_screen screen_str(const char *s)
+{
+    return head_screen(s, strlen(s), MAX_HEAD_BYTES);
+}
+
+static void assert_refused(const char *head, unsigned status)
+{
+    struct head_screen hs = screen_str(head);
+    assert_int_equal(hs.outcome, HEAD_REFUSED);
+    assert_int_equal(hs.status, status);
+    assert_non_null(hs.error_code);
+}
+
+static void assert_acceptable(const char *head)
+{
+    assert_int_equal(screen_str(head).outcome, HEAD_ACCEPTABLE);
+}
+
+static void test_plain_get_is_acceptable_with_its_request_line(void **state)
+{
+    const char *head = "GET /v1/items?q=%41 HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer k\r\n\r\n";
+    struct head_screen hs = screen_str(head);
+    assert_int_equal(hs.outcome, HEAD_ACCEPTABLE);
+    assert_int_equal(hs.method_len, 3);
+    assert_memory_equal(hs.method, "GET", 3);
+    assert_int_equal(hs.target_len, strlen("/v1/items?q=%41"));
+    assert_memory_equal(hs.target, "/v1/items?q=%41", hs.target_len);
+}
+
+static void test_every_prefix_of_a_good_head_waits(void **state)
+{
+    const char *head = "\r\nPOST /up HTTP/1.0\r\nContent-Length: 5\r\nX-A:  b\tc \r\nX-Empty:\r\n\r\nhello";
+    size_t end = strlen(head) - strlen("hello");
+    for (size_t n = 0; n < end; n++)
+        assert_int_equal(head_screen(head, n, MAX_HEAD_BYTES).outcome, HEAD_INCOMPLETE);
+    for (size_t n = end; n <= strlen(head); n++)
+        assert_int_equal(head_screen(head, n, MAX_HEAD_BYTES).outcome, HEAD_ACCEPTABLE);
+}
+
+static void test_leading_empty_lines_and_bare_lf_are_taken(void **state)
+{
+    assert_acceptable("\r\n\r\nGET / HTTP/1.1\r\nHost: x\r\n\r\n");
+    assert_acceptable("GET / HTTP/1.1\nHost: x\n\n");
+    assert_acceptable("GET / HTTP/1.0\r\n\r\n");
+    assert_acceptable("GET  /  HTTP/1.1 \r\n\r\n"); /* libmicrohttpd takes extra spaces too */
+}
+
+static void test_head_over_the_limit(void **state)
+{
+    size_t max = 256;
+    char buf[1024];
+    /* A request line longer than the limit: 414; a field: 431. */
+    memset(buf, 'a', sizeof(buf));
+    memcpy(buf, "GET /", 5);
+    struct head_screen hs = head_screen(buf, sizeof(buf), max);
+    assert_int_equal(hs.outcome, HEAD_REFUSED);
+    assert_int_equal(hs.status, 414);
+    assert_null(hs.method);
+
+    memcpy(buf, "GET / HTTP/1.1\r\nX-Big: ", 23);
+    hs = head_screen(buf, sizeof(buf), max);
+    assert_int_equal(hs.outcome, HEAD_REFUSED);
+    assert_int_equal(hs.status, 431);
+    assert_int_equal(hs.method_len, 3);
+
+    /* Exactly max bytes with its blank line is fine; one more is not. */
+    memset(buf, 'a', sizeof(buf));
+    memcpy(buf, "GET / HTTP/1.1\r\nX-Big: ", 23);
+    memcpy(buf + max - 4, "\r\n\r\n", 4);
+    assert_int_equal(head_screen(buf, max, max).outcome, HEAD_ACCEPTABLE);
+    memset(buf, 'a', sizeof(buf));
+    memcpy(buf, "GET / HTTP/1.1\r\nX-Big: ", 23);
+    memcpy(buf + max - 3, "\r\n\r\n", 4);
+    assert_int_equal(head_screen(buf, max + 1, max).status, 431);
+    /* Short of the limit and unfinished: wait. */
+    assert_int_equal(head_screen(buf, max - 10, max).outcome, HEAD_INCOMPLETE);
+}
+
+static void test_malformed_request_lines(void **state)
+{
+    assert_refused("GARBAGE\r\n\r\n", 400);
+    assert_refused(" GET / HTTP/1.1\r\n\r\n", 400);
+    assert_refused("GET / FOO/1.1\r\n\r\n", 400);
+    assert_refused("GET /\r\n\r\n", 400);             /* HTTP/0.9 */
+    assert_refused("GET / HTTP/1.10\r\n\r\n", 400);
+    assert_refused("GET /a\x01 HTTP/1.1\r\n\r\n", 400);
+    assert_refused("G(T / HTTP/1.1\r\n\r\n", 400);
+    assert_refused("GET / HTTP/1.1\rX\r\n\r\n", 400); /* a bare CR */
+}
+
+static void test_refused_before_the_line_ends(void **state)
+{
+    /* A TLS ClientHello or a stray byte is refused at once, not after a timeout. */
+    const char hello[] = "\x16\x03\x01\x00\xa5\x01\x00";
+    struct head_screen hs = head_screen(hello, sizeof(hello) - 1, MAX_HEAD_BYTES);
+    assert_int_equal(hs.outcome, HEAD_REFUSED);
+    assert_int_equal(hs.status, 400);
+    assert_refused("GET /x\x7f", 400);
+}
+
+static void test_other_http_versions_are_505(void **state)
+{
+    assert_refused("GET / HTTP/2.0\r\n\r\n", 505);
+    assert_refused("GET / HTTP/0.9\r\nHost: x\r\n\r\n", 505);
+    assert_refused("GET / HTTP/1.2\r\n\r\n", 505);
+}
+
+static void test_malformed_field_lines(void **state)
+{
+    assert_refused("GET / HTTP/1.1\r\nNoColon\r\n\r\n", 400);
+    assert_refused("GET / HTTP/1.1\r\nX-A : b\r\n\r\n", 400);
+    assert_refused("GET / HTTP/1.1\r\nX A: b\r\n\r\n", 400);
+    assert_refused("GET / HTTP/1.1\r\n: b\r\n\r\n", 400);
+    assert_refused("GET / HTTP/1.1\r\nX-A: a\r\n X-Tier-User: admin\r\n\r\n", 400); /* obs-fold */
+    assert_refused("GET / HTTP/1.1\r\nX-A: a\rX-Tier-User: admin\r\n\r\n", 400); /* bare CR */
+    assert_refused("GET / HTTP/1.1\r\nX-A: b\r\r\n\r\n", 400);
+    assert_refused("GET / HTTP/1.1\r\n\rX\r\n", 400);
+}
+
+static void test_nul_anywhere_in_the_head_is_refused(void **state)
+{
+    const char head[] = "GET / HTTP/1.1\r\nAuthorization: Bearer key\0junk\r\n\r\n";
+    struct head_screen hs = head_screen(head, sizeof(head) - 1, MAX_HEAD_BYTES);
+    assert_int_equal(hs.outcome, HEAD_REFUSED);
+    assert_int_equal(hs.status, 400);
+    const char target[] = "GET /a\0b HTTP/1.1\r\n\r\n";
+    assert_int_equal(head_screen(target, sizeof(target) - 1, MAX_HEAD_BYTES).status, 400);
+}
+
+static void test_content_length_values(void **state)
+{
+    assert_acceptable("POST / HTTP/1.1\r\nContent-Length:  12 \r\n\r\n");
+    assert_acceptable("POST / HTTP/1.1\r\ncontent-length: 3\r\nContent-Length: 3\r\n\r\n");
+    assert_acceptable("POST / HTTP/1.1\r\nContent-Length: 9223372036854775807\r\n\r\n");
+    assert_refused("POST / HTTP/1.1\r\nContent-Length: 9223372036854775808\r\n\r\n", 413);
+    assert_refused("POST / HTTP/1.1\r\nContent-Length: 99999999999999999999999\r\n\r\n", 413);
+    assert_refused("POST / HTTP/1.1\r\nContent-Length: abc\r\n\r\n", 400);
+    assert_refused("POST / HTTP/1.1\r\nContent-Length: -1\r\n\r\n", 400);
+    assert_refused("POST / HTTP/1.1\r\nContent-Length: +1\r\n\r\n", 400);
+    assert_refused("POST / HTTP/1.1\r\nContent-Length: 1 2\r\n\r\n", 400);
+    assert_refused("POST / HTTP/1.1\r\nContent-Length:\r\n\r\n", 400);
+    assert_refused("POST / HTTP/1.1\r\nContent-Length: 3\r\nContent-Length: 5\r\n\r\n", 400);
+    assert_refused("POST / HTTP/1.1\nContent-Length: x\n\n", 400);
+}
+
+static void test_only_the_first_head_is_looked_at(void **state)
+{
+    /* A body, or a second pipelined request, after the head is not the screen's concern. */
+    assert_acceptable("POST / HTTP/1.1\r\nContent-Length: 4\r\n\r\n\0\0\r\x16");
+    assert_acceptable("GET / HTTP/1.1\r\n\r\nGARBAGE\r\n\r\n");
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_plain_get_is_acceptable_with_its_request_line),
+        cmocka_unit_test(test_every_prefix_of_a_good_head_waits),
+        cmocka_unit_test(test_leading_empty_lines_and_bare_lf_are_taken),
+        cmocka_unit_test(test_head_over_the_limit),
+        cmocka_unit_test(test_malformed_request_lines),
+        cmocka_unit_test(test_refused_before_the_line_ends),
+        cmocka_unit_test(test_other_http_versions_are_505),
+        cmocka_unit_test(test_malformed_field_lines),
+        cmocka_unit_test(test_nul_anywhere_in_the_head_is_refused),
+        cmocka_unit_test(test_content_length_values),
+        cmocka_unit_test(test_only_the_first_head_is_looked_at),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
