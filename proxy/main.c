@@ -191,7 +191,8 @@ static int serve(struct proxy_config *cfg, int argc, char **argv, char **envp)
         if (sigwait(&sigs, &sig) != 0)
             continue;
         if (sig == SIGHUP) {
-            sd_notify(0, "RELOADING=1");
+            /* MONOTONIC_USEC: systemd's Type=notify-reload (253+) wants it with RELOADING. */
+            sd_notifyf(0, "RELOADING=1\nMONOTONIC_USEC=%lld", (long long)clock_mono_ns() / 1000);
             struct proxy_config *fresh = reload(live, argc, argv, envp);
             if (fresh == NULL) {
                 sd_notify(0, "READY=1");

@@ -19,6 +19,7 @@
 #include "proxy/metrics.h"
 #include "proxy/request.h"
 #include "proxy/websocket.h"
+#include "store/clock.h"
 #include "store/limiter.h"
 #include "tiers/snapshot.h"
 
@@ -27,14 +28,12 @@
 
 int64_t clock_mono_ms(void)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+    return store_mono_ms();
 }
 
 struct timeval ms_to_timeval(int64_t ms)
 {
-    return (struct timeval){ .tv_sec = (time_t)(ms / 1000), .tv_usec = (suseconds_t)((ms % 1000) * 1000) };
+    return store_ms_to_timeval(ms);
 }
 
 int64_t clock_mono_ns(void)
@@ -46,9 +45,7 @@ int64_t clock_mono_ns(void)
 
 int64_t clock_unix_ms(void)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+    return store_realtime_ms();
 }
 
 static void schedule_mhd_timer(struct worker *w)

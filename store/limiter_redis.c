@@ -129,11 +129,6 @@ struct redis_limiter {
     int64_t lease_grace_until_ms;    /* mono ms; concurrency checks unavailable until then */
 };
 
-static struct timeval ms_to_tv(int64_t ms)
-{
-    struct timeval tv = {.tv_sec = (time_t)(ms / 1000), .tv_usec = (suseconds_t)(ms % 1000) * 1000};
-    return tv;
-}
 
 static void note_error(struct redis_limiter *rl, const char *what, const char *detail)
 {
@@ -183,7 +178,7 @@ static void watchdog_arm(struct redis_limiter *rl)
     if (deadline == INT64_MAX)
         return;
     int64_t wait = deadline - store_mono_ms();
-    struct timeval tv = ms_to_tv(wait > 0 ? wait + 1 : 0);
+    struct timeval tv = store_ms_to_timeval(wait > 0 ? wait + 1 : 0);
     evtimer_add(rl->watchdog, &tv);
 }
 
@@ -191,7 +186,7 @@ static void schedule_reconnect(struct redis_limiter *rl)
 {
     if (rl->destroying || evtimer_pending(rl->retry, NULL))
         return;
-    struct timeval tv = ms_to_tv(rl->backoff_ms);
+    struct timeval tv = store_ms_to_timeval(rl->backoff_ms);
     evtimer_add(rl->retry, &tv);
     rl->backoff_ms = rl->backoff_ms * 2 > BACKOFF_MAX_MS ? BACKOFF_MAX_MS : rl->backoff_ms * 2;
 }
@@ -487,7 +482,7 @@ static void renew_arm(struct redis_limiter *rl)
 {
     if (rl->destroying || evtimer_pending(rl->renew_timer, NULL))
         return;
-    struct timeval tv = ms_to_tv(rl->renew_every_ms);
+    struct timeval tv = store_ms_to_timeval(rl->renew_every_ms);
     evtimer_add(rl->renew_timer, &tv);
 }
 

@@ -188,10 +188,16 @@ def test_sighup_reloading_then_ready_with_the_new_file(catalog, proxies, notify)
     assert p.get("/x", key=key).header("RateLimit-Limit") == "5"
     p.ini["limits"]["headers"] = "x"
     write_ini(p.ini_path, p.ini)
+    before_us = time.monotonic() * 1e6
     p.signal(signal.SIGHUP)
     got = notify.until("READY", "1", 10 * SLOW, proc=p.proc)
     assert states(got) == ["RELOADING=1", "READY=1"], got
     assert_from_main_pid(p, got)
+    # Type=notify-reload (systemd 253+) takes RELOADING=1 only with MONOTONIC_USEC, the
+    # CLOCK_MONOTONIC time of the reload
+    reloading = [n for n in got if "RELOADING" in n.fields][0]
+    stamp = int(reloading.fields.get("MONOTONIC_USEC", "0"))
+    assert before_us <= stamp <= time.monotonic() * 1e6, reloading.fields
     # READY=1 ends the reload: the new file is in use from now on, no waiting
     r = p.get("/x", key=key)
     assert r.header("X-RateLimit-Limit") == "5" and r.header("RateLimit-Limit") is None, \
