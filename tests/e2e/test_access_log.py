@@ -32,3 +32,23 @@ def test_access_log_lines(catalog, start_proxy):
     assert rejected.get("limit") == 2, rejected
     assert rejected.get("current_count") == 2, rejected
     assert any("/logged" in str(v) for v in rejected.values()), rejected
+
+
+def test_a_warning_line_per_rejection_on_stderr(catalog, start_proxy):
+    catalog.plan("one", "--rate", "1/min")
+    user, key = catalog.user_key("one")
+    p = start_proxy(catalog)
+    assert p.get("/w", key=key).status == 200
+    for _ in range(2):
+        assert p.get("/w", key=key).status == 429
+
+    def warnings():
+        return [json.loads(ln) for ln in p.stderr().splitlines()
+                if ln.startswith("{") and '"warn"' in ln]
+    assert wait_until(lambda: len(warnings()) >= 2, 5), p.stderr()
+    got = warnings()
+    assert len(got) == 2, got
+    for w in got:
+        assert (w["user_id"], w["limit_type"], w["current_count"], w["limit"]) == \
+            (user, "http", 1, 1), w
+    assert key not in p.stderr(), "the API key is on stderr"
