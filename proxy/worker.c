@@ -191,9 +191,10 @@ static void accept_connections(struct worker *w)
 
 void worker_hand_to_mhd(struct worker *w, int fd, const struct sockaddr *addr, socklen_t addrlen)
 {
-    /* MHD closes the socket itself when it cannot take it (out of memory). Its
-       NOTIFY_STARTED callback counts the connection before this returns. */
-    MHD_add_connection(w->daemon, fd, addr, addrlen);
+    /* Its NOTIFY_STARTED callback counts the connection before this returns. When MHD
+       cannot take it (out of memory) it closes the socket itself: room again. */
+    if (MHD_add_connection(w->daemon, fd, addr, addrlen) != MHD_YES)
+        worker_connection_closed(w);
     worker_kick_mhd(w);
 }
 
