@@ -101,6 +101,7 @@ static unsigned content_length_field(struct scan *s)
     return 0;
 }
 
+/* A field line has ended: 0, or the refusal's status (field_error_code names it). */
 static unsigned field_done(struct scan *s)
 {
     if (s->name_len == sizeof("Content-Length") - 1 && strncasecmp(s->name, "Content-Length", s->name_len) == 0)
@@ -108,12 +109,16 @@ static unsigned field_done(struct scan *s)
     return 0;
 }
 
+static const char *field_error_code(unsigned status)
+{
+    return status == 413 ? "request_too_large" : "malformed_request";
+}
+
 struct head_screen head_screen(const char *data, size_t len, size_t max_head)
 {
     struct scan s = { .result = { .outcome = HEAD_INCOMPLETE }, .in_request_line = true };
     enum state st = S_LEADING;
     const char *version = NULL;
-    size_t version_len = 0;
     size_t n = len < max_head ? len : max_head;
 
     for (size_t i = 0; i < n; i++) {
@@ -166,8 +171,7 @@ struct head_screen head_screen(const char *data, size_t len, size_t max_head)
             __attribute__((fallthrough));
         case S_VERSION:
             if (c == ' ' || c == '\r' || c == '\n') {
-                version_len = (size_t)(p - version);
-                int kind = version_kind(version, version_len);
+                int kind = version_kind(version, (size_t)(p - version));
                 if (kind < 0)
                     return refuse(&s, 400, "malformed_request");
                 if (kind == 0)
@@ -195,7 +199,7 @@ struct head_screen head_screen(const char *data, size_t len, size_t max_head)
             else {
                 unsigned status = field_done(&s);
                 if (status != 0)
-                    return refuse(&s, status, status == 413 ? "request_too_large" : "malformed_request");
+                    return refuse(&s, status, field_error_code(status));
             }
             st = S_FIELD_START;
             break;
@@ -227,7 +231,7 @@ struct head_screen head_screen(const char *data, size_t len, size_t max_head)
                 else {
                     unsigned status = field_done(&s);
                     if (status != 0)
-                        return refuse(&s, status, status == 413 ? "request_too_large" : "malformed_request");
+                        return refuse(&s, status, field_error_code(status));
                     st = S_FIELD_START;
                 }
             } else if (c == '\0')

@@ -9,12 +9,14 @@
 #include <unistd.h>
 
 #include <event2/event.h>
+#include <event2/event_struct.h>
 #include <microhttpd.h>
 
 #include "proxy/access_log.h"
 #include "proxy/head_screen.h"
 #include "proxy/metrics.h"
 #include "proxy/netaddr.h"
+#include "proxy/respond.h"
 #include "proxy/worker.h"
 
 /* How long a connection may take to send its whole first head (nginx's
@@ -36,8 +38,8 @@ struct intake_conn {
     bool lingering;
     struct sockaddr_storage addr;
     socklen_t addrlen;
-    struct event *readable; /* edge-triggered: peeking leaves the bytes in place */
-    struct event *deadline;
+    struct event readable; /* edge-triggered: peeking leaves the bytes in place */
+    struct event deadline;
     struct intake_conn *prev, *next;
 };
 
@@ -53,8 +55,8 @@ static void release(struct intake_conn *c)
         w->intake = c->next;
     if (c->next != NULL)
         c->next->prev = c->prev;
-    event_free(c->readable);
-    event_free(c->deadline);
+    event_del(&c->readable);
+    event_del(&c->deadline);
     w->intake_waiting--;
     metrics_add_connections(w->metrics, -1);
     free(c);
@@ -118,8 +120,8 @@ static void send_refusal(int fd, const struct head_screen *hs)
     time_t now = time(NULL);
     gmtime_r(&now, &tm);
     strftime(date, sizeof(date), "%a, %d %b %Y %H:%M:%S GMT", &tm);
-    char body[96];
-    int body_len = snprintf(body, sizeof(body), "{\"error_code\":\"%s\"}", hs->error_code);
+    char body[128];
+    int body_len = respond_error_body(body, sizeof(body), hs->error_code);
     char msg[512];
     int len = snprintf(msg, sizeof(msg),
                        "HTTP/1.1 %u %s\r\nDate: %s\r\nConnection: close\r\nContent-Type: application/json\r\n"
@@ -147,7 +149,7 @@ static void start_lingering(struct intake_conn *c)
 {
     c->lingering = true;
     struct timeval linger = ms_to_timeval(LINGER_MS);
-    evtimer_add(c->deadline, &linger);
+    evtimer_add(&c->deadline, &linger);
     linger_read(c);
 }
 
@@ -220,15 +222,11 @@ void intake_take(struct worker *w, int fd, const struct sockaddr_storage *addr, 
     c->fd = fd;
     c->addr = *addr;
     c->addrlen = addrlen;
-    c->readable = event_new(w->base, fd, EV_READ | EV_CLOSED | EV_ET | EV_PERSIST, on_readable, c);
-    c->deadline = evtimer_new(w->base, on_deadline, c);
+    event_assign(&c->readable, w->base, fd, EV_READ | EV_CLOSED | EV_ET | EV_PERSIST, on_readable, c);
+    evtimer_assign(&c->deadline, w->base, on_deadline, c);
     struct timeval wait = ms_to_timeval(HEAD_WAIT_MS);
-    if (c->readable == NULL || c->deadline == NULL || event_add(c->readable, NULL) != 0 ||
-        evtimer_add(c->deadline, &wait) != 0) {
-        if (c->readable != NULL)
-            event_free(c->readable);
-        if (c->deadline != NULL)
-            event_free(c->deadline);
+    if (event_add(&c->readable, NULL) != 0 || evtimer_add(&c->deadline, &wait) != 0) {
+        event_del(&c->readable);
         free(c);
         close(fd);
         return;

@@ -16,10 +16,15 @@ static struct MHD_Response *json_response(struct request *r, const char *body, s
     return resp;
 }
 
+int respond_error_body(char *buf, size_t cap, const char *error_code)
+{
+    return snprintf(buf, cap, "{\"error_code\":\"%s\"}", error_code);
+}
+
 struct MHD_Response *respond_error(struct request *r, const char *error_code)
 {
     char body[128];
-    int n = snprintf(body, sizeof(body), "{\"error_code\":\"%s\"}", error_code);
+    int n = respond_error_body(body, sizeof(body), error_code);
     return json_response(r, body, (size_t)n);
 }
 

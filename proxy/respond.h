@@ -1,9 +1,13 @@
 /* The proxy's own answers: JSON error bodies and RateLimit headers. */
 #pragma once
 #include <microhttpd.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "proxy/request.h"
+
+/* The body of every JSON error, {"error_code": code}, into buf; its length (snprintf's). */
+int respond_error_body(char *buf, size_t cap, const char *error_code);
 
 /* Both record the body length in r->bytes_sent.
  * A JSON error response {"error_code": code} with Content-Type: application/json.

@@ -38,9 +38,7 @@ struct timeval ms_to_timeval(int64_t ms)
 
 int64_t clock_mono_ns(void)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+    return store_mono_ns();
 }
 
 int64_t clock_unix_ms(void)

@@ -56,7 +56,10 @@ struct worker {
     bool serving;                   /* past the start (the limiter answered or STORE_WAIT_MS) */
     bool accepting;                 /* accept_event added */
     bool out_of_fds;                /* the last accept() failed for lack of descriptors */
-    unsigned connections;           /* open MHD connections (upgraded ones included) */
+    /* Open MHD connections (upgraded ones included), counted from MHD's notifications:
+     * MHD_DAEMON_INFO_CURRENT_CONNECTIONS still counts a connection when its CLOSED
+     * notification comes, which is when accepting resumes. */
+    unsigned connections;
     struct intake_conn *intake;     /* connections waiting for their first head (intake.c) */
     unsigned intake_waiting;
     unsigned connection_limit;      /* this worker's share of RLIMIT_NOFILE */

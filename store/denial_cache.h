@@ -38,5 +38,3 @@ bool denial_cache_lookup(struct denial_cache *cache, uint64_t key, const char *s
  * smallest reset of the rules that rejected. */
 void denial_cache_remember(struct denial_cache *cache, uint64_t key, const char *subject, size_t subject_len,
                            uint32_t concurrency_mask, const struct limiter_result *result, int64_t asked_mono_ms);
-
-

@@ -22,7 +22,6 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "store/algorithms.h"
 #include "store/clock.h"

@@ -31,7 +31,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include <event2/event.h>
 #include <hiredis/hiredis.h>
@@ -128,7 +127,6 @@ struct redis_limiter {
     bool was_ready;                  /* connected before: a reconnect starts a grace */
     int64_t lease_grace_until_ms;    /* mono ms; concurrency checks unavailable until then */
 };
-
 
 static void note_error(struct redis_limiter *rl, const char *what, const char *detail)
 {
