@@ -202,8 +202,7 @@ static void upstream_finished(struct request *r, CURLcode result)
 {
     r->upstream_done = true;
     r->upstream_result = result;
-    if (r->upstream_timer != NULL)
-        evtimer_del(r->upstream_timer);
+    evtimer_del(&r->upstream_timer);
     if (r->mhd_done)
         return;
     request_release_then(r, finish_client_side);
@@ -249,7 +248,7 @@ static void arm_upstream_timer(struct request *r)
 {
     int64_t ms = r->w->cfg->upstream_timeout_ms;
     struct timeval tv = ms_to_timeval(ms);
-    evtimer_add(r->upstream_timer, &tv);
+    evtimer_add(&r->upstream_timer, &tv);
 }
 
 /* Response headers that describe the upstream connection, not the message. */
@@ -269,19 +268,19 @@ static int add_resp_header(struct request *r, const char *name, size_t name_len,
         size_t cap = r->cap_resp_headers ? r->cap_resp_headers * 2 : 16;
         if (cap > 512)
             return -E2BIG;
-        struct response_header *grown = realloc(r->resp_headers, cap * sizeof(*grown));
+        /* The old array stays in scratch until the request ends: at most 8 KiB in all. */
+        struct response_header *grown = scratch_alloc(&r->scratch, cap * sizeof(*grown));
         if (grown == NULL)
             return -ENOMEM;
+        if (r->n_resp_headers > 0)
+            memcpy(grown, r->resp_headers, r->n_resp_headers * sizeof(*grown));
         r->resp_headers = grown;
         r->cap_resp_headers = cap;
     }
-    char *n = strndup(name, name_len);
-    char *v = strndup(value, value_len);
-    if (n == NULL || v == NULL) {
-        free(n);
-        free(v);
+    char *n = scratch_strndup(&r->scratch, name, name_len);
+    char *v = scratch_strndup(&r->scratch, value, value_len);
+    if (n == NULL || v == NULL)
         return -ENOMEM;
-    }
     r->resp_headers[r->n_resp_headers].name = n;
     r->resp_headers[r->n_resp_headers].value = v;
     r->n_resp_headers++;
@@ -290,10 +289,6 @@ static int add_resp_header(struct request *r, const char *name, size_t name_len,
 
 static void clear_resp_headers(struct request *r)
 {
-    for (size_t i = 0; i < r->n_resp_headers; i++) {
-        free(r->resp_headers[i].name);
-        free(r->resp_headers[i].value);
-    }
     r->n_resp_headers = 0;
     r->resp_content_length = -1;
 }
@@ -502,25 +497,44 @@ static bool named_in_connection(const char *tokens, const char *name)
     return false;
 }
 
-static int append_header(struct curl_slist **list, const char *name, const char *value)
+/* curl only reads the list, so its nodes and lines are the request's scratch: no
+ * curl_slist_append (two allocations a line) and no formatting. */
+static int append_line(struct request *r, char *line)
 {
-    size_t need = strlen(name) + strlen(value) + 3;
-    char stack[512];
-    char *line = need <= sizeof(stack) ? stack : malloc(need);
+    struct curl_slist *node = scratch_alloc(&r->scratch, sizeof(*node));
+    if (node == NULL)
+        return -ENOMEM;
+    node->data = line;
+    node->next = NULL;
+    if (r->upstream_headers_last != NULL)
+        r->upstream_headers_last->next = node;
+    else
+        r->upstream_headers = node;
+    r->upstream_headers_last = node;
+    return 0;
+}
+
+static int append_header(struct request *r, const char *name, const char *value)
+{
+    size_t name_len = strlen(name), value_len = strlen(value);
+    char *line = scratch_alloc(&r->scratch, name_len + value_len + 3);
     if (line == NULL)
         return -ENOMEM;
+    memcpy(line, name, name_len);
     /* curl drops "Name:" with an empty value; "Name;" sends it empty. */
-    if (value[0] == '\0')
-        snprintf(line, need, "%s;", name);
-    else
-        snprintf(line, need, "%s: %s", name, value);
-    struct curl_slist *grown = curl_slist_append(*list, line);
-    if (line != stack)
-        free(line);
-    if (grown == NULL)
-        return -ENOMEM;
-    *list = grown;
-    return 0;
+    if (value_len == 0) {
+        memcpy(line + name_len, ";", 2);
+    } else {
+        memcpy(line + name_len, ": ", 2);
+        memcpy(line + name_len + 2, value, value_len + 1);
+    }
+    return append_line(r, line);
+}
+
+/* "Name:": curl leaves out the header it would have added itself. */
+static int append_removal(struct request *r, const char *line)
+{
+    return append_line(r, (char *)line);
 }
 
 static enum MHD_Result copy_request_header(void *cls, enum MHD_ValueKind kind, const char *name, const char *value)
@@ -555,7 +569,7 @@ static enum MHD_Result copy_request_header(void *cls, enum MHD_ValueKind kind, c
         f->saw_accept = true;
     if (strcasecmp(name, "Content-Type") == 0)
         f->saw_content_type = true;
-    if (append_header(&f->r->upstream_headers, name, value ? value : "") < 0)
+    if (append_header(f->r, name, value ? value : "") < 0)
         f->failed = 1;
     return MHD_YES;
 }
@@ -584,39 +598,84 @@ int forward_build_headers(struct request *r, bool websocket)
         snprintf(xff, sizeof(xff), "%s, %s", f.xff, peer_text);
     else
         snprintf(xff, sizeof(xff), "%s", peer_text);
-    int rc = append_header(&r->upstream_headers, "X-Forwarded-For", xff);
+    int rc = append_header(r, "X-Forwarded-For", xff);
     if (rc == 0 && !f.kept_xf_proto)
-        rc = append_header(&r->upstream_headers, "X-Forwarded-Proto", "http");
+        rc = append_header(r, "X-Forwarded-Proto", "http");
     if (rc == 0 && f.host != NULL && !f.kept_xf_host)
-        rc = append_header(&r->upstream_headers, "X-Forwarded-Host", f.host);
+        rc = append_header(r, "X-Forwarded-Host", f.host);
     if (rc == 0 && r->plan != NULL) {
-        rc = append_header(&r->upstream_headers, "X-Tier-User", r->user_id);
+        rc = append_header(r, "X-Tier-User", r->user_id);
         if (rc == 0)
-            rc = append_header(&r->upstream_headers, "X-Tier-Plan", r->plan->name);
+            rc = append_header(r, "X-Tier-Plan", r->plan->name);
     }
     if (websocket) {
         /* The upgrade is the one hop-by-hop exchange a tunnel must pass on. */
         const char *upgrade = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "Upgrade");
         if (rc == 0)
-            rc = append_header(&r->upstream_headers, "Connection", "Upgrade");
+            rc = append_header(r, "Connection", "Upgrade");
         if (rc == 0)
-            rc = append_header(&r->upstream_headers, "Upgrade", upgrade != NULL ? upgrade : "websocket");
+            rc = append_header(r, "Upgrade", upgrade != NULL ? upgrade : "websocket");
         return rc;
     }
     /* Keep curl from adding headers the client did not send. */
-    if (rc == 0) {
-        struct curl_slist *grown = curl_slist_append(r->upstream_headers, "Expect:");
-        rc = grown ? (r->upstream_headers = grown, 0) : -ENOMEM;
-    }
-    if (rc == 0 && !f.saw_accept) {
-        struct curl_slist *grown = curl_slist_append(r->upstream_headers, "Accept:");
-        rc = grown ? (r->upstream_headers = grown, 0) : -ENOMEM;
-    }
-    if (rc == 0 && !f.saw_content_type) {
-        struct curl_slist *grown = curl_slist_append(r->upstream_headers, "Content-Type:");
-        rc = grown ? (r->upstream_headers = grown, 0) : -ENOMEM;
-    }
+    if (rc == 0)
+        rc = append_removal(r, "Expect:");
+    if (rc == 0 && !f.saw_accept)
+        rc = append_removal(r, "Accept:");
+    if (rc == 0 && !f.saw_content_type)
+        rc = append_removal(r, "Content-Type:");
     return rc;
+}
+
+/* A new easy handle with the options every transfer shares. A handle goes back to the
+ * worker's pool with them still set: no curl_easy_reset, which frees and re-copies every
+ * option, and a few fewer option strings to copy each request. */
+static CURL *new_easy(struct worker *w)
+{
+    CURL *e = curl_easy_init();
+    if (e == NULL)
+        return NULL;
+    curl_easy_setopt(e, CURLOPT_PATH_AS_IS, 1L);
+    curl_easy_setopt(e, CURLOPT_HTTP_VERSION, (long)CURL_HTTP_VERSION_1_1);
+    curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(e, CURLOPT_SHARE, w->curl_share);
+    curl_easy_setopt(e, CURLOPT_HEADERFUNCTION, on_upstream_header);
+    curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, on_upstream_body);
+    curl_easy_setopt(e, CURLOPT_CLOSESOCKETFUNCTION, on_curl_close);
+    /* The upstream is the configured address, never an http_proxy from the environment
+     * (nginx and HAProxy do not read one either); this also spares curl five getenv()s. */
+    curl_easy_setopt(e, CURLOPT_NOPROXY, "*");
+    return e;
+}
+
+/* Sets what differs between transfers, every one of them, over what the handle's last
+ * transfer left. */
+static void set_transfer_options(CURL *e, struct request *r, const char *upstream)
+{
+    curl_easy_setopt(e, CURLOPT_URL, upstream);
+    curl_easy_setopt(e, CURLOPT_REQUEST_TARGET, r->raw_uri);
+    curl_easy_setopt(e, CURLOPT_PRIVATE, r);
+    curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, (long)r->w->cfg->connect_timeout_ms);
+    curl_easy_setopt(e, CURLOPT_HEADERDATA, r);
+    curl_easy_setopt(e, CURLOPT_WRITEDATA, r);
+    curl_easy_setopt(e, CURLOPT_HTTPHEADER, r->upstream_headers);
+
+    const char *m = r->method;
+    bool head = strcmp(m, "HEAD") == 0;
+    bool has_body = !head && (r->body.len > 0 || strcmp(m, "POST") == 0 || strcmp(m, "PUT") == 0 ||
+                              strcmp(m, "PATCH") == 0);
+    /* HTTPGET starts from a plain GET: no body, no upload, NOBODY off. */
+    curl_easy_setopt(e, CURLOPT_POSTFIELDS, NULL);
+    curl_easy_setopt(e, CURLOPT_HTTPGET, 1L);
+    if (head) {
+        curl_easy_setopt(e, CURLOPT_NOBODY, 1L);
+    } else if (has_body) {
+        curl_easy_setopt(e, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)r->body.len);
+        curl_easy_setopt(e, CURLOPT_POSTFIELDS, r->body.len > 0 ? r->body.data + r->body.off : "");
+    }
+    /* curl says GET, HEAD and POST-with-a-body by itself */
+    bool curl_names_it = head || (has_body ? strcmp(m, "POST") == 0 : strcmp(m, "GET") == 0);
+    curl_easy_setopt(e, CURLOPT_CUSTOMREQUEST, curl_names_it ? NULL : m);
 }
 
 void forward_start(struct request *r)
@@ -626,39 +685,13 @@ void forward_start(struct request *r)
     const char *upstream = cfg->upstreams[w->upstream_next++ % cfg->n_upstreams];
 
     r->resp_content_length = -1;
-    r->upstream_timer = evtimer_new(w->base, on_upstream_timeout, r);
-    r->easy = w->n_easy_pool > 0 ? w->easy_pool[--w->n_easy_pool] : curl_easy_init();
-    if (r->easy == NULL || r->upstream_timer == NULL || forward_build_headers(r, false) < 0)
+    evtimer_assign(&r->upstream_timer, w->base, on_upstream_timeout, r);
+    r->easy = w->n_easy_pool > 0 ? w->easy_pool[--w->n_easy_pool] : new_easy(w);
+    if (r->easy == NULL || forward_build_headers(r, false) < 0)
         goto fail;
 
     CURL *e = r->easy;
-    curl_easy_setopt(e, CURLOPT_URL, upstream);
-    curl_easy_setopt(e, CURLOPT_REQUEST_TARGET, r->raw_uri);
-    curl_easy_setopt(e, CURLOPT_PATH_AS_IS, 1L);
-    curl_easy_setopt(e, CURLOPT_HTTP_VERSION, (long)CURL_HTTP_VERSION_1_1);
-    curl_easy_setopt(e, CURLOPT_PRIVATE, r);
-    curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
-    curl_easy_setopt(e, CURLOPT_SHARE, w->curl_share);
-    curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, (long)cfg->connect_timeout_ms);
-    curl_easy_setopt(e, CURLOPT_HEADERFUNCTION, on_upstream_header);
-    curl_easy_setopt(e, CURLOPT_HEADERDATA, r);
-    curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, on_upstream_body);
-    curl_easy_setopt(e, CURLOPT_WRITEDATA, r);
-    curl_easy_setopt(e, CURLOPT_HTTPHEADER, r->upstream_headers);
-    curl_easy_setopt(e, CURLOPT_CLOSESOCKETFUNCTION, on_curl_close);
-
-    const char *m = r->method;
-    bool has_body = r->body.len > 0 || strcmp(m, "POST") == 0 || strcmp(m, "PUT") == 0 || strcmp(m, "PATCH") == 0;
-    if (strcmp(m, "HEAD") == 0) {
-        curl_easy_setopt(e, CURLOPT_NOBODY, 1L);
-    } else if (has_body) {
-        curl_easy_setopt(e, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)r->body.len);
-        curl_easy_setopt(e, CURLOPT_POSTFIELDS, r->body.len > 0 ? r->body.data + r->body.off : "");
-        if (strcmp(m, "POST") != 0)
-            curl_easy_setopt(e, CURLOPT_CUSTOMREQUEST, m);
-    } else if (strcmp(m, "GET") != 0) {
-        curl_easy_setopt(e, CURLOPT_CUSTOMREQUEST, m);
-    }
+    set_transfer_options(e, r, upstream);
 
     arm_upstream_timer(r);
     r->phase = PHASE_FORWARDING;
@@ -685,20 +718,23 @@ void forward_release(struct request *r)
     if (r->easy != NULL) {
         struct worker *w = r->w;
         if (w->n_easy_pool < sizeof(w->easy_pool) / sizeof(w->easy_pool[0]) && w->multi != NULL) {
-            curl_easy_reset(r->easy);
+            /* Nothing of r's may stay behind in the handle's options. */
+            curl_easy_setopt(r->easy, CURLOPT_PRIVATE, NULL);
+            curl_easy_setopt(r->easy, CURLOPT_HEADERDATA, NULL);
+            curl_easy_setopt(r->easy, CURLOPT_WRITEDATA, NULL);
+            curl_easy_setopt(r->easy, CURLOPT_HTTPHEADER, NULL);
+            curl_easy_setopt(r->easy, CURLOPT_POSTFIELDS, NULL);
             w->easy_pool[w->n_easy_pool++] = r->easy;
         } else {
             curl_easy_cleanup(r->easy);
         }
     }
     r->easy = NULL;
-    curl_slist_free_all(r->upstream_headers);
-    r->upstream_headers = NULL;
+    r->upstream_headers = r->upstream_headers_last = NULL;
     clear_resp_headers(r);
-    free(r->resp_headers);
     r->resp_headers = NULL;
+    r->cap_resp_headers = 0;
     bytebuf_free(&r->resp_body);
-    if (r->upstream_timer != NULL)
-        event_free(r->upstream_timer);
-    r->upstream_timer = NULL;
+    if (event_initialized(&r->upstream_timer))
+        evtimer_del(&r->upstream_timer);
 }

@@ -27,6 +27,19 @@
 /* The largest selection of limits one request can meet (rate, concurrency, messages). */
 #define MAX_SELECTED 48
 
+/* Freed requests kept per worker: a request is a 2 KiB calloc, and one that size goes
+ * through malloc's slow path (consolidation) every time. */
+#define REQUEST_POOL_MAX 256
+
+/* Under AddressSanitizer a pooled request is poisoned, so that a use after its end is
+ * still reported. */
+#if defined(__SANITIZE_ADDRESS__)
+#include <sanitizer/asan_interface.h>
+#else
+#define ASAN_POISON_MEMORY_REGION(addr, size) ((void)(addr), (void)(size))
+#define ASAN_UNPOISON_MEMORY_REGION(addr, size) ((void)(addr), (void)(size))
+#endif
+
 int bytebuf_append(struct bytebuf *b, const void *src, size_t n)
 {
     if (b->off > 0 && b->off + b->len + n > b->cap) {
@@ -64,15 +77,56 @@ void bytebuf_free(struct bytebuf *b)
 
 static void arm_close_watch(evutil_socket_t fd, short what, void *arg);
 
+/* A zeroed request, from the pool when it has one; its scratch is kept. */
+static struct request *request_take(struct worker *w)
+{
+    struct request *r = w->request_pool;
+    if (r == NULL)
+        return calloc(1, sizeof(*r));
+    ASAN_UNPOISON_MEMORY_REGION(r, sizeof(*r));
+    w->request_pool = r->next;
+    w->n_request_pool--;
+    struct scratch kept = r->scratch;
+    memset(r, 0, sizeof(*r));
+    r->scratch = kept;
+    return r;
+}
+
+static void request_put_back(struct worker *w, struct request *r)
+{
+    if (w->n_request_pool >= REQUEST_POOL_MAX) {
+        scratch_free(&r->scratch);
+        free(r);
+        return;
+    }
+    scratch_reset(&r->scratch);
+    r->next = w->request_pool;
+    w->request_pool = r;
+    w->n_request_pool++;
+    ASAN_POISON_MEMORY_REGION(r, sizeof(*r));
+}
+
+void request_pool_free(struct worker *w)
+{
+    while (w->request_pool != NULL) {
+        struct request *r = w->request_pool;
+        ASAN_UNPOISON_MEMORY_REGION(r, sizeof(*r));
+        w->request_pool = r->next;
+        scratch_free(&r->scratch);
+        free(r);
+    }
+    w->n_request_pool = 0;
+}
+
 void *request_uri_logger(void *cls, const char *uri, struct MHD_Connection *conn)
 {
     struct worker *w = cls;
-    struct request *r = calloc(1, sizeof(*r));
+    struct request *r = request_take(w);
     if (r == NULL)
         return NULL;
-    r->raw_uri = strdup(uri);
+    r->raw_uri = scratch_strndup(&r->scratch, uri, strlen(uri));
     if (r->raw_uri == NULL) {
-        free(r);
+        request_put_back(w, r);
         return NULL;
     }
     r->w = w;
@@ -152,8 +206,7 @@ void request_unref(struct request *r)
         r->w->requests = r->next;
     if (r->next != NULL)
         r->next->prev = r->prev;
-    free(r->raw_uri);
-    free(r);
+    request_put_back(r->w, r);
 }
 
 void request_wake(struct request *r)

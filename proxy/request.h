@@ -11,6 +11,7 @@
 #include <event2/event_struct.h>
 #include <microhttpd.h>
 
+#include "proxy/scratch.h"
 #include "store/limiter.h"
 #include "tiers/snapshot.h"
 
@@ -45,14 +46,15 @@ struct response_header {
 
 struct request {
     struct worker *w;
-    struct request *prev, *next;  /* the worker's list of live requests */
+    struct request *prev, *next;  /* the worker's list of live requests, or its pool */
+    struct scratch scratch;       /* what lives as long as the request; kept in the pool */
     struct MHD_Connection *conn;
     unsigned refs;                /* MHD, plus the limiter while a check is pending */
     enum request_phase phase;
     bool suspended;
     bool mhd_done;                /* MHD's completion callback ran */
 
-    char *raw_uri;                /* exactly as the client sent it: path and query */
+    char *raw_uri;                /* exactly as the client sent it: path and query (scratch) */
     const char *method;           /* owned by MHD, valid until completion */
     int64_t started_ms;
 
@@ -90,15 +92,16 @@ struct request {
 
     /* the upstream side */
     CURL *easy;
-    struct curl_slist *upstream_headers;
-    struct event *upstream_timer;
+    struct curl_slist *upstream_headers; /* nodes and lines in scratch: never curl_slist_free_all */
+    struct curl_slist *upstream_headers_last;
+    struct event upstream_timer;  /* assigned when forwarding starts */
     bool upstream_head_done;      /* the final (non-1xx) response head is in */
     bool response_made;           /* forward_respond ran */
     bool upstream_done;           /* curl finished (with upstream_result) */
     CURLcode upstream_result;
     bool timed_out;
     long upstream_status;
-    struct response_header *resp_headers;
+    struct response_header *resp_headers; /* in scratch, like the names and values */
     size_t n_resp_headers, cap_resp_headers;
     int64_t resp_content_length;  /* -1 when the upstream did not say */
     struct bytebuf resp_body;
@@ -140,6 +143,9 @@ void request_release_slots(struct request *r);
 
 /* Drops one reference; frees the request when none is left. */
 void request_unref(struct request *r);
+
+/* Frees the requests a worker keeps for reuse (when it stops). */
+void request_pool_free(struct worker *w);
 
 /* Resumes the MHD connection if it is suspended and gets MHD to run. Safe from curl and
  * hiredis callbacks. */

@@ -716,9 +716,6 @@ void ws_start(struct request *r)
             evbuffer_add_printf(out, "%s\r\n", h->data);
     }
     evbuffer_add(out, "\r\n", 2);
-    /* Sent: not kept for the tunnel's life. */
-    curl_slist_free_all(r->upstream_headers);
-    r->upstream_headers = NULL;
     bufferevent_setcb(t->up, on_up_handshake_read, NULL, on_up_handshake_event, t);
     struct timeval ct = ms_to_timeval(cfg->connect_timeout_ms);
     bufferevent_set_timeouts(t->up, &ct, &ct);

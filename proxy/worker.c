@@ -513,6 +513,7 @@ void worker_join_and_destroy(struct worker *w)
     if (w->limiter != NULL)
         limiter_destroy(w->limiter);
     forward_destroy(w);
+    request_pool_free(w);
     ws_free_upstreams(w);
     if (w->snap != NULL)
         snapshot_unref(w->snap);

@@ -92,6 +92,8 @@ struct worker {
     int64_t drain_deadline_ms;
     unsigned active_requests;
     struct request *requests;       /* every live request, for shutdown */
+    struct request *request_pool;   /* freed requests kept for reuse (request.c) */
+    unsigned n_request_pool;
 };
 
 /* Creates the worker's loop, daemon, curl multi and limiter (not yet running).
