@@ -212,6 +212,56 @@ def test_head_request(catalog, start_proxy):
     c.close()
 
 
+def test_requests_in_turn_do_not_inherit_each_others_method_body_or_headers(catalog, start_proxy):
+    # One worker and one connection: each request goes out on the upstream handle the one
+    # before it used, so anything a request leaves behind would show in the next.
+    _, key = catalog.user_key("free")
+    p = start_proxy(catalog, proxy={"workers": 1})
+    c = p.client()
+    steps = [
+        ("HEAD", "/big/10", None, [("X-Only-Head", "1")]),
+        ("GET", "/after-head", None, []),
+        ("POST", "/post", b"posted body", [("X-Only-Post", "1"), ("Content-Type", "text/plain")]),
+        ("GET", "/after-post", None, []),
+        ("PUT", "/put", b"", []),
+        ("OPTIONS", "/options", None, []),
+        ("DELETE", "/delete", b"gone", []),
+        ("GET", "/last", None, []),
+    ]
+    for method, target, body, headers in steps:
+        r = c.request(method, target, key=key, body=body, headers=headers)
+        assert r.status == 200, (method, r)
+        if method == "HEAD":
+            assert r.body == b"" and r.header("Content-Length") == "10", r
+            continue
+        e = r.echo
+        assert (e["method"], e["path"]) == (method, target), e
+        assert e["body"] == (body or b""), e
+        for name in ("X-Only-Head", "X-Only-Post", "Content-Type"):
+            want = [v for n, v in headers if n == name]
+            assert echo_header(e, name) == want, (method, target, e["headers"])
+    c.close()
+
+
+def test_environment_proxy_variables_are_not_used(catalog, start_proxy):
+    # nginx and HAProxy go to the upstream they are given; so must we, whatever
+    # http_proxy says in the environment the service was started from.
+    import socket
+    dead = socket.socket()
+    dead.bind(("127.0.0.1", 0))
+    dead_url = "http://127.0.0.1:%d" % dead.getsockname()[1]  # bound, never listening
+    try:
+        _, key = catalog.user_key("free")
+        env = {v: dead_url for v in ("http_proxy", "HTTP_PROXY", "all_proxy", "ALL_PROXY")}
+        env.update(no_proxy="", NO_PROXY="")
+        p = start_proxy(catalog, env=env)
+        r = p.get("/direct", key=key)
+        assert r.status == 200, r
+        assert r.echo["path"] == "/direct"
+    finally:
+        dead.close()
+
+
 def test_expect_100_continue_upload(catalog, start_proxy):
     import socket
     from conftest import parse_raw_response
