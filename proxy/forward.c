@@ -268,7 +268,7 @@ static int add_resp_header(struct request *r, const char *name, size_t name_len,
         size_t cap = r->cap_resp_headers ? r->cap_resp_headers * 2 : 16;
         if (cap > 512)
             return -E2BIG;
-        /* The old array stays in scratch until the request ends: at most 8 KiB in all. */
+        /* The old array stays in scratch until the request ends: 16 KiB at most, all told. */
         struct response_header *grown = scratch_alloc(&r->scratch, cap * sizeof(*grown));
         if (grown == NULL)
             return -ENOMEM;
