@@ -17,6 +17,7 @@
 #include "proxy/netaddr.h"
 #include "proxy/respond.h"
 #include "proxy/worker.h"
+#include "store/clock.h"
 
 /* Upstream bytes held per request before curl is paused until the client reads. */
 #define RESP_BUFFER_HIGH (256 * 1024)
@@ -136,7 +137,7 @@ static int on_curl_timer_set(CURLM *multi, long timeout_ms, void *userp)
         evtimer_del(w->curl_timer);
         return 0;
     }
-    struct timeval tv = ms_to_timeval(timeout_ms);
+    struct timeval tv = store_ms_to_timeval(timeout_ms);
     evtimer_add(w->curl_timer, &tv);
     return 0;
 }
@@ -247,7 +248,7 @@ static void on_upstream_timeout(evutil_socket_t fd, short what, void *arg)
 static void arm_upstream_timer(struct request *r)
 {
     int64_t ms = r->w->cfg->upstream_timeout_ms;
-    struct timeval tv = ms_to_timeval(ms);
+    struct timeval tv = store_ms_to_timeval(ms);
     evtimer_add(&r->upstream_timer, &tv);
 }
 
@@ -324,7 +325,7 @@ static size_t on_upstream_header(char *line, size_t size, size_t nitems, void *u
     if (len == 0) {
         if (r->upstream_status >= 200 && !r->upstream_head_done) {
             r->upstream_head_done = true;
-            int64_t waited_ns = clock_mono_ns() - r->forwarded_ns;
+            int64_t waited_ns = store_mono_ns() - r->forwarded_ns;
             r->upstream_ms = waited_ns / 1000000;
             metrics_observe_upstream(r->w->metrics, waited_ns);
             arm_upstream_timer(r);
@@ -695,7 +696,7 @@ void forward_start(struct request *r)
 
     arm_upstream_timer(r);
     r->phase = PHASE_FORWARDING;
-    r->forwarded_ns = clock_mono_ns();
+    r->forwarded_ns = store_mono_ns();
     if (curl_multi_add_handle(w->multi, e) != CURLM_OK)
         goto fail;
     return;
@@ -718,22 +719,15 @@ void forward_release(struct request *r)
     if (r->easy != NULL) {
         struct worker *w = r->w;
         if (w->n_easy_pool < sizeof(w->easy_pool) / sizeof(w->easy_pool[0]) && w->multi != NULL) {
-            /* Nothing of r's may stay behind in the handle's options. */
-            curl_easy_setopt(r->easy, CURLOPT_PRIVATE, NULL);
-            curl_easy_setopt(r->easy, CURLOPT_HEADERDATA, NULL);
-            curl_easy_setopt(r->easy, CURLOPT_WRITEDATA, NULL);
-            curl_easy_setopt(r->easy, CURLOPT_HTTPHEADER, NULL);
-            curl_easy_setopt(r->easy, CURLOPT_POSTFIELDS, NULL);
+            /* The options naming r stay until set_transfer_options sets every one of them
+               for the handle's next transfer; curl does not look at an idle handle. */
             w->easy_pool[w->n_easy_pool++] = r->easy;
         } else {
             curl_easy_cleanup(r->easy);
         }
     }
     r->easy = NULL;
-    r->upstream_headers = r->upstream_headers_last = NULL;
-    clear_resp_headers(r);
-    r->resp_headers = NULL;
-    r->cap_resp_headers = 0;
+    /* The header lists are in r's scratch, which goes with r. */
     bytebuf_free(&r->resp_body);
     if (event_initialized(&r->upstream_timer))
         evtimer_del(&r->upstream_timer);

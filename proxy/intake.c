@@ -18,6 +18,7 @@
 #include "proxy/netaddr.h"
 #include "proxy/respond.h"
 #include "proxy/worker.h"
+#include "store/clock.h"
 
 /* How long a connection may take to send its whole first head (nginx's
  * client_header_timeout); libmicrohttpd's own timeout only counts idle time, so a head
@@ -40,7 +41,7 @@ struct intake_conn {
     socklen_t addrlen;
     struct event readable; /* edge-triggered: peeking leaves the bytes in place */
     struct event deadline;
-    struct intake_conn *prev, *next;
+    LIST_ENTRY(intake_conn) waiting; /* in the worker's intake list */
 };
 
 /* One per worker thread: the bytes are only looked at, never kept. */
@@ -49,12 +50,7 @@ static _Thread_local char peeked[MAX_HEAD_BYTES];
 static void release(struct intake_conn *c)
 {
     struct worker *w = c->w;
-    if (c->prev != NULL)
-        c->prev->next = c->next;
-    else
-        w->intake = c->next;
-    if (c->next != NULL)
-        c->next->prev = c->prev;
+    LIST_REMOVE(c, waiting);
     event_del(&c->readable);
     event_del(&c->deadline);
     w->intake_waiting--;
@@ -96,7 +92,7 @@ static void account_refusal(struct worker *w, const struct sockaddr_storage *add
     char client[64] = "", method[64], path[2048];
     sockaddr_to_text((const struct sockaddr *)addr, client, sizeof(client));
     struct access_entry e = {
-        .time_unix_ms = clock_unix_ms(),
+        .time_unix_ms = store_realtime_ms(),
         .client = client,
         .status = hs->status,
         .decision = "malformed",
@@ -148,7 +144,7 @@ static void linger_read(struct intake_conn *c)
 static void start_lingering(struct intake_conn *c)
 {
     c->lingering = true;
-    struct timeval linger = ms_to_timeval(LINGER_MS);
+    struct timeval linger = store_ms_to_timeval(LINGER_MS);
     evtimer_add(&c->deadline, &linger);
     linger_read(c);
 }
@@ -224,17 +220,14 @@ void intake_take(struct worker *w, int fd, const struct sockaddr_storage *addr, 
     c->addrlen = addrlen;
     event_assign(&c->readable, w->base, fd, EV_READ | EV_CLOSED | EV_ET | EV_PERSIST, on_readable, c);
     evtimer_assign(&c->deadline, w->base, on_deadline, c);
-    struct timeval wait = ms_to_timeval(HEAD_WAIT_MS);
+    struct timeval wait = store_ms_to_timeval(HEAD_WAIT_MS);
     if (event_add(&c->readable, NULL) != 0 || evtimer_add(&c->deadline, &wait) != 0) {
         event_del(&c->readable);
         free(c);
         close(fd);
         return;
     }
-    c->next = w->intake;
-    if (w->intake != NULL)
-        w->intake->prev = c;
-    w->intake = c;
+    LIST_INSERT_HEAD(&w->intake, c, waiting);
     w->intake_waiting++;
     metrics_add_connections(w->metrics, 1);
     if (hs.outcome == HEAD_REFUSED) {
@@ -246,8 +239,8 @@ void intake_take(struct worker *w, int fd, const struct sockaddr_storage *addr, 
 
 void intake_close_all(struct worker *w)
 {
-    while (w->intake != NULL) {
-        struct intake_conn *c = w->intake;
+    struct intake_conn *c;
+    while ((c = LIST_FIRST(&w->intake)) != NULL) {
         close(c->fd);
         release(c);
     }

@@ -20,6 +20,7 @@
 #include "proxy/admin.h"
 #include "proxy/config.h"
 #include "proxy/worker.h"
+#include "store/clock.h"
 #include "store/limiter.h"
 #include "tiers/snapshot.h"
 
@@ -192,7 +193,7 @@ static int serve(struct proxy_config *cfg, int argc, char **argv, char **envp)
             continue;
         if (sig == SIGHUP) {
             /* MONOTONIC_USEC: systemd's Type=notify-reload (253+) wants it with RELOADING. */
-            sd_notifyf(0, "RELOADING=1\nMONOTONIC_USEC=%lld", (long long)clock_mono_ns() / 1000);
+            sd_notifyf(0, "RELOADING=1\nMONOTONIC_USEC=%lld", (long long)store_mono_ns() / 1000);
             struct proxy_config *fresh = reload(live, argc, argv, envp);
             if (fresh == NULL) {
                 sd_notify(0, "READY=1");

@@ -10,6 +10,7 @@
 #include <event2/event.h>
 
 #include "proxy/access_log.h"
+#include "proxy/asan_poison.h"
 #include "proxy/config.h"
 #include "proxy/metrics.h"
 #include "proxy/forward.h"
@@ -19,6 +20,7 @@
 #include "proxy/respond.h"
 #include "proxy/websocket.h"
 #include "proxy/worker.h"
+#include "store/clock.h"
 
 /* A suspension shorter than this ends before a departed client could matter; watching
  * every request's socket would cost two epoll_ctl calls each. */
@@ -31,14 +33,6 @@
  * through malloc's slow path (consolidation) every time. */
 #define REQUEST_POOL_MAX 256
 
-/* Under AddressSanitizer a pooled request is poisoned, so that a use after its end is
- * still reported. */
-#if defined(__SANITIZE_ADDRESS__)
-#include <sanitizer/asan_interface.h>
-#else
-#define ASAN_POISON_MEMORY_REGION(addr, size) ((void)(addr), (void)(size))
-#define ASAN_UNPOISON_MEMORY_REGION(addr, size) ((void)(addr), (void)(size))
-#endif
 
 int bytebuf_append(struct bytebuf *b, const void *src, size_t n)
 {
@@ -80,11 +74,11 @@ static void arm_close_watch(evutil_socket_t fd, short what, void *arg);
 /* A zeroed request, from the pool when it has one; its scratch is kept. */
 static struct request *request_take(struct worker *w)
 {
-    struct request *r = w->request_pool;
+    struct request *r = SLIST_FIRST(&w->request_pool);
     if (r == NULL)
         return calloc(1, sizeof(*r));
     ASAN_UNPOISON_MEMORY_REGION(r, sizeof(*r));
-    w->request_pool = r->next;
+    SLIST_REMOVE_HEAD(&w->request_pool, pooled);
     w->n_request_pool--;
     struct scratch kept = r->scratch;
     memset(r, 0, sizeof(*r));
@@ -100,18 +94,17 @@ static void request_put_back(struct worker *w, struct request *r)
         return;
     }
     scratch_reset(&r->scratch);
-    r->next = w->request_pool;
-    w->request_pool = r;
+    SLIST_INSERT_HEAD(&w->request_pool, r, pooled); /* writes r alone: the others stay poisoned */
     w->n_request_pool++;
     ASAN_POISON_MEMORY_REGION(r, sizeof(*r));
 }
 
 void request_pool_free(struct worker *w)
 {
-    while (w->request_pool != NULL) {
-        struct request *r = w->request_pool;
+    struct request *r;
+    while ((r = SLIST_FIRST(&w->request_pool)) != NULL) {
         ASAN_UNPOISON_MEMORY_REGION(r, sizeof(*r));
-        w->request_pool = r->next;
+        SLIST_REMOVE_HEAD(&w->request_pool, pooled);
         scratch_free(&r->scratch);
         free(r);
     }
@@ -133,14 +126,11 @@ void *request_uri_logger(void *cls, const char *uri, struct MHD_Connection *conn
     r->conn = conn;
     r->refs = 1;
     evtimer_assign(&r->close_watch_delay, w->base, arm_close_watch, r);
-    r->started_ms = clock_mono_ms();
+    r->started_ms = store_mono_ms();
     r->resp_content_length = -1;
     r->upstream_ms = -1;
     w->active_requests++;
-    r->next = w->requests;
-    if (w->requests != NULL)
-        w->requests->prev = r;
-    w->requests = r;
+    LIST_INSERT_HEAD(&w->requests, r, live);
     return r;
 }
 
@@ -200,12 +190,7 @@ void request_unref(struct request *r)
         snapshot_unref(r->snap);
     bytebuf_free(&r->body);
     r->w->active_requests--;
-    if (r->prev != NULL)
-        r->prev->next = r->next;
-    else
-        r->w->requests = r->next;
-    if (r->next != NULL)
-        r->next->prev = r->prev;
+    LIST_REMOVE(r, live);
     request_put_back(r->w, r);
 }
 
@@ -283,7 +268,7 @@ void request_suspend(struct request *r)
         return;
     r->suspended = true;
     MHD_suspend_connection(r->conn);
-    struct timeval delay = ms_to_timeval(CLOSE_WATCH_DELAY_MS);
+    struct timeval delay = store_ms_to_timeval(CLOSE_WATCH_DELAY_MS);
     evtimer_add(&r->close_watch_delay, &delay);
 }
 
@@ -399,7 +384,7 @@ static void apply_verdict(struct request *r, const struct limiter_result *result
     struct worker *w = r->w;
     const struct proxy_config *cfg = w->cfg;
     if (r->store_started_ns > 0 && !result->remembered)
-        metrics_observe_store(w->metrics, clock_mono_ns() - r->store_started_ns);
+        metrics_observe_store(w->metrics, store_mono_ns() - r->store_started_ns);
     if (result->status != LIMITER_DECIDED) {
         metrics_count_store_error(w->metrics);
         r->decision = "store_unavailable";
@@ -585,7 +570,7 @@ static enum MHD_Result decide(struct request *r, const char *raw_path)
 
     r->phase = PHASE_CHECKING;
     r->refs++; /* the limiter's, until on_verdict */
-    r->store_started_ns = clock_mono_ns();
+    r->store_started_ns = store_mono_ns();
     int rc;
     if (r->has_concurrency) {
         snprintf(r->lease_id, sizeof(r->lease_id), "%s:%d:%llu", w->shared->instance_id, w->index,
@@ -726,7 +711,7 @@ static void account(struct request *r)
     if (ci != NULL && ci->client_addr != NULL)
         sockaddr_to_text(ci->client_addr, client, sizeof(client));
     struct access_entry e = {
-        .time_unix_ms = clock_unix_ms(),
+        .time_unix_ms = store_realtime_ms(),
         .client = client,
         .method = r->method,
         .path = r->raw_uri,
@@ -735,7 +720,7 @@ static void account(struct request *r)
         .plan = plan,
         .decision = r->decision != NULL ? r->decision : "error",
         .upstream_ms = r->upstream_ms,
-        .total_ms = clock_mono_ms() - r->started_ms,
+        .total_ms = store_mono_ms() - r->started_ms,
         .bytes_sent = r->bytes_sent,
     };
     if (r->have_verdict && r->verdict.status == LIMITER_DECIDED && r->verdict.n > 0) {

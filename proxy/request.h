@@ -6,6 +6,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/queue.h>
 
 #include <curl/curl.h>
 #include <event2/event_struct.h>
@@ -46,7 +47,8 @@ struct response_header {
 
 struct request {
     struct worker *w;
-    struct request *prev, *next;  /* the worker's list of live requests, or its pool */
+    LIST_ENTRY(request) live;     /* in the worker's list of live requests */
+    SLIST_ENTRY(request) pooled;  /* in the worker's pool, once freed */
     struct scratch scratch;       /* what lives as long as the request; kept in the pool */
     struct MHD_Connection *conn;
     unsigned refs;                /* MHD, plus the limiter while a check is pending */

@@ -5,14 +5,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Under AddressSanitizer the unused part of a chunk is poisoned, so that reading a request's
- * scratch after its reset, or past what was allocated, is still reported. */
-#if defined(__SANITIZE_ADDRESS__)
-#include <sanitizer/asan_interface.h>
-#else
-#define ASAN_POISON_MEMORY_REGION(addr, size) ((void)(addr), (void)(size))
-#define ASAN_UNPOISON_MEMORY_REGION(addr, size) ((void)(addr), (void)(size))
-#endif
+#include "proxy/asan_poison.h"
+
+/* The unused part of a chunk is poisoned: reading a request's scratch after its reset, or
+ * past what was allocated, is reported under AddressSanitizer. */
 
 /* Enough for a typical request's headers both ways; bigger ones take another chunk. */
 #define FIRST_CHUNK_BYTES 2048

@@ -1,6 +1,6 @@
 /* Memory that lives exactly as long as one request: a bump allocator over chunks. A reset
  * keeps the first chunk, so a worker that reuses its requests' scratch allocates nothing
- * per request in the steady state (about thirty malloc/free pairs fewer per forward:
+ * per request in the steady state (27 allocator calls fewer per forward, by callgrind:
  * the upstream header list, the upstream's response headers, the target). */
 #pragma once
 #include <stddef.h>

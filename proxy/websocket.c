@@ -22,6 +22,7 @@
 #include "proxy/respond.h"
 #include "proxy/worker.h"
 #include "proxy/ws_frame.h"
+#include "store/clock.h"
 #include "store/local_limit.h"
 
 #define MAX_HANDSHAKE_HEAD (16 * 1024)
@@ -198,7 +199,7 @@ static void arm_idle_timer(struct ws_tunnel *t)
     int64_t ms = t->w->cfg->websocket_idle_timeout_ms;
     if (ms <= 0 || t->state != TUNNEL_OPEN)
         return;
-    struct timeval tv = ms_to_timeval(ms);
+    struct timeval tv = store_ms_to_timeval(ms);
     evtimer_add(t->timer, &tv);
 }
 
@@ -264,7 +265,7 @@ static void tunnel_shutdown(struct ws_tunnel *t)
     }
     if (!output_pending(t))
         shut_client_writes(t);
-    struct timeval tv = ms_to_timeval(CLOSE_FLUSH_MS);
+    struct timeval tv = store_ms_to_timeval(CLOSE_FLUSH_MS);
     evtimer_add(t->timer, &tv);
 }
 
@@ -327,7 +328,7 @@ static void pump_client(struct ws_tunnel *t, struct evbuffer *in)
             return;
         }
         if (f.ends_message && t->messages != NULL &&
-            !local_limit_check(t->messages, &t->r->ws_rule, clock_unix_ms(), NULL)) {
+            !local_limit_check(t->messages, &t->r->ws_rule, store_realtime_ms(), NULL)) {
             refuse_message(t);
             if (t->state != TUNNEL_OPEN)
                 return;
@@ -635,7 +636,7 @@ static void on_up_handshake_read(struct bufferevent *bev, void *arg)
         return;
     }
     bufferevent_set_timeouts(bev, NULL, NULL);
-    t->r->upstream_ms = (clock_mono_ns() - t->r->forwarded_ns) / 1000000;
+    t->r->upstream_ms = (store_mono_ns() - t->r->forwarded_ns) / 1000000;
     if (t->status != 101) {
         t->state = TUNNEL_REFUSED_BODY;
         on_up_handshake_read(bev, t);
@@ -662,7 +663,7 @@ static void on_up_handshake_event(struct bufferevent *bev, short what, void *arg
     struct ws_tunnel *t = arg;
     if (what & BEV_EVENT_CONNECTED) {
         t->state = TUNNEL_HANDSHAKE;
-        struct timeval tv = ms_to_timeval(t->w->cfg->upstream_timeout_ms);
+        struct timeval tv = store_ms_to_timeval(t->w->cfg->upstream_timeout_ms);
         bufferevent_set_timeouts(bev, &tv, &tv);
         return;
     }
@@ -689,7 +690,7 @@ void ws_start(struct request *r)
     t->w = w;
     t->state = TUNNEL_CONNECTING;
     r->phase = PHASE_FORWARDING;
-    r->forwarded_ns = clock_mono_ns();
+    r->forwarded_ns = store_mono_ns();
     ws_frame_reader_init(&t->frames);
     t->timer = evtimer_new(w->base, on_timer, t);
     if (r->has_ws_rule)
@@ -717,7 +718,7 @@ void ws_start(struct request *r)
     }
     evbuffer_add(out, "\r\n", 2);
     bufferevent_setcb(t->up, on_up_handshake_read, NULL, on_up_handshake_event, t);
-    struct timeval ct = ms_to_timeval(cfg->connect_timeout_ms);
+    struct timeval ct = store_ms_to_timeval(cfg->connect_timeout_ms);
     bufferevent_set_timeouts(t->up, &ct, &ct);
     bufferevent_enable(t->up, EV_READ | EV_WRITE);
     if (bufferevent_socket_connect(t->up, (struct sockaddr *)&ua->addr, (int)ua->len) < 0)
@@ -727,8 +728,8 @@ void ws_start(struct request *r)
 void ws_close_all(struct worker *w)
 {
     struct request *next;
-    for (struct request *r = w->requests; r != NULL; r = next) {
-        next = r->next; /* closing may free r */
+    for (struct request *r = LIST_FIRST(&w->requests); r != NULL; r = next) {
+        next = LIST_NEXT(r, live); /* closing may free r */
         struct ws_tunnel *t = r->ws;
         if (t == NULL)
             continue;

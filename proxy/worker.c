@@ -26,33 +26,13 @@
 /* How long SIGTERM waits for in-flight requests. */
 #define DRAIN_MS 10000
 
-int64_t clock_mono_ms(void)
-{
-    return store_mono_ms();
-}
-
-struct timeval ms_to_timeval(int64_t ms)
-{
-    return store_ms_to_timeval(ms);
-}
-
-int64_t clock_mono_ns(void)
-{
-    return store_mono_ns();
-}
-
-int64_t clock_unix_ms(void)
-{
-    return store_realtime_ms();
-}
-
 static void schedule_mhd_timer(struct worker *w)
 {
     MHD_UNSIGNED_LONG_LONG timeout_ms;
     if (MHD_get_timeout(w->daemon, &timeout_ms) == MHD_YES) {
         if (timeout_ms > 60000)
             timeout_ms = 60000;
-        struct timeval tv = ms_to_timeval((int64_t)timeout_ms);
+        struct timeval tv = store_ms_to_timeval((int64_t)timeout_ms);
         evtimer_add(w->mhd_timer, &tv);
     } else {
         evtimer_del(w->mhd_timer);
@@ -177,7 +157,7 @@ static void accept_connections(struct worker *w)
                         w->index, strerror(err), w->connections);
             w->out_of_fds = true;
             accept_watch(w, false);
-            struct timeval retry = ms_to_timeval(ACCEPT_RETRY_MS);
+            struct timeval retry = store_ms_to_timeval(ACCEPT_RETRY_MS);
             evtimer_add(w->accept_retry, &retry);
             break;
         }
@@ -213,7 +193,6 @@ static void on_accept(evutil_socket_t fd, short what, void *arg)
 {
     accept_connections(arg);
 }
-
 
 struct snapshot *worker_snapshot(struct worker *w)
 {
@@ -253,7 +232,7 @@ static void on_leases_released(void *arg)
 static void on_drain_timer(evutil_socket_t fd, short what, void *arg)
 {
     struct worker *w = arg;
-    if (w->active_requests == 0 || clock_mono_ms() >= w->drain_deadline_ms) {
+    if (w->active_requests == 0 || store_mono_ms() >= w->drain_deadline_ms) {
         /* Whatever is still held (requests cut off by the deadline) goes back in one call. */
         limiter_release_all(w->limiter, on_leases_released, w);
         return;
@@ -277,7 +256,7 @@ static void on_stop(evutil_socket_t fd, short what, void *arg)
         close(w->listen_fd);
         w->listen_fd = -1;
     }
-    w->drain_deadline_ms = clock_mono_ms() + DRAIN_MS;
+    w->drain_deadline_ms = store_mono_ms() + DRAIN_MS;
     intake_close_all(w); /* no request of theirs was accepted yet */
     ws_close_all(w);
     on_drain_timer(-1, 0, w);
@@ -343,6 +322,9 @@ static unsigned connection_share(const struct proxy_config *cfg)
 int worker_init(struct worker *w, int index, const struct proxy_shared *shared, char *err, size_t errlen)
 {
     memset(w, 0, sizeof(*w));
+    LIST_INIT(&w->requests);
+    LIST_INIT(&w->intake);
+    SLIST_INIT(&w->request_pool);
     w->listen_fd = -1;
     w->index = index;
     w->shared = shared;
@@ -459,7 +441,7 @@ static void start_serving(struct worker *w)
 static void on_start_timer(evutil_socket_t fd, short what, void *arg)
 {
     struct worker *w = arg;
-    if (limiter_available(w->limiter) || clock_mono_ms() >= w->start_deadline_ms || w->stopping) {
+    if (limiter_available(w->limiter) || store_mono_ms() >= w->start_deadline_ms || w->stopping) {
         start_serving(w);
         return;
     }
@@ -470,7 +452,7 @@ static void on_start_timer(evutil_socket_t fd, short what, void *arg)
 static void *worker_main(void *arg)
 {
     struct worker *w = arg;
-    w->start_deadline_ms = clock_mono_ms() + STORE_WAIT_MS;
+    w->start_deadline_ms = store_mono_ms() + STORE_WAIT_MS;
     on_start_timer(-1, 0, w);
     event_base_dispatch(w->base);
     return NULL;
@@ -496,7 +478,8 @@ void worker_join_and_destroy(struct worker *w)
     /* MHD cannot stop with suspended connections: wake them; their requests see the
      * daemon going away and are freed by the completion callback. */
     w->closing = true;
-    for (struct request *r = w->requests; r != NULL; r = r->next) {
+    struct request *r;
+    LIST_FOREACH(r, &w->requests, live) {
         forward_abort(r);
         if (r->suspended) {
             r->suspended = false;

@@ -9,6 +9,7 @@
 #include <stdint.h>
 
 #include <curl/curl.h>
+#include <sys/queue.h>
 #include <sys/socket.h>
 #include <sys/time.h>
 
@@ -60,7 +61,7 @@ struct worker {
      * MHD_DAEMON_INFO_CURRENT_CONNECTIONS still counts a connection when its CLOSED
      * notification comes, which is when accepting resumes. */
     unsigned connections;
-    struct intake_conn *intake;     /* connections waiting for their first head (intake.c) */
+    LIST_HEAD(, intake_conn) intake; /* connections waiting for their first head (intake.c) */
     unsigned intake_waiting;
     unsigned connection_limit;      /* this worker's share of RLIMIT_NOFILE */
     struct event *stop_event;       /* activated from the main thread */
@@ -91,8 +92,8 @@ struct worker {
     bool closing;                   /* past the drain: connections are cut, not suspended */
     int64_t drain_deadline_ms;
     unsigned active_requests;
-    struct request *requests;       /* every live request, for shutdown */
-    struct request *request_pool;   /* freed requests kept for reuse (request.c) */
+    LIST_HEAD(, request) requests;  /* every live request, for shutdown */
+    SLIST_HEAD(, request) request_pool; /* freed requests kept for reuse (request.c) */
     unsigned n_request_pool;
 };
 
@@ -126,11 +127,3 @@ void worker_kick_mhd(struct worker *w);
 
 /* The snapshot the worker serves from, refreshed when the watcher published a new one. */
 struct snapshot *worker_snapshot(struct worker *w);
-
-/* Milliseconds on a monotonic clock, and Unix time in ms. */
-int64_t clock_mono_ms(void);
-int64_t clock_unix_ms(void);
-int64_t clock_mono_ns(void);
-
-/* A duration in ms as libevent wants it. */
-struct timeval ms_to_timeval(int64_t ms);

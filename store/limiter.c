@@ -131,8 +131,7 @@ int limiter_check_leased(struct limiter *limiter, const char *subject, size_t su
                 return -EINVAL;
     }
     /* An explicit clock (tests) always asks the store. */
-    struct limiter_shield *s = now_ms < 0 && subject_len <= sizeof(((struct asked *)0)->subject) ? shield_of(limiter)
-                                                                                                 : NULL;
+    struct limiter_shield *s = now_ms < 0 && subject_len <= DENIAL_CACHE_SUBJECT_MAX ? shield_of(limiter) : NULL;
     if (s == NULL)
         return limiter->ops->check(limiter, subject, subject_len, rules, n, now_ms, lease_id, id_len, done, arg);
     uint64_t key = denial_cache_key(subject, subject_len, rules, n);
