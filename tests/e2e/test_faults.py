@@ -125,11 +125,12 @@ def test_upstream_killed_and_restarted_under_load(catalog, proxies, tmp_path, re
                 if stop.is_set():
                     break
                 target = "/slow/%d?w=%d&i=%d" % (50 + 10 * n, n, i)
+                started = time.monotonic()
                 try:
                     r = c.get(target, key=key)
                     results.append((time.monotonic(), r.elapsed, target, r))
                 except Exception as e:      # a request accepted and never answered
-                    errors.append((target, repr(e)))
+                    errors.append((started, target, repr(e)))
                     c.close()
             c.close()
         ts = [threading.Thread(target=worker, args=(n,)) for n in range(8)]
@@ -147,6 +148,11 @@ def test_upstream_killed_and_restarted_under_load(catalog, proxies, tmp_path, re
         stop.set()
         for t in ts:
             t.join(15)
+        # The upstream writes its head and its body apart: one killed between the two has
+        # had its head passed on already (as nginx would pass it), and that answer can
+        # only end cut short. Allowed for a request in flight at the kill, nothing else.
+        cut = [e for e in errors if e[0] < t_kill and e[2].startswith("IncompleteRead")]
+        errors = [e for e in errors if e not in cut]
         assert not errors, "requests without an answer: %r" % errors[:5]
         for _, _, target, r in results:
             check_answer(r, target)
@@ -156,6 +162,7 @@ def test_upstream_killed_and_restarted_under_load(catalog, proxies, tmp_path, re
         note(record_property, "requests", len(results))
         note(record_property, "502 while down", sum(r.status == 502 for r in during))
         note(record_property, "in flight at the kill", [r.status for r in in_flight])
+        note(record_property, "cut short at the kill", len(cut))
         note(record_property, "slowest 502 (s)", round(slowest_502, 3))
         note(record_property, "200 again after upstream restart (s)", back)
         assert in_flight and all(r.status == 502 for r in in_flight), in_flight
