@@ -10,10 +10,26 @@
 
 #include <jansson.h>
 
+#include "proxy/log_throttle.h"
+#include "store/clock.h"
+
+/* user (CATALOG_USER_ID_MAX), limit type and id, with room to spare */
+#define REJECTION_KEY_MAX 256
+
+/* Workers write with write(2) on fd and never look at anything else here; a reopen
+ * (SIGUSR1, main thread) swaps the file under that same descriptor number with dup3,
+ * which is atomic: a write lands wholly in the old file or wholly in the new one, and
+ * no worker ever writes to a closed or reused descriptor. No lock on the hot path. */
 struct access_log {
     int fd;
     bool owned;
+    char *path;  /* owned: for reopening */
 };
+
+static int open_for_append(const char *path)
+{
+    return open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0640);
+}
 
 int access_log_open(const char *target, struct access_log **plog, char *err, size_t errlen)
 {
@@ -23,7 +39,7 @@ int access_log_open(const char *target, struct access_log **plog, char *err, siz
     if (strcmp(target, "-") == 0) {
         log->fd = STDOUT_FILENO;
     } else {
-        log->fd = open(target, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0640);
+        log->fd = open_for_append(target);
         if (log->fd < 0) {
             int e = errno;
             snprintf(err, errlen, "access log %s: %s", target, strerror(e));
@@ -31,6 +47,13 @@ int access_log_open(const char *target, struct access_log **plog, char *err, siz
             return -e;
         }
         log->owned = true;
+        log->path = strdup(target);
+        if (log->path == NULL) {
+            close(log->fd);
+            free(log);
+            snprintf(err, errlen, "out of memory");
+            return -ENOMEM;
+        }
     }
     *plog = log;
     return 0;
@@ -42,7 +65,29 @@ void access_log_close(struct access_log *log)
         return;
     if (log->owned)
         close(log->fd);
+    free(log->path);
     free(log);
+}
+
+int access_log_reopen(struct access_log *log, char *err, size_t errlen)
+{
+    if (log == NULL || !log->owned)
+        return 1;
+    int fresh = open_for_append(log->path);
+    if (fresh < 0) {
+        int e = errno;
+        snprintf(err, errlen, "cannot reopen the access log %s: %s; still writing to the old file", log->path,
+                 strerror(e));
+        return -e;
+    }
+    int rc = 0;
+    if (dup3(fresh, log->fd, O_CLOEXEC) < 0) {
+        rc = -errno;
+        snprintf(err, errlen, "cannot reopen the access log %s: %s; still writing to the old file", log->path,
+                 strerror(-rc));
+    }
+    close(fresh);
+    return rc;
 }
 
 static void format_time(int64_t unix_ms, char *buf, size_t buflen)
@@ -128,8 +173,21 @@ void access_log_write(struct access_log *log, const struct access_entry *e)
     json_decref(o);
 }
 
-void log_rejection(const char *user, const char *plan, const char *limit_type, int64_t current_count, int64_t limit)
+void log_rejection(struct log_throttle *throttle, const char *user, const char *plan, const char *limit_type,
+                   int64_t limit_id, int64_t current_count, int64_t limit)
 {
+    /* One budget per user and limit; the type too, since one concurrency limit rejects
+     * both requests and WebSocket handshakes. */
+    char key[REJECTION_KEY_MAX];
+    int keylen = snprintf(key, sizeof(key), "%s%c%s%c%lld", user != NULL ? user : "", 0, limit_type, 0,
+                          (long long)limit_id);
+    if (keylen < 0)
+        return;
+    uint64_t rejections = 1;
+    if (throttle != NULL &&
+        !log_throttle_hit(throttle, key, (size_t)keylen < sizeof(key) ? (size_t)keylen : sizeof(key) - 1,
+                          store_mono_ms(), &rejections))
+        return;
     char when[40];
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
@@ -145,6 +203,7 @@ void log_rejection(const char *user, const char *plan, const char *limit_type, i
     json_object_set_new(o, "limit_type", json_string(limit_type));
     json_object_set_new(o, "current_count", json_integer(current_count));
     json_object_set_new(o, "limit", json_integer(limit));
+    json_object_set_new(o, "rejections", json_integer((json_int_t)rejections));
     write_line(STDERR_FILENO, o);
     json_decref(o);
 }

@@ -32,8 +32,18 @@ struct access_entry {
 int access_log_open(const char *target, struct access_log **plog, char *err, size_t errlen);
 void access_log_close(struct access_log *log);
 
+/* Opens the log's path again and writes there from now on (logrotate renamed the file,
+ * then sent SIGUSR1). Safe while workers write. Returns 0; 1 when the log is stdout (nothing
+ * to reopen); a negative errno with a reason in err, the old file still in use. */
+int access_log_reopen(struct access_log *log, char *err, size_t errlen);
+
 void access_log_write(struct access_log *log, const struct access_entry *e);
 
+struct log_throttle;
+
 /* A warning line on stderr for a rejected request: user_id, limit_type, current_count,
- * limit. */
-void log_rejection(const char *user, const char *plan, const char *limit_type, int64_t current_count, int64_t limit);
+ * limit, and "rejections": how many it stands for. With a throttle, at most one line per
+ * user and limit (limit_id) per the throttle's interval; the rejections held back are
+ * counted in that key's next line. */
+void log_rejection(struct log_throttle *throttle, const char *user, const char *plan, const char *limit_type,
+                   int64_t limit_id, int64_t current_count, int64_t limit);

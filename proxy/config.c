@@ -67,6 +67,14 @@ struct directive {
     const char *expect; /* "expected ..." in error messages */
 };
 
+/* Where a value came from; the default when nothing set it. */
+enum origin_kind { ORIGIN_DEFAULT = 0, ORIGIN_FILE, ORIGIN_FLAG, ORIGIN_ENV };
+struct config_origin {
+    enum origin_kind kind;
+    int line;         /* ORIGIN_FILE */
+    const char *flag; /* ORIGIN_FLAG: the directive table's flag string */
+};
+
 _Static_assert(sizeof(enum store_kind) == sizeof(int), "D_ENUM writes an int");
 _Static_assert(sizeof(enum header_style) == sizeof(int), "D_ENUM writes an int");
 
@@ -786,6 +794,7 @@ static int ini_source_handler(void *user, const char *section_raw, const char *k
         s->rc = r;
         return 0;
     }
+    s->cfg->origins[idx] = (struct config_origin){ORIGIN_FILE, s->lineno, NULL};
     return 1;
 }
 
@@ -1002,6 +1011,7 @@ static int apply_env(struct proxy_config *cfg, char **envp, char *err, size_t er
                 errf(err, errlen, "%.*s: %s", (int)len, *e, why);
                 return r;
             }
+            cfg->origins[i] = (struct config_origin){ORIGIN_ENV, 0, NULL};
         }
         if (matched)
             continue;
@@ -1058,6 +1068,12 @@ static int load(int argc, char **argv, char **envp, const char *path_override,
         goto out;
     path = path_override ? path_override : a.config_path;
 
+    cfg.origins = calloc(N_DIRECTIVES, sizeof(*cfg.origins));
+    if (cfg.origins == NULL) {
+        errf(err, errlen, "out of memory");
+        r = -ENOMEM;
+        goto out;
+    }
     r = apply_defaults(&cfg, err, errlen);
     if (r)
         goto out;
@@ -1076,6 +1092,7 @@ static int load(int argc, char **argv, char **envp, const char *path_override,
             errf(err, errlen, "%s: %s", a.set[i].flag, why);
             goto out;
         }
+        cfg.origins[a.set[i].d - directives] = (struct config_origin){ORIGIN_FLAG, 0, a.set[i].flag};
     }
     r = apply_env(&cfg, envp, err, errlen);
     if (r)
@@ -1140,6 +1157,8 @@ void config_keep_restart_only(struct proxy_config *running, struct proxy_config 
             continue;
         char *a = (char *)running + d->offset, *b = (char *)fresh + d->offset;
         bool differs;
+        if (running->origins != NULL && fresh->origins != NULL)
+            SWAP(struct config_origin, &running->origins[i], &fresh->origins[i]);
         switch (d->type) {
         case D_HOSTPORT:
             differs = !same_string(*(char **)a, *(char **)b) ||
@@ -1210,5 +1229,35 @@ void config_free(struct proxy_config *cfg)
         }
     }
     free(cfg->config_path);
+    free(cfg->origins);
     memset(cfg, 0, sizeof(*cfg));
+}
+
+const char *config_origin(const struct proxy_config *cfg, const char *section, const char *key, char *buf,
+                          size_t buflen)
+{
+    const struct directive *d = find_directive(section, key);
+    if (buflen == 0)
+        return buf;
+    if (d == NULL) {
+        snprintf(buf, buflen, "[%s] %s", section, key);
+        return buf;
+    }
+    struct config_origin o = cfg->origins != NULL ? cfg->origins[d - directives] : (struct config_origin){0};
+    switch (o.kind) {
+    case ORIGIN_FILE:
+        snprintf(buf, buflen, "%s:%d: [%s] %s", cfg->config_path != NULL ? cfg->config_path : "?", o.line,
+                 d->section, d->key);
+        break;
+    case ORIGIN_FLAG:
+        snprintf(buf, buflen, "%s", o.flag);
+        break;
+    case ORIGIN_ENV:
+        env_name(d, buf, buflen);
+        break;
+    case ORIGIN_DEFAULT:
+        snprintf(buf, buflen, "[%s] %s (default)", d->section, d->key);
+        break;
+    }
+    return buf;
 }

@@ -48,6 +48,7 @@ struct proxy_config {
     char *log_level;               /* "debug" | "info" | "warn" | "error" */
     /* where it came from, for reload */
     char *config_path;             /* NULL when no -c */
+    struct config_origin *origins; /* where each value came from, for config_origin() */
 };
 
 enum config_action {
@@ -75,6 +76,13 @@ int config_reload(const struct proxy_config *current, int argc, char **argv, cha
  * changed ("" when none). */
 void config_keep_restart_only(struct proxy_config *running, struct proxy_config *fresh, char *changed,
                               size_t changed_len);
+
+/* Names where the value of [section] key came from, for an error found after loading
+ * (a plan missing from the catalog, a file that cannot be opened):
+ * "FILE:LINE: [section] key", "--flag" (the flag as typed), "TIERPROXY_SECTION_KEY", or
+ * "[section] key (default)". Writes into buf and returns it. */
+const char *config_origin(const struct proxy_config *cfg, const char *section, const char *key, char *buf,
+                          size_t buflen);
 
 /* Frees everything config_load allocated and zeroes *cfg. */
 void config_free(struct proxy_config *cfg);

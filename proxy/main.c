@@ -1,6 +1,7 @@
 /* tierproxy: the daemon. Loads the configuration and the catalog, starts one event-loop
  * worker per core on a shared port, and waits for signals. */
 #include <errno.h>
+#include <stdarg.h>
 #include <malloc.h>
 #include <pthread.h>
 #include <semaphore.h>
@@ -19,6 +20,8 @@
 #include "proxy/access_log.h"
 #include "proxy/admin.h"
 #include "proxy/config.h"
+#include "proxy/log_throttle.h"
+#include "proxy/netaddr.h"
 #include "proxy/worker.h"
 #include "store/clock.h"
 #include "store/limiter.h"
@@ -26,23 +29,103 @@
 
 #define TIERPROXY_VERSION "0.1.0"
 
-static int check_catalog(const struct proxy_config *cfg)
+/* How long a user and limit stay quiet after a rejection warning, and how many pairs the
+ * process remembers (SPEC: at most one line per user and limit per 10 s). */
+#define REJECTION_WARNING_INTERVAL_MS 10000
+#define REJECTION_WARNING_KEYS 8192
+
+static const char *plural(size_t n, const char *one, const char *many)
 {
-    char err[512];
-    struct snapshot *snap = NULL;
-    if (snapshot_load(cfg->db, &snap, err, sizeof(err)) < 0) {
-        fprintf(stderr, "tierproxy: catalog %s: %s\n", cfg->db, err);
+    return n == 1 ? one : many;
+}
+
+/* One error found before the start, named after where its value came from. */
+static void start_error(const struct proxy_config *cfg, const char *section, const char *key, const char *fmt,
+                        ...) __attribute__((format(printf, 4, 5)));
+static void start_error(const struct proxy_config *cfg, const char *section, const char *key, const char *fmt,
+                        ...)
+{
+    char origin[1200], what[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(what, sizeof(what), fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "tierproxy: %s: %s\n", config_origin(cfg, section, key, origin, sizeof(origin)), what);
+}
+
+static int check_listen_address(const struct proxy_config *cfg, const char *section, const char *host)
+{
+    struct sockaddr_storage ss;
+    if (host == NULL || sockaddr_from_ip_port(host, 1, &ss) == 0)
+        return 0;
+    start_error(cfg, section, "listen", "\"%s\" is not an IP address (such as 127.0.0.1 or [::1])", host);
+    return 1;
+}
+
+/* Each upstream URL as libcurl, which sends the requests, reads it. */
+static int check_upstreams(const struct proxy_config *cfg)
+{
+    int rc = 0;
+    CURLU *u = curl_url();
+    if (u == NULL) {
+        fprintf(stderr, "tierproxy: out of memory\n");
         return 1;
     }
+    for (size_t i = 0; i < cfg->n_upstreams; i++) {
+        CURLUcode uc = curl_url_set(u, CURLUPART_URL, cfg->upstreams[i], 0);
+        if (uc != CURLUE_OK) {
+            start_error(cfg, "proxy", "upstream", "\"%s\": %s", cfg->upstreams[i], curl_url_strerror(uc));
+            rc = 1;
+        }
+    }
+    curl_url_cleanup(u);
+    return rc;
+}
+
+/* Everything a start checks before it listens; `tierproxy --check` runs the same. Reports
+ * every error found on stderr, one line each, naming the file and line, flag or variable
+ * the bad value came from. Opens the access log (creating the file, as the start would):
+ * with plog the caller gets it, else it is closed again. Returns 0 (with the "configuration
+ * ok" line on stderr) or 1. */
+static int validate_start(const struct proxy_config *cfg, struct access_log **plog)
+{
+    char err[512];
     int rc = 0;
-    if (cfg->anonymous_plan != NULL && snapshot_find_plan(snap, cfg->anonymous_plan) == NULL) {
-        fprintf(stderr, "tierproxy: [auth] anonymous_plan: no plan named \"%s\" in %s\n", cfg->anonymous_plan, cfg->db);
+    struct snapshot *snap = NULL;
+    struct access_log *log = NULL;
+
+    rc |= check_listen_address(cfg, "proxy", cfg->listen_host);
+    rc |= check_listen_address(cfg, "admin", cfg->admin_host);
+    rc |= check_upstreams(cfg);
+    if (cfg->store == STORE_REDIS && limiter_redis_url_check(cfg->redis_url, err, sizeof(err)) != 0) {
+        start_error(cfg, "limits", "redis", "%s", err);
         rc = 1;
     }
-    if (rc == 0)
-        printf("tierproxy: configuration ok; catalog %s has %zu users and %zu keys\n", cfg->db,
-               snapshot_user_count(snap), snapshot_key_count(snap));
-    snapshot_unref(snap);
+    if (cfg->access_log != NULL && access_log_open(cfg->access_log, &log, err, sizeof(err)) < 0) {
+        start_error(cfg, "log", "access", "%s", err);
+        rc = 1;
+    }
+    if (snapshot_load(cfg->db, &snap, err, sizeof(err)) < 0) {
+        if (strstr(err, cfg->db) != NULL)
+            start_error(cfg, "plans", "db", "%s", err);
+        else
+            start_error(cfg, "plans", "db", "catalog %s: %s", cfg->db, err);
+        rc = 1;
+    } else if (cfg->anonymous_plan != NULL && snapshot_find_plan(snap, cfg->anonymous_plan) == NULL) {
+        start_error(cfg, "auth", "anonymous_plan", "no plan named \"%s\" in %s", cfg->anonymous_plan, cfg->db);
+        rc = 1;
+    }
+    if (rc == 0) {
+        size_t users = snapshot_user_count(snap), keys = snapshot_key_count(snap);
+        fprintf(stderr, "tierproxy: configuration ok; catalog %s has %zu %s and %zu %s\n", cfg->db, users,
+                plural(users, "user", "users"), keys, plural(keys, "key", "keys"));
+    }
+    if (snap != NULL)
+        snapshot_unref(snap);
+    if (rc == 0 && plog != NULL)
+        *plog = log;
+    else
+        access_log_close(log);
     return rc;
 }
 
@@ -112,6 +195,7 @@ static int serve(struct proxy_config *cfg, int argc, char **argv, char **envp)
     struct memory_store *memory = NULL;
     struct worker *workers = NULL;
     struct access_log *access_log = NULL;
+    struct log_throttle *rejection_warnings = NULL;
     struct admin *admin = NULL;
     struct limiter **limiters = NULL;
     struct metrics **metrics = NULL;
@@ -123,12 +207,13 @@ static int serve(struct proxy_config *cfg, int argc, char **argv, char **envp)
     sigaddset(&sigs, SIGTERM);
     sigaddset(&sigs, SIGINT);
     sigaddset(&sigs, SIGHUP);
+    sigaddset(&sigs, SIGUSR1);
     pthread_sigmask(SIG_BLOCK, &sigs, NULL);
     signal(SIGPIPE, SIG_IGN);
 
     raise_nofile_limit();
     tune_malloc();
-    if (check_catalog(cfg) != 0)
+    if (validate_start(cfg, &access_log) != 0)
         goto out;
     if (snapshot_watch_start(cfg->db, (int)cfg->refresh_ms, &catalog, err, sizeof(err)) < 0) {
         fprintf(stderr, "tierproxy: catalog %s: %s\n", cfg->db, err);
@@ -138,8 +223,9 @@ static int serve(struct proxy_config *cfg, int argc, char **argv, char **envp)
         fprintf(stderr, "tierproxy: out of memory\n");
         goto out;
     }
-    if (cfg->access_log != NULL && access_log_open(cfg->access_log, &access_log, err, sizeof(err)) < 0) {
-        fprintf(stderr, "tierproxy: %s\n", err);
+    rejection_warnings = log_throttle_create(REJECTION_WARNING_KEYS, REJECTION_WARNING_INTERVAL_MS);
+    if (rejection_warnings == NULL) {
+        fprintf(stderr, "tierproxy: out of memory\n");
         goto out;
     }
     struct proxy_shared shared = {
@@ -148,6 +234,7 @@ static int serve(struct proxy_config *cfg, int argc, char **argv, char **envp)
         .catalog = catalog,
         .memory = memory,
         .access_log = access_log,
+        .rejection_warnings = rejection_warnings,
         .log_warnings = strcmp(cfg->log_level, "error") != 0,
     };
     make_instance_id(shared.instance_id, sizeof(shared.instance_id));
@@ -191,6 +278,18 @@ static int serve(struct proxy_config *cfg, int argc, char **argv, char **envp)
         int sig = 0;
         if (sigwait(&sigs, &sig) != 0)
             continue;
+        if (sig == SIGUSR1) {
+            /* logrotate: the file was renamed; write to a new one at the configured path */
+            int rc = access_log_reopen(access_log, err, sizeof(err));
+            if (rc < 0)
+                fprintf(stderr, "tierproxy: SIGUSR1: %s\n", err);
+            else if (rc == 0)
+                fprintf(stderr, "tierproxy: SIGUSR1: access log reopened: %s\n", live->access_log);
+            else
+                fprintf(stderr, "tierproxy: SIGUSR1: the access log is %s, nothing to reopen\n",
+                        access_log == NULL ? "off" : "stdout");
+            continue;
+        }
         if (sig == SIGHUP) {
             /* MONOTONIC_USEC: systemd's Type=notify-reload (253+) wants it with RELOADING. */
             sd_notifyf(0, "RELOADING=1\nMONOTONIC_USEC=%lld", (long long)store_mono_ns() / 1000);
@@ -237,6 +336,7 @@ out:
     free(limiters);
     free(metrics);
     access_log_close(access_log);
+    log_throttle_destroy(rejection_warnings);
     if (memory != NULL)
         memory_store_destroy(memory);
     if (catalog != NULL)
@@ -267,7 +367,7 @@ int main(int argc, char **argv, char **envp)
         printf("tierproxy %s\n", TIERPROXY_VERSION);
         break;
     case CONFIG_CHECK:
-        status = check_catalog(&cfg);
+        status = validate_start(&cfg, NULL);
         break;
     case CONFIG_RUN:
         curl_global_init(CURL_GLOBAL_DEFAULT);

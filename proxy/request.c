@@ -417,7 +417,8 @@ static void apply_verdict(struct request *r, const struct limiter_result *result
     r->limit_type = type_names[type];
     metrics_count_limit_hit(w->metrics, type, r->plan->name);
     if (w->shared->log_warnings)
-        log_rejection(r->user_id, r->plan->name, r->limit_type, over->limit - over->remaining, over->limit);
+        log_rejection(w->shared->rejection_warnings, r->user_id, r->plan->name, r->limit_type,
+                      r->rules[over - r->verdict.verdicts].id, over->limit - over->remaining, over->limit);
     if (r->plan->shadow) {
         r->decision = "shadow";
         start_upstream(r);

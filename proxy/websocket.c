@@ -284,7 +284,8 @@ static void refuse_message(struct ws_tunnel *t)
 {
     metrics_count_limit_hit(t->w->metrics, LIMIT_TYPE_WS_MESSAGE, t->r->plan != NULL ? t->r->plan->name : NULL);
     if (t->w->shared->log_warnings && t->r->plan != NULL)
-        log_rejection(t->r->user_id, t->r->plan->name, "ws_message", t->r->ws_rule.rate, t->r->ws_rule.rate);
+        log_rejection(t->w->shared->rejection_warnings, t->r->user_id, t->r->plan->name, "ws_message",
+                      t->r->ws_rule.id, t->r->ws_rule.rate, t->r->ws_rule.rate);
     if (t->r->plan != NULL && t->r->plan->shadow)
         return; /* counted and reported; a shadow plan refuses nothing */
     close_client_with(t, 1008, "message rate limit exceeded");

@@ -24,6 +24,8 @@ struct proxy_config;
 struct request;
 struct upstream_addr;
 struct intake_conn;
+struct access_log;
+struct log_throttle;
 
 /* What every worker shares, owned by main. */
 struct proxy_shared {
@@ -31,6 +33,7 @@ struct proxy_shared {
     struct snapshot_watch *catalog;
     struct memory_store *memory;     /* NULL with the redis store */
     struct access_log *access_log;   /* NULL when off */
+    struct log_throttle *rejection_warnings; /* one line per user and limit per 10 s */
     char instance_id[24];            /* names this process's concurrency leases */
     bool log_warnings;               /* [log] level is debug, info or warn */
 };

@@ -50,6 +50,11 @@ void memory_store_destroy(struct memory_store *store);
  * Does not take ownership of `store`, which must outlive the limiter. */
 struct limiter *limiter_memory_create(struct memory_store *store);
 
+/* Checks a Redis URL the way limiter_redis_create reads it, without connecting (for
+ * `tierproxy --check`). Returns 0, or -EINVAL with a reason in err that never holds the
+ * password. */
+int limiter_redis_url_check(const char *url, char *err, size_t errlen);
+
 /* A limiter over Redis for one event loop (one worker thread). Connects in the
  * background and reconnects with backoff; while it is down, checks answer
  * LIMITER_UNAVAILABLE at once. Returns NULL with a reason in err on a bad URL. */

@@ -870,6 +870,14 @@ static int script_init(struct script *s, const char *text)
     return 0;
 }
 
+int limiter_redis_url_check(const char *url, char *err, size_t errlen)
+{
+    struct redis_url parsed;
+    int r = redis_url_parse(url, &parsed, err, errlen) != 0 ? -EINVAL : 0;
+    explicit_bzero(&parsed, sizeof(parsed)); /* the password, if any */
+    return r;
+}
+
 struct limiter *limiter_redis_create(struct event_base *base, const struct redis_store_options *options,
                                      char *err, size_t errlen)
 {

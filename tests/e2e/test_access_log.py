@@ -34,7 +34,9 @@ def test_access_log_lines(catalog, start_proxy):
     assert any("/logged" in str(v) for v in rejected.values()), rejected
 
 
-def test_a_warning_line_per_rejection_on_stderr(catalog, start_proxy):
+def test_a_warning_line_on_stderr_names_user_and_limit(catalog, start_proxy):
+    # one line stands for every rejection of that user and limit in 10 s
+    # (test_operator_logs.py holds the window and the count)
     catalog.plan("one", "--rate", "1/min")
     user, key = catalog.user_key("one")
     p = start_proxy(catalog)
@@ -45,10 +47,10 @@ def test_a_warning_line_per_rejection_on_stderr(catalog, start_proxy):
     def warnings():
         return [json.loads(ln) for ln in p.stderr().splitlines()
                 if ln.startswith("{") and '"warn"' in ln]
-    assert wait_until(lambda: len(warnings()) >= 2, 5), p.stderr()
+    assert wait_until(lambda: len(warnings()) >= 1, 5), p.stderr()
     got = warnings()
-    assert len(got) == 2, got
-    for w in got:
-        assert (w["user_id"], w["limit_type"], w["current_count"], w["limit"]) == \
-            (user, "http", 1, 1), w
+    assert len(got) == 1, got
+    w = got[0]
+    assert (w["user_id"], w["limit_type"], w["current_count"], w["limit"], w["rejections"]) == \
+        (user, "http", 1, 1, 1), w
     assert key not in p.stderr(), "the API key is on stderr"

@@ -38,10 +38,11 @@ def test_shadow_reports_what_would_have_happened(catalog, start_proxy):
         if ln.get("decision") == "shadow":
             assert ln.get("user_id") == user and ln.get("limit_type") == "http", ln
             assert ln.get("limit") == 3 and ln.get("current_count") == 3, ln
-    # the warning log names the user and the limit for each would-be rejection
+    # the warning log names the user and the limit of the would-be rejections: one line
+    # for the three, which all came within 10 s
     warns = [json.loads(ln) for ln in p.stderr().splitlines()
              if ln.startswith("{") and "limit exceeded" in ln]
-    assert len(warns) == 3 and all(w.get("user_id") == user for w in warns), p.stderr()[-2000:]
+    assert len(warns) == 1 and warns[0].get("user_id") == user, p.stderr()[-2000:]
     # the metrics: three hits counted, no 429 answered
     assert metric(p, "tierproxy_rate_limit_hits_total", limit_type="http", plan="sh") == 3
     assert metric(p, "tierproxy_requests_total", plan="sh", code="200") == 6

@@ -811,6 +811,26 @@ static int teardown(void **state)
     return rmdir(tmpdir);
 }
 
+/* config_origin names where each value came from, for errors found after loading. */
+static void test_origin_names_file_line_flag_or_variable(void **state)
+{
+    (void)state;
+    struct proxy_config cfg;
+    enum config_action action;
+    char err[512], buf[512], want[512];
+    const char *path = write_ini("[proxy]\nworkers = 2\n\n[auth]\nanonymous_plan = guests\n");
+    const char *args[] = {"--redis", "redis://127.0.0.1:6379/0", NULL};
+    const char *env[] = {"TIERPROXY_LOG_ACCESS=off", NULL};
+    assert_int_equal(load(path, args, env, &cfg, &action, err, sizeof(err)), 0);
+    snprintf(want, sizeof(want), "%s:5: [auth] anonymous_plan", path);
+    assert_string_equal(config_origin(&cfg, "auth", "anonymous_plan", buf, sizeof(buf)), want);
+    assert_string_equal(config_origin(&cfg, "limits", "redis", buf, sizeof(buf)), "--redis");
+    assert_string_equal(config_origin(&cfg, "limits", "store", buf, sizeof(buf)), "--redis");
+    assert_string_equal(config_origin(&cfg, "log", "access", buf, sizeof(buf)), "TIERPROXY_LOG_ACCESS");
+    assert_string_equal(config_origin(&cfg, "plans", "db", buf, sizeof(buf)), "[plans] db (default)");
+    config_free(&cfg);
+}
+
 int main(int argc, char **argv)
 {
     example_ini = argc > 1 ? argv[1] : "etc/tierproxy.ini";
@@ -831,6 +851,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_precedence),
         cmocka_unit_test(test_reload),
         cmocka_unit_test(test_null_and_small_buffers),
+        cmocka_unit_test(test_origin_names_file_line_flag_or_variable),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
