@@ -1024,6 +1024,11 @@ static int backup_into(struct catalog *cat, const char *tmp_path)
             int rc2 = sqlite3_backup_finish(b);
             if (rc == SQLITE_OK)
                 rc = rc2;
+            /* The copy took the source's WAL flag: make it one self-contained file, that a
+             * reader opens without leaving -wal/-shm beside it (tierctl's next write turns
+             * WAL on again). */
+            if (rc == SQLITE_OK)
+                rc = sqlite3_exec(dst, "PRAGMA journal_mode = DELETE", NULL, NULL, NULL);
         } else {
             rc = sqlite3_errcode(dst);
         }

@@ -423,6 +423,8 @@ def test_backup_copies_a_live_catalog_with_its_wal(ctl, tmp_path):
                               " WHERE u.id = 'alice'").fetchone() == ("gold",)
             assert db.execute("SELECT count(*) FROM plans WHERE name = 'uncommitted'").fetchone()[0] == 0
         assert stat.S_IMODE((alone / "copy.db").stat().st_mode) == 0o600
+        # One self-contained file: reading it leaves nothing beside it.
+        assert [p.name for p in alone.iterdir()] == ["copy.db"]
         # tierctl reads the copy like the original.
         other = Ctl(alone)
         other.db = alone / "copy.db"
