@@ -108,7 +108,7 @@ static const struct help_row help_table[] = {
      "add limits, per route with --route (\"* /prefix\" = any method); prints the new limit ids",
      cmd_limit_add, 1, 1, LIMIT_FLAGS | F(ROUTE), ACCESS_WRITE, 0, 0},
     {"limit set", "PLAN LIMIT-ID LIMIT-FLAGS",
-     "change one limit in place: it keeps its id, so counts carry over (a new algorithm starts afresh)",
+     "change one limit in place; it keeps its id and its counts (a new algorithm starts afresh)",
      cmd_limit_set, 2, 2, LIMIT_FLAGS, ACCESS_WRITE, 0, 0},
     {"limit remove", "PLAN LIMIT-ID", "remove a limit",
      cmd_limit_remove, 2, 2, 0, ACCESS_WRITE, 0, 0},
@@ -229,7 +229,8 @@ static void print_help(FILE *f)
                 fprintf(f, "  %s\n  %-*s %s\n", left, width, "", row->text);
         }
     }
-    fprintf(f, "Exit status: 0 done, 1 refused or failed, 2 bad usage.\n");
+    fprintf(f, "A command that changes the catalog says what it changed in one line on stderr.\n"
+               "Exit status: 0 done, 1 refused or failed, 2 bad usage.\n");
 }
 
 static const struct help_row *flag_row(const char *name, size_t len)
