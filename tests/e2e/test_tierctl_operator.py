@@ -373,6 +373,27 @@ def test_limit_set_counts_what_was_admitted(catalog, start_proxy):
     assert admitted(p, key, 4) == 1
 
 
+def test_grown_window_keeps_the_log_past_the_old_expiry(catalog, proxies, redis):
+    # 2/2s, 2 admitted, then 2/20s: the two requests count for 20 s. The stores keep a
+    # log about 2 windows after its last entry; a rejected check under the grown window
+    # must keep it for the new one. Two proxies on one Redis: the second never saw the
+    # rejection (each remembers its own), so it asks the store after the old 4 s are over.
+    catalog.plan(LIMIT_PLAN, "--rate", "2/2s")
+    _, key = catalog.user_key(LIMIT_PLAN)
+    _, probe = catalog.user_key(LIMIT_PLAN)
+    prefix = "tpgrow%d:" % os.getpid()
+    a = proxies.start(catalog, store="redis", key_prefix=prefix)
+    b = proxies.start(catalog, store="redis", key_prefix=prefix)
+    t0 = time.monotonic()
+    assert admitted(a, key, 2) == 2
+    catalog.run("plan", "set", LIMIT_PLAN, "--rate", "2/20s")
+    assert wait_until(lambda: "w=20" in (a.get("/x", key=probe).header("RateLimit-Policy") or ""), 3), \
+        "the change did not reach the proxy"
+    assert a.get("/x", key=key).status == 429
+    time.sleep(max(0.0, t0 + 5.0 - time.monotonic()))
+    assert b.get("/x", key=key).status == 429, "the log was dropped on the old window's expiry"
+
+
 def test_algorithm_change_starts_afresh(catalog, start_proxy):
     # The stores keep a state per algorithm: another algorithm starts from nothing.
     away_from_window_edge(3600)
