@@ -426,9 +426,8 @@ def test_backup_copies_a_live_catalog_with_its_wal(ctl, tmp_path):
         writer.execute("INSERT INTO plans (name) VALUES ('uncommitted')")
         try:
             copy = tmp_path / "copy.db"
-            t0 = time.monotonic()
+            # (Had it waited for the writer's lock, it would have failed: "locked".)
             cp = ctl("backup", copy)
-            assert time.monotonic() - t0 < 3
             assert cp.stdout == "" and cp.stderr == "", cp
         finally:
             writer.execute("ROLLBACK")
