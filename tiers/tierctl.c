@@ -331,8 +331,9 @@ static int parse_limit_flags(struct cli *c)
 }
 
 /* Splits argv into the command, its positional arguments and its flags. Returns 0 (with
- * *phelp set when the general help was asked for, c->flag[FLAG_VERSION] for --version), -1 when COMMAND --help was printed, or
- * the exit status of a usage error already reported. */
+ * *phelp set when the general help was asked for, c->flag[FLAG_VERSION] for --version),
+ * -1 when COMMAND --help was printed, or the exit status of a usage error already
+ * reported. */
 static int parse_args(int argc, char **argv, struct cli *c, bool *phelp)
 {
     int i = 1;
