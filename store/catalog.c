@@ -7,11 +7,13 @@
 
 #include <ctype.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <sqlite3.h>
 
@@ -239,6 +241,19 @@ int catalog_open(const char *path, enum catalog_mode mode, struct catalog **pcat
         return -ENOMEM;
     }
     cat->mode = mode;
+    if (mode == CATALOG_CREATE) {
+        /* SQLite would create the file with 0644 less the umask, and its -wal and -shm
+         * files with the file's mode: the catalog holds key hashes, so owner only. */
+        int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+        if (fd >= 0) {
+            close(fd);
+        } else if (errno != EEXIST) {
+            int e = errno;
+            snprintf(err, errlen, "cannot create catalog %s: %s", path, strerror(e));
+            free(cat);
+            return -e;
+        }
+    }
     int flags = mode == CATALOG_READ_ONLY ? SQLITE_OPEN_READONLY
               : mode == CATALOG_READ_WRITE ? SQLITE_OPEN_READWRITE
               : SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE;
@@ -702,6 +717,25 @@ int catalog_limit_remove(struct catalog *cat, int64_t plan_id, int64_t limit_id)
     return r;
 }
 
+int catalog_limit_update(struct catalog *cat, const struct catalog_limit *limit)
+{
+    if (catalog_check_limit(limit, cat->errmsg, sizeof(cat->errmsg)))
+        return CATALOG_INVALID;
+    const char *algorithm = limit->kind == CATALOG_LIMIT_RATE ? limit_algorithm_name(limit->algorithm) : NULL;
+    int64_t n = 0;
+    int r = stmt_run(cat, &n,
+                     "UPDATE limits SET algorithm = ?, amount = ?, window_ms = ?, burst = ?"
+                     " WHERE id = ? AND plan_id = ? AND kind = ?",
+                     "tiiiiit", algorithm, limit->amount, limit->window_ms, limit->burst,
+                     limit->id, limit->plan_id, catalog_limit_kind_name(limit->kind));
+    if (r == 0 && n == 0) {
+        set_err(cat, "the plan has no %s limit %lld", catalog_limit_kind_name(limit->kind),
+                (long long)limit->id);
+        r = CATALOG_NOT_FOUND;
+    }
+    return r;
+}
+
 int catalog_limit_remove_routeless(struct catalog *cat, int64_t plan_id,
                                    enum catalog_limit_kind kind, int64_t *pcount)
 {
@@ -970,6 +1004,90 @@ int catalog_key_each(struct catalog *cat, const char *user_id, bool active_only,
     if (r == 0 && rc != SQLITE_DONE)
         r = sql_fail(cat, rc);
     sqlite3_finalize(st);
+    return r;
+}
+
+/* ---- backup ---- */
+
+/* Copies the main database of src into the file at tmp_path (already created, empty). */
+static int backup_into(struct catalog *cat, const char *tmp_path)
+{
+    sqlite3 *dst = NULL;
+    int rc = sqlite3_open_v2(tmp_path, &dst, SQLITE_OPEN_READWRITE, NULL);
+    if (rc == SQLITE_OK) {
+        sqlite3_backup *b = sqlite3_backup_init(dst, "main", cat->db, "main");
+        if (b) {
+            /* All pages in one step: one consistent read of the source (our transaction). */
+            rc = sqlite3_backup_step(b, -1);
+            if (rc == SQLITE_DONE)
+                rc = SQLITE_OK;
+            int rc2 = sqlite3_backup_finish(b);
+            if (rc == SQLITE_OK)
+                rc = rc2;
+            /* The copy took the source's WAL flag: make it one self-contained file, that a
+             * reader opens without leaving -wal/-shm beside it (tierctl's next write turns
+             * WAL on again). */
+            if (rc == SQLITE_OK)
+                rc = sqlite3_exec(dst, "PRAGMA journal_mode = DELETE", NULL, NULL, NULL);
+        } else {
+            rc = sqlite3_errcode(dst);
+        }
+    }
+    if (rc != SQLITE_OK)
+        set_err(cat, "backup failed: %s", dst ? sqlite3_errmsg(dst) : sqlite3_errstr(rc));
+    /* Closing the last connection checkpoints and removes the copy's own -wal. */
+    if (sqlite3_close(dst) != SQLITE_OK && rc == SQLITE_OK) {
+        set_err(cat, "backup failed: cannot close %s", tmp_path);
+        rc = SQLITE_IOERR;
+    }
+    return rc == SQLITE_OK ? 0 : rc == SQLITE_NOMEM ? -ENOMEM : -EIO;
+}
+
+int catalog_backup(struct catalog *cat, const char *path)
+{
+    struct stat sb;
+    if (lstat(path, &sb) == 0) {
+        set_err(cat, "%s exists: a backup never overwrites a file (remove it or pick another name)", path);
+        return CATALOG_EXISTS;
+    }
+    size_t n = strlen(path) + sizeof(".tmp-XXXXXX");
+    char *tmp = malloc(n);
+    if (!tmp) {
+        set_err(cat, "out of memory");
+        return -ENOMEM;
+    }
+    snprintf(tmp, n, "%s.tmp-XXXXXX", path);
+    int fd = mkstemp(tmp);   /* 0600 */
+    if (fd < 0) {
+        int e = errno;
+        set_err(cat, "cannot create %s: %s", path, strerror(e));
+        free(tmp);
+        return -e;
+    }
+    close(fd);
+    int r = backup_into(cat, tmp);
+    if (r == 0) {
+        int dfd = open(tmp, O_RDONLY | O_CLOEXEC);
+        if (dfd < 0 || fsync(dfd) != 0) {
+            set_err(cat, "cannot write %s: %s", path, strerror(errno));
+            r = -EIO;
+        }
+        if (dfd >= 0)
+            close(dfd);
+    }
+    /* link() refuses an existing path: a file that appeared meanwhile is not replaced. */
+    if (r == 0 && link(tmp, path) != 0) {
+        int e = errno;
+        if (e == EEXIST) {
+            set_err(cat, "%s exists: a backup never overwrites a file (remove it or pick another name)", path);
+            r = CATALOG_EXISTS;
+        } else {
+            set_err(cat, "cannot create %s: %s", path, strerror(e));
+            r = -e;
+        }
+    }
+    unlink(tmp);
+    free(tmp);
     return r;
 }
 

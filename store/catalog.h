@@ -95,6 +95,10 @@ struct catalog;
 int catalog_open(const char *path, enum catalog_mode mode, struct catalog **pcat,
                  char *err, size_t errlen);
 
+/* A catalog file that CATALOG_CREATE makes is readable and writable by its owner only
+ * (0600, whatever the umask); SQLite gives its -wal and -shm files the same mode. An
+ * existing file keeps the mode it has. */
+
 /* Rolls back an open transaction and closes the connection. NULL is allowed. */
 void catalog_close(struct catalog *cat);
 
@@ -154,6 +158,11 @@ int catalog_plan_each(struct catalog *cat, catalog_plan_fn *fn, void *ctx);
  * remove_routeless deletes the plan's route-less limits of one kind and sets *pcount. */
 int catalog_limit_add(struct catalog *cat, const struct catalog_limit *limit, int64_t *pid);
 int catalog_limit_remove(struct catalog *cat, int64_t plan_id, int64_t limit_id);
+/* Changes the numbers (algorithm, amount, window, burst) of limit->id in place, so that it
+ * keeps its id and the limiter state the stores hold under it. Its plan, kind and route
+ * must be those on record (they are not changed); CATALOG_NOT_FOUND when the plan has no
+ * such limit of that kind, CATALOG_INVALID when the numbers are out of range. */
+int catalog_limit_update(struct catalog *cat, const struct catalog_limit *limit);
 int catalog_limit_remove_routeless(struct catalog *cat, int64_t plan_id,
                                    enum catalog_limit_kind kind, int64_t *pcount);
 int catalog_limit_each(struct catalog *cat, int64_t plan_id, catalog_limit_fn *fn, void *ctx);
@@ -177,6 +186,14 @@ int catalog_key_add(struct catalog *cat, const struct catalog_key *key, int64_t 
 int catalog_key_revoke(struct catalog *cat, int64_t key_id);
 int catalog_key_each(struct catalog *cat, const char *user_id, bool active_only,
                      catalog_key_fn *fn, void *ctx);
+
+/* Writes a consistent copy of the catalog, as of the caller's transaction, to a new file
+ * at path (SQLite's online backup API: committed changes still in the WAL are in it,
+ * other connections' uncommitted ones are not, and nobody is blocked). The copy is created
+ * 0600 and appears whole or not at all: it is written to a temporary file beside path and
+ * linked to path only when complete. Returns CATALOG_EXISTS when path exists (nothing is
+ * ever overwritten), a negative errno otherwise; the reason in catalog_errmsg. */
+int catalog_backup(struct catalog *cat, const char *path);
 
 /* Import support. clear deletes every record but keeps the id high-water marks, so ids
  * are never reused. table is "plans", "limits" or "api_keys". sequence_raise sets the

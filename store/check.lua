@@ -9,7 +9,9 @@
 --                    (concurrency: rate = N slots, burst 0, window_ms = the lease TTL)
 -- ARGV[4n+2]         the lease id; present only when some rule is a concurrency rule
 -- Returns {now, all_allowed, then per rule: allowed, limit, remaining, reset_ms}.
--- Reads first; writes (with a TTL on every key written) only when every rule allows.
+-- Reads first; writes (with a TTL on every key written) only when every rule allows; the
+-- one write otherwise: a sliding log whose window grew (a limit changed in place) gets the
+-- new window's TTL, so its entries still count past the old window's.
 -- C = rate + burst; t = now, or the state's newest time when that is later (a clock that
 -- goes backwards is clamped).
 --
@@ -173,9 +175,9 @@ end
 
 -- Decides a sliding-log rule (reads only; m: the key's last entry, when already read).
 -- Returns t, count, first (index of the log's first entry), oldest (its time; nil when
--- count = 0), stale (replace the key), expire (set the TTL), and the known oldest times of
+-- count = 0), stale (replace the key), expire (set the TTL), the known oldest times of
 -- the log: m, nk (l1..lnk of that tail), or l (ascending, a prefix of the log), or mig (the
--- whole log, from a sorted set).
+-- whole log, from a sorted set); and grown (the log was recorded under a shorter window).
 local function sl_decide(k, w, m)
   local t = now
   if m == nil then m = rpcall('LINDEX', k, '-1') end
@@ -199,7 +201,7 @@ local function sl_decide(k, w, m)
           dead, cnt = dead + j, cnt - j               -- all known ones expired: read on
         end
         local f, l = sl_scan(k, dead, dead + cnt, lo)
-        return t, dead + cnt - f, f, l[1], false, expire, nil, 0, l
+        return t, dead + cnt - f, f, l[1], false, expire, nil, 0, l, nil, wn < w
       end
     end
   elseif m and call('TYPE', k)['ok'] == 'zset' then   -- a log of the layout before
@@ -302,7 +304,7 @@ for i = 1, n do
   if g == 0 then
     local m
     if i == 1 then m = m1 end
-    s.sl = {sl_decide(k, w, m)}                       -- t, count, first, oldest, stale, expire, m, nk, l, mig
+    s.sl = {sl_decide(k, w, m)}                       -- t, count, first, oldest, stale, expire, m, nk, l, mig, grown
     s.t = s.sl[1]
     s.ok = s.sl[2] < c
   elseif g == 4 then
@@ -373,11 +375,14 @@ for i = 1, n do
     if all == 1 then
       sl_record(k, w, t, count, first, sl[5], sl[6], sl[7], sl[8], sl[9], sl[10])
       rem, reset = c - count - 1, (oldest or t) + w - t
-    elseif s.ok then
-      rem, reset = c - count, 0
-      if count > 0 then reset = oldest + w - t end
     else
-      rem, reset = 0, sl_at(k, count - c, first, sl[7], sl[8], sl[9], sl[10]) + w - t
+      if sl[11] then call('PEXPIRE', k, 2 * w) end    -- the window grew: keep the log for it
+      if s.ok then
+        rem, reset = c - count, 0
+        if count > 0 then reset = oldest + w - t end
+      else
+        rem, reset = 0, sl_at(k, count - c, first, sl[7], sl[8], sl[9], sl[10]) + w - t
+      end
     end
   else
     if all == 1 and s.stale then call('DEL', k) end

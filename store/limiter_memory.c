@@ -261,6 +261,22 @@ static struct mem_entry *ensure_slots(struct mem_stripe *st, struct mem_entry *e
     return e;
 }
 
+/* A sliding log recorded under a shorter window than its rule's now (tierctl changed the
+ * limit in place) is kept for the new window, though this check recorded nothing: its
+ * entries still count, and would otherwise be dropped on the old window's time. Redis does
+ * the same with the key's TTL (check.lua). */
+static void keep_grown_log(struct mem_entry *e, struct mem_slot *slot, const struct limit_rule *rule)
+{
+    if (rule->algorithm != LIMIT_SLIDING_LOG || slot->st.algorithm != LIMIT_SLIDING_LOG ||
+        slot->st.window_ms >= rule->window_ms)
+        return;
+    int64_t evict = slot_evict_ms(slot, rule);
+    if (evict > slot->evict_ms)
+        slot->evict_ms = evict;
+    if (evict > e->evict_ms)
+        e->evict_ms = evict;
+}
+
 /* Removes the leases a check added to the table before it was decided. */
 static void untrack(struct limiter *limiter, const char *subject, size_t subject_len,
                     const struct limit_rule *rules, size_t n, const char *lease_id, size_t id_len)
@@ -357,6 +373,8 @@ static int memory_check(struct limiter *limiter, const char *subject, size_t sub
         for (size_t i = 0; i < n; i++) {
             struct mem_slot *slot = find_slot(e, rules[i].id);
             algo_verdict(slot ? &slot->st : &empty, &rules[i], &ev[i], &result.verdicts[i]);
+            if (slot != NULL)
+                keep_grown_log(e, slot, &rules[i]);
         }
     }
     pthread_mutex_unlock(&st->lock);

@@ -7,7 +7,12 @@
  * command changes nothing.
  *
  * Exit status: 0 done, 1 refused or failed (one line on stderr), 2 bad usage (the reason
- * and the usage line on stderr). */
+ * and the usage line on stderr).
+ *
+ * stdout carries what the command was asked for (a listing, a new key, new limit ids) and
+ * nothing else, so that `KEY=$(tierctl key create alice)` captures the key alone. A
+ * command that changes the catalog says what it changed in one line on stderr (`note`),
+ * written only once the change is committed; reads say nothing there. */
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -21,6 +26,7 @@
 
 #include <jansson.h>
 #include <openssl/crypto.h>
+#include <sqlite3.h>
 
 #include "store/catalog.h"
 #include "store/limit.h"
@@ -35,6 +41,7 @@
 enum flag {
     FLAG_RATE, FLAG_BURST, FLAG_ALGORITHM, FLAG_CONCURRENCY, FLAG_WS_MESSAGES, FLAG_SHADOW,
     FLAG_ROUTE, FLAG_PLAN, FLAG_LABEL, FLAG_JSON, FLAG_DB, FLAG_HELP,
+    FLAG_VERSION,
     N_FLAGS,
 };
 #define F(name) (1u << FLAG_##name)
@@ -60,6 +67,7 @@ struct cli {
     char route_method[CATALOG_METHOD_MAX + 1];
     char route_prefix[CATALOG_PREFIX_MAX + 1];
     struct catalog *cat;
+    char note[1024];                   /* what a change changed; printed after the commit */
 };
 
 typedef int command_fn(struct cli *c);
@@ -67,6 +75,7 @@ typedef int command_fn(struct cli *c);
 static command_fn cmd_init, cmd_plan_add, cmd_plan_set, cmd_plan_list, cmd_plan_show, cmd_plan_remove,
     cmd_limit_add, cmd_limit_remove, cmd_user_add, cmd_user_set, cmd_user_list, cmd_user_show,
     cmd_user_remove, cmd_key_create, cmd_key_list, cmd_key_revoke, cmd_export, cmd_import;
+static command_fn cmd_limit_set, cmd_backup;
 
 /* The help table: a row is a command (run != NULL) or a flag. It is the only source of
  * usage text, and of which arguments and flags a command takes. */
@@ -98,6 +107,9 @@ static const struct help_row help_table[] = {
     {"limit add", "PLAN LIMIT-FLAGS [--route \"METHOD /prefix\"]",
      "add limits, per route with --route (\"* /prefix\" = any method); prints the new limit ids",
      cmd_limit_add, 1, 1, LIMIT_FLAGS | F(ROUTE), ACCESS_WRITE, 0, 0},
+    {"limit set", "PLAN LIMIT-ID LIMIT-FLAGS",
+     "change one limit in place; it keeps its id and its counts (a new algorithm starts afresh)",
+     cmd_limit_set, 2, 2, LIMIT_FLAGS, ACCESS_WRITE, 0, 0},
     {"limit remove", "PLAN LIMIT-ID", "remove a limit",
      cmd_limit_remove, 2, 2, 0, ACCESS_WRITE, 0, 0},
     {"user add", "ID --plan NAME", "add a user on a plan",
@@ -110,14 +122,16 @@ static const struct help_row help_table[] = {
      cmd_user_show, 1, 1, F(JSON), ACCESS_READ, 0, 0},
     {"user remove", "ID", "remove a user; also revokes the user's keys",
      cmd_user_remove, 1, 1, 0, ACCESS_WRITE, 0, 0},
-    {"key create", "USER [--label TEXT]", "print a new key alone on the last line; it is never shown again",
-     cmd_key_create, 1, 1, F(LABEL), ACCESS_WRITE, 0, 0},
+    {"key create", "USER [--label TEXT] [--json]", "print a new key alone on one line; it is never shown again",
+     cmd_key_create, 1, 1, F(LABEL) | F(JSON), ACCESS_WRITE, 0, 0},
     {"key list", "[USER] [--json]", "key id, user, label, created, revoked; never the key itself",
      cmd_key_list, 0, 1, F(JSON), ACCESS_READ, 0, 0},
     {"key revoke", "KEY-ID", "revoke a key",
      cmd_key_revoke, 1, 1, 0, ACCESS_WRITE, 0, 0},
     {"export", "[FILE]", "write the whole catalog as JSON (keys as hashes) to FILE or stdout",
      cmd_export, 0, 1, 0, ACCESS_READ, 0, 0},
+    {"backup", "FILE", "write a consistent copy of the live catalog to a new FILE (mode 0600; never overwrites)",
+     cmd_backup, 1, 1, 0, ACCESS_READ, 0, 0},
     {"import", "FILE", "replace the whole catalog with FILE (- = stdin); all or nothing, ids kept",
      cmd_import, 1, 1, 0, ACCESS_CREATE, 0, 0},
 
@@ -137,9 +151,10 @@ static const struct help_row help_table[] = {
      NULL, 0, 0, 0, 0, FLAG_ROUTE, false},
     {"--plan", "NAME", "(user add/set/list) the plan", NULL, 0, 0, 0, 0, FLAG_PLAN, false},
     {"--label", "TEXT", "(key create) a note to tell keys apart", NULL, 0, 0, 0, 0, FLAG_LABEL, false},
-    {"--json", NULL, "(list and show) print JSON", NULL, 0, 0, 0, 0, FLAG_JSON, false},
+    {"--json", NULL, "(list, show, key create) print JSON", NULL, 0, 0, 0, 0, FLAG_JSON, false},
     {"--db", "PATH", "the catalog; default $TIERPROXY_DB, else " DEFAULT_DB, NULL, 0, 0, 0, 0, FLAG_DB, false},
     {"--help", NULL, "print this help", NULL, 0, 0, 0, 0, FLAG_HELP, false},
+    {"--version", NULL, "print the version", NULL, 0, 0, 0, 0, FLAG_VERSION, false},
 };
 #define N_ROWS (sizeof(help_table) / sizeof(help_table[0]))
 
@@ -156,6 +171,16 @@ static int fail(const char *fmt, ...)
     va_end(ap);
     fputc('\n', stderr);
     return EXIT_REFUSED;
+}
+
+/* Records the one line a change prints on stderr once it is committed. */
+__attribute__((format(printf, 2, 3)))
+static void note(struct cli *c, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(c->note, sizeof(c->note), fmt, ap);
+    va_end(ap);
 }
 
 static void print_usage_line(FILE *f, const struct help_row *cmd)
@@ -204,7 +229,8 @@ static void print_help(FILE *f)
                 fprintf(f, "  %s\n  %-*s %s\n", left, width, "", row->text);
         }
     }
-    fprintf(f, "Exit status: 0 done, 1 refused or failed, 2 bad usage.\n");
+    fprintf(f, "A command that changes the catalog says what it changed in one line on stderr.\n"
+               "Exit status: 0 done, 1 refused or failed, 2 bad usage.\n");
 }
 
 static const struct help_row *flag_row(const char *name, size_t len)
@@ -305,8 +331,9 @@ static int parse_limit_flags(struct cli *c)
 }
 
 /* Splits argv into the command, its positional arguments and its flags. Returns 0 (with
- * *phelp set when the general help was asked for), -1 when COMMAND --help was printed, or
- * the exit status of a usage error already reported. */
+ * *phelp set when the general help was asked for, c->flag[FLAG_VERSION] for --version),
+ * -1 when COMMAND --help was printed, or the exit status of a usage error already
+ * reported. */
 static int parse_args(int argc, char **argv, struct cli *c, bool *phelp)
 {
     int i = 1;
@@ -314,6 +341,9 @@ static int parse_args(int argc, char **argv, struct cli *c, bool *phelp)
     while (i < argc && argv[i][0] == '-' && argv[i][1]) {
         if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
             *phelp = true;
+            return 0;
+        } else if (strcmp(argv[i], "--version") == 0) {
+            c->flag[FLAG_VERSION] = "";
             return 0;
         } else if (strcmp(argv[i], "--db") == 0) {
             if (i + 1 >= argc)
@@ -513,6 +543,100 @@ static int catalog_failed(struct cli *c)
     return fail("%s", catalog_errmsg(c->cat));
 }
 
+/* ---- what a change line says ---- */
+
+/* Appends to a note being built; a note longer than buf is cut, never overrun. */
+__attribute__((format(printf, 3, 4)))
+static void append(char *buf, size_t len, const char *fmt, ...)
+{
+    size_t n = strlen(buf);
+    if (n + 1 >= len)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf + n, len - n, fmt, ap);
+    va_end(ap);
+}
+
+static const char *kind_word(enum catalog_limit_kind kind)
+{
+    return kind == CATALOG_LIMIT_RATE ? "rate" : kind == CATALOG_LIMIT_CONCURRENCY ? "concurrency" : "ws-messages";
+}
+
+/* A limit's numbers without its kind: "3/10s", "100/min burst 10 token-bucket", "10" (a
+ * concurrency), each followed by " on GET /v1" for a route. */
+static void describe_value(const struct catalog_limit *l, char *buf, size_t len)
+{
+    if (l->kind == CATALOG_LIMIT_CONCURRENCY) {
+        snprintf(buf, len, "%" PRId64, l->amount);
+        if (l->route_method)
+            append(buf, len, " on %s %s", l->route_method, l->route_prefix);
+        return;
+    }
+    struct catalog_limit as_rate = *l;
+    as_rate.kind = CATALOG_LIMIT_RATE;   /* ws-messages: the rate alone, no burst or algorithm */
+    describe_limit(&as_rate, buf, len);
+}
+
+/* "rate 3/10s", "concurrency 10", "ws-messages 10/s on GET /v1". */
+static void describe_full(const struct catalog_limit *l, char *buf, size_t len)
+{
+    int n = snprintf(buf, len, "%s ", kind_word(l->kind));
+    if (n > 0 && (size_t)n < len)
+        describe_value(l, buf + n, len - (size_t)n);
+}
+
+/* ---- limits read back for a change ---- */
+
+/* A limit as read, with its route copied (the catalog's strings last only for the
+ * callback). */
+struct limit_copy {
+    struct catalog_limit l;
+    char method[CATALOG_METHOD_MAX + 1];
+    char prefix[CATALOG_PREFIX_MAX + 1];
+};
+
+#define MAX_PLAN_LIMITS 64
+
+/* Which limits of a plan collect_limits keeps, and where. */
+struct limit_pick {
+    int kind;                          /* an enum catalog_limit_kind, or -1 = any */
+    bool routeless_only;
+    int64_t id;                        /* 0 = any */
+    struct limit_copy *items;          /* MAX_PLAN_LIMITS of them */
+    size_t n;
+};
+
+static int pick_limit(void *ctx, const struct catalog_limit *l)
+{
+    struct limit_pick *pick = ctx;
+    if ((pick->kind >= 0 && (int)l->kind != pick->kind) || (pick->routeless_only && l->route_method) ||
+        (pick->id && l->id != pick->id))
+        return 0;
+    if (pick->n == MAX_PLAN_LIMITS)
+        return -E2BIG;
+    struct limit_copy *copy = &pick->items[pick->n++];
+    copy->l = *l;
+    if (l->route_method) {
+        snprintf(copy->method, sizeof(copy->method), "%s", l->route_method);
+        snprintf(copy->prefix, sizeof(copy->prefix), "%s", l->route_prefix);
+        copy->l.route_method = copy->method;
+        copy->l.route_prefix = copy->prefix;
+    }
+    return 0;
+}
+
+/* Fills pick with the plan's limits it asks for, in id order. Returns 0 or an exit status
+ * already reported. */
+static int collect_limits(struct cli *c, const char *plan_name, int64_t plan_id, struct limit_pick *pick)
+{
+    pick->n = 0;
+    int r = catalog_limit_each(c->cat, plan_id, pick_limit, pick);
+    if (r == -E2BIG)
+        return fail("plan \"%s\" has more than %d limits of that kind", plan_name, MAX_PLAN_LIMITS);
+    return r ? catalog_failed(c) : 0;
+}
+
 /* ---- init ---- */
 
 static int cmd_init(struct cli *c)
@@ -520,6 +644,7 @@ static int cmd_init(struct cli *c)
     static const struct { const char *name; int64_t rate; } defaults[] = {
         {"free", 100}, {"starter", 3000}, {"pro", 20000},
     };
+    char created[64] = "";
     for (size_t i = 0; i < sizeof(defaults) / sizeof(defaults[0]); i++) {
         int64_t plan_id;
         int r = catalog_plan_find(c->cat, defaults[i].name, &plan_id, NULL);
@@ -538,18 +663,23 @@ static int cmd_init(struct cli *c)
         rate.plan_id = concurrency.plan_id = plan_id;
         if (catalog_limit_add(c->cat, &rate, NULL) || catalog_limit_add(c->cat, &concurrency, NULL))
             return catalog_failed(c);
+        append(created, sizeof(created), "%s%s", created[0] ? ", " : "", defaults[i].name);
     }
+    if (created[0])
+        note(c, "catalog %s: created plans %s", c->db_path, created);
+    else
+        note(c, "catalog %s: the default plans exist; nothing changed", c->db_path);
     return 0;
 }
 
 /* ---- plans ---- */
 
-/* Adds the route-less (or --route) limits that the LIMIT-FLAGS ask for. ids (may be
- * NULL) receives the new ids, at most 3. */
-static int add_flag_limits(struct cli *c, int64_t plan_id, bool with_route, int64_t *ids, int *pn)
+/* The limits the LIMIT-FLAGS ask for, route-less or (with_route) on --route, in the
+ * order rate, concurrency, ws-messages; at most 3. Burst and algorithm default to 0 and
+ * sliding-log. */
+static int flag_limits(struct cli *c, int64_t plan_id, bool with_route, struct catalog_limit *limits)
 {
     const struct limit_flags *lf = &c->lf;
-    struct catalog_limit limits[3];
     int n = 0;
     const char *method = with_route && c->flag[FLAG_ROUTE] ? c->route_method : NULL;
     const char *prefix = method ? c->route_prefix : NULL;
@@ -571,15 +701,18 @@ static int add_flag_limits(struct cli *c, int64_t plan_id, bool with_route, int6
             .plan_id = plan_id, .kind = CATALOG_LIMIT_WS_MESSAGES, .amount = lf->ws_amount,
             .window_ms = lf->ws_window_ms, .route_method = method, .route_prefix = prefix,
         };
+    return n;
+}
+
+/* Adds the limits the LIMIT-FLAGS ask for; limits (3) receives them with their new ids. */
+static int add_flag_limits(struct cli *c, int64_t plan_id, bool with_route, struct catalog_limit *limits, int *pn)
+{
+    int n = flag_limits(c, plan_id, with_route, limits);
     for (int i = 0; i < n; i++) {
-        int64_t id;
-        if (catalog_limit_add(c->cat, &limits[i], &id))
+        if (catalog_limit_add(c->cat, &limits[i], &limits[i].id))
             return catalog_failed(c);
-        if (ids)
-            ids[i] = id;
     }
-    if (pn)
-        *pn = n;
+    *pn = n;
     return 0;
 }
 
@@ -603,22 +736,130 @@ static int cmd_plan_add(struct cli *c)
     int64_t plan_id;
     if (catalog_plan_add(c->cat, &plan, &plan_id))
         return catalog_failed(c);
-    return add_flag_limits(c, plan_id, false, NULL, NULL);
+    struct catalog_limit limits[3];
+    int n = 0;
+    r = add_flag_limits(c, plan_id, false, limits, &n);
+    if (r)
+        return r;
+    char text[512] = "";
+    for (int i = 0; i < n; i++) {
+        char one[CATALOG_PREFIX_MAX + 128];
+        describe_full(&limits[i], one, sizeof(one));
+        append(text, sizeof(text), "%s%s", i ? ", " : "", one);
+    }
+    note(c, "plan %s: added with %s%s", name, n ? text : "no limits", plan.shadow ? ", shadow on" : "");
+    return 0;
 }
 
-struct rate_copy {
-    struct catalog_limit limits[64];
-    size_t n;
-};
-
-static int collect_routeless_rates(void *ctx, const struct catalog_limit *l)
+/* Appends "ids 7, 8" or "id 7" style lists: " (limit 7 kept; 8 removed)". */
+static void append_ids(char *buf, size_t len, const char *what, const int64_t *ids, size_t n, bool *first)
 {
-    struct rate_copy *rc = ctx;
-    if (l->kind != CATALOG_LIMIT_RATE || l->route_method)
-        return 0;
-    if (rc->n == sizeof(rc->limits) / sizeof(rc->limits[0]))
-        return -E2BIG;
-    rc->limits[rc->n++] = *l;
+    if (n == 0)
+        return;
+    append(buf, len, "%s", *first ? " (" : "; ");
+    *first = false;
+    for (size_t i = 0; i < n; i++)
+        append(buf, len, "%s%" PRId64, i ? ", " : (n > 1 ? "limits " : "limit "), ids[i]);
+    append(buf, len, " %s", what);
+}
+
+/* plan set for one kind: the plan's route-less limits of want's kind become want. The one
+ * that survives keeps its id, and so the users' counts: the first with want's window, else
+ * the first. The others are removed; with none, want is added. Appends to text what it
+ * replaced: "rate 3/10s, 100/day -> 5/s (limit 7 kept; 8 removed)". */
+static int replace_routeless(struct cli *c, const char *plan_name, struct catalog_limit want, char *text,
+                             size_t len)
+{
+    struct limit_copy items[MAX_PLAN_LIMITS];
+    struct limit_pick pick = {.kind = (int)want.kind, .routeless_only = true, .items = items};
+    int r = collect_limits(c, plan_name, want.plan_id, &pick);
+    if (r)
+        return r;
+    size_t keep = 0;
+    for (size_t i = 0; i < pick.n; i++) {
+        if (items[i].l.window_ms == want.window_ms) {
+            keep = i;
+            break;
+        }
+    }
+    int64_t kept[1], removed[MAX_PLAN_LIMITS], added[1];
+    size_t nkept = 0, nremoved = 0, nadded = 0;
+    if (pick.n > 0) {
+        want.id = items[keep].l.id;
+        if (catalog_limit_update(c->cat, &want))
+            return catalog_failed(c);
+        kept[nkept++] = want.id;
+        for (size_t i = 0; i < pick.n; i++) {
+            if (i != keep) {
+                if (catalog_limit_remove(c->cat, want.plan_id, items[i].l.id))
+                    return catalog_failed(c);
+                removed[nremoved++] = items[i].l.id;
+            }
+        }
+    } else {
+        want.id = 0;
+        if (catalog_limit_add(c->cat, &want, &want.id))
+            return catalog_failed(c);
+        added[nadded++] = want.id;
+    }
+    char value[CATALOG_PREFIX_MAX + 96];
+    append(text, len, "%s%s ", text[0] ? "; " : "", kind_word(want.kind));
+    for (size_t i = 0; i < pick.n; i++) {
+        describe_value(&items[i].l, value, sizeof(value));
+        append(text, len, "%s%s", i ? ", " : "", value);
+    }
+    describe_value(&want, value, sizeof(value));
+    append(text, len, "%s -> %s", pick.n ? "" : "none", value);
+    bool first = true;
+    append_ids(text, len, "kept", kept, nkept, &first);
+    append_ids(text, len, "removed", removed, nremoved, &first);
+    append_ids(text, len, "added", added, nadded, &first);
+    if (!first)
+        append(text, len, ")");
+    return 0;
+}
+
+/* plan set --burst/--algorithm without --rate: every route-less rate limit of the plan
+ * takes the new burst/algorithm in place, keeping its id. */
+static int change_routeless_rates(struct cli *c, const char *plan_name, int64_t plan_id, char *text, size_t len)
+{
+    const struct limit_flags *lf = &c->lf;
+    struct limit_copy items[MAX_PLAN_LIMITS];
+    struct limit_pick pick = {.kind = CATALOG_LIMIT_RATE, .routeless_only = true, .items = items};
+    int r = collect_limits(c, plan_name, plan_id, &pick);
+    if (r)
+        return r;
+    if (pick.n == 0)
+        return fail("plan \"%s\" has no plan-wide rate limit to change: give --rate", plan_name);
+    char value[CATALOG_PREFIX_MAX + 96];
+    append(text, len, "%srate ", text[0] ? "; " : "");
+    for (size_t i = 0; i < pick.n; i++) {
+        describe_value(&items[i].l, value, sizeof(value));
+        append(text, len, "%s%s", i ? ", " : "", value);
+    }
+    append(text, len, " -> ");
+    int64_t ids[MAX_PLAN_LIMITS];
+    for (size_t i = 0; i < pick.n; i++) {
+        struct catalog_limit l = items[i].l;
+        if (lf->burst)
+            l.burst = lf->burst_value;
+        if (lf->algorithm)
+            l.algorithm = lf->algorithm_value;
+        r = catalog_limit_update(c->cat, &l);
+        if (r == CATALOG_INVALID) {
+            char rate[64];
+            return fail("rate %s with burst %" PRId64 " is out of range",
+                        limit_rate_format(l.amount, l.window_ms, rate, sizeof(rate)), l.burst);
+        }
+        if (r)
+            return catalog_failed(c);
+        describe_value(&l, value, sizeof(value));
+        append(text, len, "%s%s", i ? ", " : "", value);
+        ids[i] = l.id;
+    }
+    bool first = true;
+    append_ids(text, len, "kept", ids, pick.n, &first);
+    append(text, len, ")");
     return 0;
 }
 
@@ -629,42 +870,27 @@ static int cmd_plan_set(struct cli *c)
     if (!lf->rate && !lf->burst && !lf->algorithm && !lf->concurrency && !lf->ws && !lf->shadow)
         return usage_error(c->cmd, "nothing to set: give LIMIT-FLAGS or --shadow");
     int64_t plan_id;
-    if (catalog_plan_find(c->cat, name, &plan_id, NULL))
+    bool shadow;
+    if (catalog_plan_find(c->cat, name, &plan_id, &shadow))
         return catalog_failed(c);
-    if (lf->shadow && catalog_plan_set_shadow(c->cat, plan_id, lf->shadow_value))
-        return catalog_failed(c);
-    if (!lf->rate && (lf->burst || lf->algorithm)) {
-        /* --burst/--algorithm alone: the same rates with the new burst/algorithm, under new
-         * ids (a limit's stored state depends on its algorithm). */
-        struct rate_copy rc = {.n = 0};
-        int r = catalog_limit_each(c->cat, plan_id, collect_routeless_rates, &rc);
-        if (r == -E2BIG)
-            return fail("plan \"%s\" has too many rate limits to change at once", name);
-        if (r)
+    char text[sizeof(c->note)] = "";
+    int r = 0;
+    if (!lf->rate && (lf->burst || lf->algorithm))
+        r = change_routeless_rates(c, name, plan_id, text, sizeof(text));
+    struct catalog_limit want[3];
+    int n = flag_limits(c, plan_id, false, want);
+    for (int i = 0; r == 0 && i < n; i++)
+        r = replace_routeless(c, name, want[i], text, sizeof(text));
+    if (r)
+        return r;
+    if (lf->shadow) {
+        if (catalog_plan_set_shadow(c->cat, plan_id, lf->shadow_value))
             return catalog_failed(c);
-        if (rc.n == 0)
-            return fail("plan \"%s\" has no plan-wide rate limit to change: give --rate", name);
-        if (catalog_limit_remove_routeless(c->cat, plan_id, CATALOG_LIMIT_RATE, NULL))
-            return catalog_failed(c);
-        for (size_t i = 0; i < rc.n; i++) {
-            struct catalog_limit l = rc.limits[i];
-            l.id = 0;
-            if (lf->burst)
-                l.burst = lf->burst_value;
-            if (lf->algorithm)
-                l.algorithm = lf->algorithm_value;
-            if (catalog_limit_add(c->cat, &l, NULL)) {
-                char rate[64];
-                return fail("rate %s with burst %" PRId64 " is out of range",
-                            limit_rate_format(l.amount, l.window_ms, rate, sizeof(rate)), l.burst);
-            }
-        }
+        append(text, sizeof(text), "%sshadow %s -> %s", text[0] ? "; " : "", shadow ? "on" : "off",
+               lf->shadow_value ? "on" : "off");
     }
-    if ((lf->rate && catalog_limit_remove_routeless(c->cat, plan_id, CATALOG_LIMIT_RATE, NULL)) ||
-        (lf->concurrency && catalog_limit_remove_routeless(c->cat, plan_id, CATALOG_LIMIT_CONCURRENCY, NULL)) ||
-        (lf->ws && catalog_limit_remove_routeless(c->cat, plan_id, CATALOG_LIMIT_WS_MESSAGES, NULL)))
-        return catalog_failed(c);
-    return add_flag_limits(c, plan_id, false, NULL, NULL);
+    note(c, "plan %s: %s", name, text);
+    return 0;
 }
 
 /* A plan as JSON for list/show: its export form plus the number of users. */
@@ -796,16 +1022,26 @@ static int cmd_plan_show(struct cli *c)
     return 0;
 }
 
+static int count_limit(void *ctx, const struct catalog_limit *l)
+{
+    (void)l;
+    (*(int64_t *)ctx)++;
+    return 0;
+}
+
 static int cmd_plan_remove(struct cli *c)
 {
     const char *name = c->pos[0];
-    int64_t plan_id;
-    if (catalog_plan_find(c->cat, name, &plan_id, NULL))
+    int64_t plan_id, nlimits = 0;
+    if (catalog_plan_find(c->cat, name, &plan_id, NULL) || catalog_limit_each(c->cat, plan_id, count_limit, &nlimits))
         return catalog_failed(c);
     int r = catalog_plan_remove(c->cat, plan_id);
     if (r == CATALOG_IN_USE)
         return fail("plan \"%s\" is in use: %s", name, catalog_errmsg(c->cat));
-    return r ? catalog_failed(c) : 0;
+    if (r)
+        return catalog_failed(c);
+    note(c, "plan %s: removed, with its %" PRId64 " limit%s", name, nlimits, nlimits == 1 ? "" : "s");
+    return 0;
 }
 
 /* ---- limits ---- */
@@ -817,29 +1053,112 @@ static int cmd_limit_add(struct cli *c)
         return usage_error(c->cmd, "give --rate, --concurrency or --ws-messages");
     if ((lf->burst || lf->algorithm) && !lf->rate)
         return usage_error(c->cmd, "--burst and --algorithm go with --rate");
-    int64_t plan_id, ids[3];
+    int64_t plan_id;
     int n = 0;
     if (catalog_plan_find(c->cat, c->pos[0], &plan_id, NULL))
         return catalog_failed(c);
-    int r = add_flag_limits(c, plan_id, true, ids, &n);
+    struct catalog_limit limits[3];
+    int r = add_flag_limits(c, plan_id, true, limits, &n);
     if (r)
         return r;
-    for (int i = 0; i < n; i++)
-        printf("%" PRId64 "\n", ids[i]);
+    char text[sizeof(c->note)] = "";
+    for (int i = 0; i < n; i++) {
+        char one[CATALOG_PREFIX_MAX + 128];
+        printf("%" PRId64 "\n", limits[i].id);
+        describe_full(&limits[i], one, sizeof(one));
+        append(text, sizeof(text), "%s%" PRId64 " %s", i ? ", " : "", limits[i].id, one);
+    }
+    note(c, "plan %s: added limit%s %s", c->pos[0], n == 1 ? "" : "s", text);
+    return 0;
+}
+
+/* Reads limit pos[1] of plan pos[0] into *one. Returns 0 or an exit status already
+ * reported. */
+static int find_limit(struct cli *c, int64_t *pplan_id, struct limit_copy *one)
+{
+    int64_t limit_id;
+    if (parse_int(c->pos[1], 1, INT64_MAX, &limit_id))
+        return usage_error(c->cmd, "invalid LIMIT-ID \"%s\"", c->pos[1]);
+    if (catalog_plan_find(c->cat, c->pos[0], pplan_id, NULL))
+        return catalog_failed(c);
+    struct limit_pick pick = {.kind = -1, .id = limit_id, .items = one};
+    int r = collect_limits(c, c->pos[0], *pplan_id, &pick);
+    if (r)
+        return r;
+    if (pick.n == 0)
+        return fail("plan \"%s\" has no limit %" PRId64, c->pos[0], limit_id);
     return 0;
 }
 
 static int cmd_limit_remove(struct cli *c)
 {
-    int64_t plan_id, limit_id;
-    if (parse_int(c->pos[1], 1, INT64_MAX, &limit_id))
-        return usage_error(c->cmd, "invalid LIMIT-ID \"%s\"", c->pos[1]);
-    if (catalog_plan_find(c->cat, c->pos[0], &plan_id, NULL))
+    int64_t plan_id;
+    struct limit_copy old;
+    int r = find_limit(c, &plan_id, &old);
+    if (r)
+        return r;
+    if (catalog_limit_remove(c->cat, plan_id, old.l.id))
         return catalog_failed(c);
-    int r = catalog_limit_remove(c->cat, plan_id, limit_id);
-    if (r == CATALOG_NOT_FOUND)
-        return fail("plan \"%s\" has no limit %" PRId64, c->pos[0], limit_id);
-    return r ? catalog_failed(c) : 0;
+    char text[CATALOG_PREFIX_MAX + 128];
+    describe_full(&old.l, text, sizeof(text));
+    note(c, "plan %s: removed limit %" PRId64 " (%s)", c->pos[0], old.l.id, text);
+    return 0;
+}
+
+/* Changes only what the flags give; the limit keeps its id, so the stores keep counting
+ * under it (they start afresh by themselves when the algorithm changes: a state is tagged
+ * with its algorithm). */
+static int cmd_limit_set(struct cli *c)
+{
+    const struct limit_flags *lf = &c->lf;
+    if (!lf->rate && !lf->burst && !lf->algorithm && !lf->concurrency && !lf->ws)
+        return usage_error(c->cmd, "give the LIMIT-FLAGS to change");
+    int64_t plan_id;
+    struct limit_copy old;
+    int r = find_limit(c, &plan_id, &old);
+    if (r)
+        return r;
+    struct catalog_limit l = old.l;
+    bool rate_flags = lf->rate || lf->burst || lf->algorithm;
+    switch (l.kind) {
+    case CATALOG_LIMIT_RATE:
+        if (lf->concurrency || lf->ws)
+            return fail("limit %" PRId64 " is a rate limit: give --rate, --burst or --algorithm", l.id);
+        if (lf->rate) {
+            l.amount = lf->rate_amount;
+            l.window_ms = lf->rate_window_ms;
+        }
+        if (lf->burst)
+            l.burst = lf->burst_value;
+        if (lf->algorithm)
+            l.algorithm = lf->algorithm_value;
+        break;
+    case CATALOG_LIMIT_CONCURRENCY:
+        if (rate_flags || lf->ws)
+            return fail("limit %" PRId64 " is a concurrency limit: give --concurrency", l.id);
+        l.amount = lf->concurrency_value;
+        break;
+    case CATALOG_LIMIT_WS_MESSAGES:
+        if (rate_flags || lf->concurrency)
+            return fail("limit %" PRId64 " is a ws-messages limit: give --ws-messages", l.id);
+        l.amount = lf->ws_amount;
+        l.window_ms = lf->ws_window_ms;
+        break;
+    }
+    r = catalog_limit_update(c->cat, &l);
+    if (r == CATALOG_INVALID) {
+        char rate[64];
+        return fail("rate %s with burst %" PRId64 " is out of range",
+                    limit_rate_format(l.amount, l.window_ms, rate, sizeof(rate)), l.burst);
+    }
+    if (r)
+        return catalog_failed(c);
+    char before[CATALOG_PREFIX_MAX + 96], after[CATALOG_PREFIX_MAX + 96];
+    describe_value(&old.l, before, sizeof(before));
+    describe_value(&l, after, sizeof(after));
+    note(c, "plan %s: limit %" PRId64 " %s %s -> %s%s", c->pos[0], l.id, kind_word(l.kind), before, after,
+         l.algorithm != old.l.algorithm ? " (a new algorithm: its counts start afresh)" : "");
+    return 0;
 }
 
 /* ---- users ---- */
@@ -849,6 +1168,12 @@ static int check_user_id(struct cli *c, const char *id)
     char msg[256];
     if (catalog_check_user_id(id, msg, sizeof(msg)))
         return usage_error(c->cmd, "%s", msg);
+    return 0;
+}
+
+static int user_plan_name(void *ctx, const struct catalog_user *user)
+{
+    snprintf(ctx, CATALOG_NAME_MAX + 1, "%s", user->plan_name ? user->plan_name : "?");
     return 0;
 }
 
@@ -864,8 +1189,20 @@ static int user_add_or_set(struct cli *c, bool add)
     if (catalog_plan_find(c->cat, plan, &plan_id, NULL))
         return catalog_failed(c);
     struct catalog_user user = {.id = id, .plan_id = plan_id};
-    r = add ? catalog_user_add(c->cat, &user) : catalog_user_set_plan(c->cat, id, plan_id);
-    return r ? catalog_failed(c) : 0;
+    if (add) {
+        if (catalog_user_add(c->cat, &user))
+            return catalog_failed(c);
+        note(c, "user %s: added on plan %s", id, plan);
+        return 0;
+    }
+    char old[CATALOG_NAME_MAX + 1] = "";
+    if (catalog_user_get(c->cat, id, user_plan_name, old) || catalog_user_set_plan(c->cat, id, plan_id))
+        return catalog_failed(c);
+    if (strcmp(old, plan) == 0)
+        note(c, "user %s: already on plan %s; nothing changed", id, plan);
+    else
+        note(c, "user %s: plan %s -> %s", id, old, plan);
+    return 0;
 }
 
 static int cmd_user_add(struct cli *c)
@@ -986,10 +1323,38 @@ static int cmd_user_show(struct cli *c)
 static int cmd_user_remove(struct cli *c)
 {
     int64_t revoked = 0;
-    return catalog_user_remove(c->cat, c->pos[0], &revoked) ? catalog_failed(c) : 0;
+    if (catalog_user_remove(c->cat, c->pos[0], &revoked))
+        return catalog_failed(c);
+    note(c, "user %s: removed; %" PRId64 " key%s revoked", c->pos[0], revoked, revoked == 1 ? "" : "s");
+    return 0;
 }
 
 /* ---- keys ---- */
+
+/* stdout: the key alone on one line, or with --json
+ * {"key_id": 3, "user": "alice", "label": "laptop", "key": "tp_..."}. The key is written
+ * straight from our buffer (hex: nothing to escape), never copied into a JSON value that
+ * would be freed without being wiped. */
+static int print_new_key(struct cli *c, int64_t id, const char *user, const char *label, const char *key)
+{
+    if (!c->flag[FLAG_JSON]) {
+        printf("%s\n", key);
+        return 0;
+    }
+    json_t *juser = json_string(user), *jlabel = json_string(label);
+    char *quser = juser ? json_dumps(juser, JSON_ENCODE_ANY) : NULL;
+    char *qlabel = jlabel ? json_dumps(jlabel, JSON_ENCODE_ANY) : NULL;
+    int r = 0;
+    if (quser && qlabel)
+        printf("{\"key_id\": %" PRId64 ", \"user\": %s, \"label\": %s, \"key\": \"%s\"}\n", id, quser, qlabel, key);
+    else
+        r = fail("out of memory");
+    free(quser);
+    free(qlabel);
+    json_decref(juser);
+    json_decref(jlabel);
+    return r;
+}
 
 static int cmd_key_create(struct cli *c)
 {
@@ -1013,9 +1378,12 @@ static int cmd_key_create(struct cli *c)
         r = catalog_failed(c);
     } else {
         /* Written before the commit; main commits only if stdout took it. */
-        printf("key %" PRId64 " for user %s (shown once; store it now):\n%s\n", id, user, key);
+        r = print_new_key(c, id, user, label, key);
     }
     OPENSSL_cleanse(key, sizeof(key));
+    if (r == 0)
+        note(c, "key %" PRId64 " created for user %s%s%s%s; it is shown only this once, on stdout", id, user,
+             label[0] ? " (label \"" : "", label, label[0] ? "\")" : "");
     return r;
 }
 
@@ -1047,7 +1415,10 @@ static int cmd_key_revoke(struct cli *c)
     int64_t id;
     if (parse_int(c->pos[0], 1, INT64_MAX, &id))
         return usage_error(c->cmd, "invalid KEY-ID \"%s\"", c->pos[0]);
-    return catalog_key_revoke(c->cat, id) ? catalog_failed(c) : 0;
+    if (catalog_key_revoke(c->cat, id))
+        return catalog_failed(c);
+    note(c, "key %" PRId64 " revoked", id);
+    return 0;
 }
 
 /* ---- export and import ---- */
@@ -1108,6 +1479,12 @@ static int cmd_export(struct cli *c)
     return r;
 }
 
+static int cmd_backup(struct cli *c)
+{
+    int r = catalog_backup(c->cat, c->pos[0]);
+    return r ? catalog_failed(c) : 0;
+}
+
 static int cmd_import(struct cli *c)
 {
     const char *path = c->pos[0];
@@ -1121,9 +1498,19 @@ static int cmd_import(struct cli *c)
     }
     char err[512];
     int r = catalog_json_import(c->cat, doc, err, sizeof(err));
-    json_decref(doc);
-    if (r)
+    if (r) {
+        json_decref(doc);
         return fail("%s: %s (nothing imported)", path, err);
+    }
+    /* The import checked the document's shape: these are arrays of objects. */
+    json_t *plans = json_object_get(doc, "plans"), *plan;
+    size_t i, nlimits = 0;
+    json_array_foreach(plans, i, plan)
+        nlimits += json_array_size(json_object_get(plan, "limits"));
+    note(c, "catalog %s: imported %s, replacing everything: %zu plans, %zu limits, %zu users, %zu keys", c->db_path,
+         strcmp(path, "-") == 0 ? "stdin" : path, json_array_size(plans), nlimits,
+         json_array_size(json_object_get(doc, "users")), json_array_size(json_object_get(doc, "api_keys")));
+    json_decref(doc);
     return 0;
 }
 
@@ -1140,6 +1527,11 @@ int main(int argc, char **argv)
         return status;
     if (help) {
         print_help(stdout);
+        return 0;
+    }
+    if (c.flag[FLAG_VERSION]) {
+        printf("tierctl %s (catalog schema %d, SQLite %s)\n", TIERCTL_VERSION, CATALOG_SCHEMA_VERSION,
+               sqlite3_libversion());
         return 0;
     }
     c.db_path = c.flag[FLAG_DB];
@@ -1165,6 +1557,8 @@ int main(int argc, char **argv)
     } else if (catalog_commit(c.cat)) {
         status = fail("%s; nothing was changed%s", catalog_errmsg(c.cat),
                       strcmp(c.cmd->words, "key create") == 0 ? " and the key above is not valid" : "");
+    } else if (c.note[0]) {
+        fprintf(stderr, "%s\n", c.note);
     }
 out:
     catalog_close(c.cat);

@@ -368,6 +368,27 @@ static void test_eviction(void **state)
     limiter_destroy(l);
 }
 
+/* A sliding log's window grows (tierctl changed the limit in place) while its subject is
+ * rejected: the rejected check keeps the log for the new window, so the requests in it
+ * still count once the old window's eviction time has passed. (Redis: the key's TTL,
+ * test_sliding_log_window_grows_ttl.) */
+static void test_sliding_log_window_grows(void **state)
+{
+    struct memory_store *store = *state;
+    struct limiter *l = limiter_memory_create(store);
+    struct limit_rule r = {.id = 7, .algorithm = LIMIT_SLIDING_LOG, .rate = 2, .burst = 0, .window_ms = 2000};
+    assert_true(check(l, "grow", &r, 1, 100000).allowed);
+    assert_true(check(l, "grow", &r, 1, 100000).allowed);
+    r.window_ms = 20000;
+    assert_false(check(l, "grow", &r, 1, 101000).allowed);
+    /* past the old window's eviction (dead at 102000, dropped one window later) */
+    struct limiter_result res = check(l, "grow", &r, 1, 105000);
+    assert_false(res.allowed);
+    assert_int_equal(res.verdicts[0].reset_ms, 100000 + 20000 - 105000);
+    assert_true(check(l, "grow", &r, 1, 120000).allowed);
+    limiter_destroy(l);
+}
+
 /* ---- concurrency leases ---- */
 
 static struct limiter_result check_leased(struct limiter *l, const char *subject, const struct limit_rule *rules,
@@ -707,6 +728,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_subjects_and_rules_apart, setup_store, teardown_store),
         cmocka_unit_test_setup_teardown(test_bad_arguments, setup_store, teardown_store),
         cmocka_unit_test_setup_teardown(test_eviction, setup_store, teardown_store),
+        cmocka_unit_test_setup_teardown(test_sliding_log_window_grows, setup_store, teardown_store),
         cmocka_unit_test_setup_teardown(test_threads_real_clock, setup_store, teardown_store),
         cmocka_unit_test_setup_teardown(test_threads_fixed_clock, setup_store, teardown_store),
         cmocka_unit_test_setup_teardown(test_concurrency_slots, setup_store, teardown_store),

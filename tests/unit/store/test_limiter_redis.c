@@ -662,6 +662,27 @@ static void test_sliding_log_ttl_real_clock(void **state)
         fail_msg("%d requests, %lld PEXPIRE", n, sets);
 }
 
+/* A sliding log's window grows (tierctl changed the limit in place) while its subject is
+ * rejected: the rejected check makes the key live for the new window, so the requests in
+ * it still count once the old TTL (2 old windows) has passed. A second limiter makes the
+ * last check: the first one remembers its rejection. (Memory store:
+ * test_sliding_log_window_grows.) */
+static void test_sliding_log_window_grows_ttl(void **state)
+{
+    struct fixture *f = *state;
+    struct limit_rule r = {.id = 341, .algorithm = LIMIT_SLIDING_LOG, .rate = 2, .burst = 0, .window_ms = 200};
+    assert_true(run(f, f->redis, "u:grow", &r, 1, -1).allowed);
+    assert_true(run(f, f->redis, "u:grow", &r, 1, -1).allowed);
+    r.window_ms = 5000;
+    assert_false(run(f, f->redis, "u:grow", &r, 1, -1).allowed);
+    usleep(700 * 1000);   /* past the old TTL, 2 x 200 ms */
+    char url[64];
+    struct limiter *other = redis_limiter(f, tcp_url(f->srv.port, url, sizeof(url)), f->prefix, 2000);
+    assert_true(wait_available(f, other, true, 5000));
+    assert_false(run(f, other, "u:grow", &r, 1, -1).allowed);
+    limiter_destroy(other);
+}
+
 static void test_rejected_writes_nothing(void **state)
 {
     struct fixture *f = *state;
@@ -1470,6 +1491,7 @@ int main(void)
         T(test_sliding_log_stale_types),
         T(test_sliding_log_ttl_real_clock),
         T(test_other_algorithms_exact),
+        T(test_sliding_log_window_grows_ttl),
         T(test_rejected_writes_nothing),
         T(test_keys_and_expiry),
         T(test_one_call_per_check),

@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <sys/stat.h>
 
 #include <jansson.h>
 #include <sqlite3.h>
@@ -189,6 +190,68 @@ static void test_limit_ids_never_reused(void **state)
     tmpdb_commit(cat);
 }
 
+/* A limit changed in place keeps its id (the stores' state is named by it); its kind,
+ * plan and route are not the update's to change. */
+static void test_limit_update_in_place(void **state)
+{
+    struct tmpdb *t = *state;
+    struct catalog *cat = tmpdb_begin(t);
+    int64_t plan = add_plan(cat, "free"), other = add_plan(cat, "other");
+    int64_t rate = add_limit(cat, plan, 'r', 10, 1000, NULL, NULL);
+    int64_t conc = add_limit(cat, plan, 'c', 5, 0, NULL, NULL);
+    struct catalog_limit l = {.id = rate, .plan_id = plan, .kind = CATALOG_LIMIT_RATE,
+                              .algorithm = LIMIT_TOKEN_BUCKET, .amount = 20, .window_ms = 60000, .burst = 3};
+    assert_int_equal(catalog_limit_update(cat, &l), 0);
+    tmpdb_commit(cat);
+    char sql[160];
+    snprintf(sql, sizeof(sql), "SELECT amount * 1000 + burst FROM limits WHERE id = %lld AND window_ms = 60000"
+             " AND algorithm = 'token-bucket'", (long long)rate);
+    assert_int_equal(sql_int(t->path, sql), 20003);
+    assert_int_equal(sql_int(t->path, "SELECT count(*) FROM limits"), 2);
+
+    cat = tmpdb_begin(t);
+    /* Another plan's limit, a limit of another kind, one that does not exist: not found. */
+    l.plan_id = other;
+    assert_int_equal(catalog_limit_update(cat, &l), CATALOG_NOT_FOUND);
+    l.plan_id = plan;
+    l.id = conc;
+    assert_int_equal(catalog_limit_update(cat, &l), CATALOG_NOT_FOUND);
+    l.id = 999;
+    assert_int_equal(catalog_limit_update(cat, &l), CATALOG_NOT_FOUND);
+    /* Out of range: refused. */
+    l.id = rate;
+    l.amount = 1000000000;
+    l.window_ms = 86400000;
+    assert_int_equal(catalog_limit_update(cat, &l), CATALOG_INVALID);
+    tmpdb_commit(cat);
+}
+
+/* A backup is a whole, owner-only copy made within the caller's transaction, and never
+ * overwrites a file. */
+static void test_backup(void **state)
+{
+    struct tmpdb *t = *state;
+    struct catalog *cat = tmpdb_begin(t);
+    add_plan(cat, "free");
+    tmpdb_commit(cat);
+    struct stat sb;
+    assert_int_equal(stat(t->path, &sb), 0);
+    assert_int_equal(sb.st_mode & 0777, 0600);
+
+    char copy[160], err[256];
+    snprintf(copy, sizeof(copy), "%s/copy.db", t->dir);
+    assert_int_equal(catalog_open(t->path, CATALOG_READ_ONLY, &cat, err, sizeof(err)), 0);
+    assert_int_equal(catalog_begin(cat, false), 0);
+    assert_int_equal(catalog_backup(cat, copy), 0);
+    assert_int_equal(catalog_backup(cat, copy), CATALOG_EXISTS);
+    assert_non_null(strstr(catalog_errmsg(cat), "exists"));
+    catalog_close(cat);
+    assert_int_equal(stat(copy, &sb), 0);
+    assert_int_equal(sb.st_mode & 0777, 0600);
+    assert_int_equal(sql_int(copy, "SELECT count(*) FROM plans WHERE name = 'free'"), 1);
+    unlink(copy);
+}
+
 static void test_refusals(void **state)
 {
     struct tmpdb *t = *state;
@@ -315,6 +378,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_foreign_database_refused, setup, teardown),
         cmocka_unit_test_setup_teardown(test_not_a_database, setup, teardown),
         cmocka_unit_test_setup_teardown(test_limit_ids_never_reused, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_limit_update_in_place, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_backup, setup, teardown),
         cmocka_unit_test_setup_teardown(test_refusals, setup, teardown),
         cmocka_unit_test_setup_teardown(test_user_remove_revokes_keys, setup, teardown),
         cmocka_unit_test(test_checks),
