@@ -349,6 +349,8 @@ def test_https_upstream_name_must_match_the_certificate(catalog, proxies, tmp_pa
     p = proxies.start(catalog, upstream=up.url, proxy={"upstream_ca_file": str(cert[0])})
     r = p.get("/x", key=key)
     assert_json_error(r, 502, {"error_code": "upstream_unavailable"})
+    assert wait_until(lambda: re.search(r"host name|does not match|mismatch", p.stderr(), re.I), 5), \
+        p.stderr()
 
 
 @needs_openssl
@@ -420,6 +422,8 @@ def test_websocket_over_tls_unverified_is_refused(catalog, proxies, tls_cert, tl
     r = ws_try(p.port, "/echo", key=key)
     assert_json_error(r, 502, {"error_code": "upstream_unavailable"})
     assert up.proc.poll() is None
+    # the operator can see why
+    assert wait_until(lambda: re.search(r"certificate", p.stderr(), re.I), 5), p.stderr()
 
 
 @needs_openssl
@@ -433,3 +437,36 @@ def test_websocket_over_tls_verification_off(catalog, proxies, tls_cert, tls_ser
         assert w.recv_message() == (OP_TEXT, b"hi")
     finally:
         w.close()
+
+
+@needs_openssl
+def test_websocket_over_tls_name_must_match_the_certificate(catalog, proxies, tmp_path, tls_servers):
+    cert = make_cert(tmp_path, "other", "DNS:elsewhere.example")
+    up = tls_servers(cert, "ws_upstream.py")
+    _, key = catalog.user_key("free")
+    p = proxies.start(catalog, upstream=up.url, proxy={"upstream_ca_file": str(cert[0])})
+    r = ws_try(p.port, "/echo", key=key)
+    assert_json_error(r, 502, {"error_code": "upstream_unavailable"})
+    assert wait_until(lambda: re.search(r"mismatch", p.stderr(), re.I), 5), p.stderr()
+
+
+@needs_openssl
+def test_websocket_to_mixed_http_and_https_upstreams(catalog, proxies, tmp_path, tls_cert, tls_servers):
+    from fleet_helpers import WsUpstream
+    plain = WsUpstream(tmp_path / "plain")
+    try:
+        up = tls_servers(tls_cert, "ws_upstream.py")
+        _, key = catalog.user_key("free")
+        p = proxies.start(catalog, upstreams=[plain.url, up.url],
+                          proxy={"upstream_ca_file": str(tls_cert[0]), "workers": 1})
+        for i in range(4):
+            w = ws_connect(p.port, "/echo", key=key)
+            try:
+                w.send_text("m%d" % i)
+                assert w.recv_message() == (OP_TEXT, b"m%d" % i)
+            finally:
+                w.close()
+        # both upstreams took tunnels
+        assert sum(plain.stats()["ws_total"].values()) == 2
+    finally:
+        plain.close()
