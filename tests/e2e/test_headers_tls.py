@@ -264,11 +264,10 @@ def test_closest_rate_limit_in_log_headers_and_x(catalog, start_proxy):
 # --------------------------------------------------------------------------------------
 # https upstreams
 
-needs_openssl = pytest.mark.skipif(shutil.which("openssl") is None,
-                                   reason="needs the openssl command (Debian package openssl)")
-
-
 def make_cert(tmp_path, name, san):
+    if shutil.which("openssl") is None:
+        pytest.fail("these tests make a certificate with the openssl command: install the "
+                    "Debian package openssl (etc/setup.sh does)", pytrace=False)
     cert, key = tmp_path / (name + ".crt"), tmp_path / (name + ".key")
     subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-sha256",
                     "-days", "2", "-subj", "/CN=tierproxy-test", "-addext",
@@ -318,7 +317,6 @@ def tls_servers(tmp_path):
         s.close()
 
 
-@needs_openssl
 def test_https_upstream_verified_with_ca_file(catalog, proxies, tls_cert, tls_servers):
     up = tls_servers(tls_cert)
     _, key = catalog.user_key("free")
@@ -330,7 +328,6 @@ def test_https_upstream_verified_with_ca_file(catalog, proxies, tls_cert, tls_se
     assert r.status == 200 and r.json()["length"] == 100000, r
 
 
-@needs_openssl
 def test_https_upstream_self_signed_refused_by_default(catalog, proxies, tls_cert, tls_servers):
     up = tls_servers(tls_cert)
     _, key = catalog.user_key("free")
@@ -341,7 +338,6 @@ def test_https_upstream_self_signed_refused_by_default(catalog, proxies, tls_cer
     assert wait_until(lambda: re.search(r"certificate", p.stderr(), re.I), 5), p.stderr()
 
 
-@needs_openssl
 def test_https_upstream_name_must_match_the_certificate(catalog, proxies, tmp_path, tls_servers):
     cert = make_cert(tmp_path, "other", "DNS:elsewhere.example")
     up = tls_servers(cert)
@@ -353,7 +349,6 @@ def test_https_upstream_name_must_match_the_certificate(catalog, proxies, tmp_pa
         p.stderr()
 
 
-@needs_openssl
 def test_https_upstream_verification_off_warns_at_start(catalog, proxies, tls_cert, tls_servers):
     up = tls_servers(tls_cert)
     _, key = catalog.user_key("free")
@@ -371,7 +366,6 @@ def test_verification_on_gives_no_warning(catalog, proxies):
     assert "upstream_tls_verify" not in p.stderr(), p.stderr()
 
 
-@needs_openssl
 def test_mixed_http_and_https_upstreams(catalog, proxies, upstream, tls_cert, tls_servers):
     up = tls_servers(tls_cert)
     _, key = catalog.user_key("free")
@@ -399,7 +393,6 @@ def test_missing_ca_file_is_a_config_error(proxies, catalog, tmp_path):
 # --------------------------------------------------------------------------------------
 # WebSocket to an https upstream (wss)
 
-@needs_openssl
 def test_websocket_over_tls_with_ca_file(catalog, proxies, tls_cert, tls_servers):
     up = tls_servers(tls_cert, "ws_upstream.py")
     _, key = catalog.user_key("free")
@@ -414,7 +407,6 @@ def test_websocket_over_tls_with_ca_file(catalog, proxies, tls_cert, tls_servers
         w.close()
 
 
-@needs_openssl
 def test_websocket_over_tls_unverified_is_refused(catalog, proxies, tls_cert, tls_servers):
     up = tls_servers(tls_cert, "ws_upstream.py")
     _, key = catalog.user_key("free")
@@ -426,7 +418,6 @@ def test_websocket_over_tls_unverified_is_refused(catalog, proxies, tls_cert, tl
     assert wait_until(lambda: re.search(r"certificate", p.stderr(), re.I), 5), p.stderr()
 
 
-@needs_openssl
 def test_websocket_over_tls_verification_off(catalog, proxies, tls_cert, tls_servers):
     up = tls_servers(tls_cert, "ws_upstream.py")
     _, key = catalog.user_key("free")
@@ -439,7 +430,6 @@ def test_websocket_over_tls_verification_off(catalog, proxies, tls_cert, tls_ser
         w.close()
 
 
-@needs_openssl
 def test_websocket_over_tls_name_must_match_the_certificate(catalog, proxies, tmp_path, tls_servers):
     cert = make_cert(tmp_path, "other", "DNS:elsewhere.example")
     up = tls_servers(cert, "ws_upstream.py")
@@ -450,7 +440,6 @@ def test_websocket_over_tls_name_must_match_the_certificate(catalog, proxies, tm
     assert wait_until(lambda: re.search(r"mismatch", p.stderr(), re.I), 5), p.stderr()
 
 
-@needs_openssl
 def test_websocket_to_mixed_http_and_https_upstreams(catalog, proxies, tmp_path, tls_cert, tls_servers):
     from fleet_helpers import WsUpstream
     plain = WsUpstream(tmp_path / "plain")
@@ -470,3 +459,24 @@ def test_websocket_to_mixed_http_and_https_upstreams(catalog, proxies, tmp_path,
         assert sum(plain.stats()["ws_total"].values()) == 2
     finally:
         plain.close()
+
+
+def test_reload_turns_verification_on_for_http_and_websocket(catalog, proxies, tls_cert, tls_servers):
+    # the settings apply to every transfer after a SIGHUP: curl's pooled handles and kept-alive
+    # connections made without verification are not used as if verified
+    import signal
+    up = tls_servers(tls_cert, "ws_upstream.py")
+    _, key = catalog.user_key("free")
+    p = proxies.start(catalog, upstream=up.url, proxy={"upstream_tls_verify": "no", "workers": 1})
+    c = p.client()
+    assert c.get("/a", key=key).status == 200
+    w = ws_connect(p.port, "/echo", key=key)
+    w.close()
+    ini = dict(p.ini)
+    ini["proxy"] = dict(ini["proxy"], upstream_tls_verify="yes")
+    write_ini(p.ini_path, ini)
+    p.signal(signal.SIGHUP)
+    assert wait_until(lambda: "reloaded" in p.stderr(), 5), p.stderr()
+    assert_json_error(c.get("/b", key=key), 502, {"error_code": "upstream_unavailable"})
+    assert_json_error(ws_try(p.port, "/echo", key=key), 502, {"error_code": "upstream_unavailable"})
+    c.close()
