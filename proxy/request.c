@@ -359,7 +359,6 @@ static void client_address(struct request *r, char *buf, size_t buflen)
     }
 }
 
-/* The rule that rejected (the one with the longest wait when several did). */
 /* The limit closest to running out, by the one rule the headers and the access log share:
  * for a refused request, the one that refused it. */
 static const struct limit_verdict *rejecting_verdict(const struct request *r)
