@@ -39,6 +39,7 @@ enum dtype {
     D_WORD,       /* char *, one of words, stored as the word */
     D_REDIS_URL,  /* char *, redis://... or unix://... */
     D_ACCESS_LOG, /* char *: stdout -> "-", off -> NULL, else a path */
+    D_STYLES,     /* unsigned: a set of HEADERS_* bits from "draft, ietf" (header_styles_parse) */
 };
 
 /* D_STRING and D_HOSTPORT: an empty value means NULL (off). Without it, empty is an error. */
@@ -47,6 +48,8 @@ enum dtype {
 #define F_EMPTY_OK 2u
 /* A running process cannot change it: a reload keeps the running value. */
 #define F_RESTART 4u
+/* D_STRING: a file the proxy must be able to read (checked when set). */
+#define F_READABLE 8u
 
 struct word {
     const char *name;
@@ -76,7 +79,6 @@ struct config_origin {
 };
 
 _Static_assert(sizeof(enum store_kind) == sizeof(int), "D_ENUM writes an int");
-_Static_assert(sizeof(enum header_style) == sizeof(int), "D_ENUM writes an int");
 
 static const struct word bool_words[] = {
     {"yes", 1}, {"no", 0}, {"true", 1}, {"false", 0}, {"on", 1}, {"off", 0},
@@ -85,10 +87,6 @@ static const struct word bool_words[] = {
 static const struct word open_closed_words[] = {{"open", 1}, {"closed", 0}, {NULL, 0}};
 static const struct word store_words[] = {
     {"memory", STORE_MEMORY}, {"redis", STORE_REDIS}, {NULL, 0}};
-static const struct word header_words[] = {
-    {"draft", HEADERS_DRAFT}, {"ietf", HEADERS_IETF}, {"x", HEADERS_X},
-    {"off", HEADERS_OFF},     {NULL, 0},
-};
 static const struct word level_words[] = {
     {"debug", 0}, {"info", 1}, {"warn", 2}, {"error", 3}, {NULL, 0}};
 
@@ -99,7 +97,11 @@ static const struct directive directives[] = {
     {"proxy", "listen", D_HOSTPORT, OFF(listen_host), OFF(listen_port), 0, 0, NULL, F_RESTART,
      "127.0.0.1:8080", "--listen", HOSTPORT_EXPECT},
     {"proxy", "upstream", D_URLS, OFF(upstreams), OFF(n_upstreams), 0, 0, NULL, 0,
-     "http://127.0.0.1:3000", "--upstream", "comma-separated http:// URLs"},
+     "http://127.0.0.1:3000", "--upstream", "comma-separated http:// or https:// URLs"},
+    {"proxy", "upstream_ca_file", D_STRING, OFF(upstream_ca_file), 0, 0, 0, NULL,
+     F_EMPTY_NULL | F_READABLE, "", NULL, "a PEM file of CA certificates, or empty for the system's"},
+    {"proxy", "upstream_tls_verify", D_BOOL, OFF(upstream_tls_verify), 0, 0, 0, bool_words, 0, "yes",
+     NULL, "yes or no"},
     {"proxy", "workers", D_INT, OFF(workers), 0, 0, MAX_WORKERS, NULL, F_RESTART, "0", NULL, NULL},
     {"proxy", "connect_timeout_ms", D_INT64, OFF(connect_timeout_ms), 0, 1, MAX_TIMEOUT_MS,
      NULL, 0, "2000", NULL, NULL},
@@ -137,8 +139,8 @@ static const struct directive directives[] = {
      open_closed_words, 0, "closed", NULL, "open or closed"},
     {"limits", "lease_ttl_ms", D_INT64, OFF(lease_ttl_ms), 0, 1, MAX_TIMEOUT_MS, NULL, F_RESTART,
      "30000", NULL, NULL},
-    {"limits", "headers", D_ENUM, OFF(headers), 0, 0, 0, header_words, 0, "draft", NULL,
-     "draft, ietf, x or off"},
+    {"limits", "headers", D_STYLES, OFF(headers), 0, 0, 0, NULL, 0, "draft", NULL,
+     "a comma-separated list of draft, ietf, x; or off"},
     {"log", "access", D_ACCESS_LOG, OFF(access_log), 0, 0, 0, NULL, F_RESTART, "stdout", NULL,
      "stdout, off or a file path"},
     {"log", "level", D_WORD, OFF(log_level), 0, 0, 0, level_words, 0, "info", NULL,
@@ -159,7 +161,7 @@ static const char usage_text[] =
     "\n"
     "  -c FILE             read the INI configuration FILE\n"
     "  --listen ADDR:PORT  [proxy] listen (default 127.0.0.1:8080; IPv6 as [::1]:8080)\n"
-    "  --upstream URL      [proxy] upstream: http:// URLs, comma-separated, used in turn\n"
+    "  --upstream URL      [proxy] upstream: http:// or https:// URLs, comma-separated, used in turn\n"
     "  --db PATH           [plans] db: the SQLite catalog (default plans.db)\n"
     "  --redis URL         [limits] redis, and store = redis\n"
     "  --admin ADDR:PORT   [admin] listen for /health and /metrics; --admin= turns it off\n"
@@ -359,30 +361,31 @@ bad:
     return -EINVAL;
 }
 
-/* One upstream URL, in place: checks it and strips trailing slashes. */
+/* One upstream URL, in place: checks it and strips trailing slashes. https:// upstreams
+ * are verified per [proxy] upstream_tls_verify and upstream_ca_file. */
 static int check_upstream(char *u, char *why, size_t whylen)
 {
-    static const char scheme[] = "http://";
     char q[QUOTE_MAX + 8];
-    size_t len;
+    size_t len, scheme_len;
 
-    if (strncasecmp(u, "https://", 8) == 0) {
-        errf(why, whylen, "only http:// upstreams are supported, got \"%s\"",
-             quote(u, q, sizeof(q)));
-        return -EINVAL;
-    }
-    if (strncasecmp(u, scheme, sizeof(scheme) - 1) != 0 || has_space_or_ctl(u) ||
-        strpbrk(u, "?#") != NULL)
+    if (strncasecmp(u, "http://", 7) == 0)
+        scheme_len = 7;
+    else if (strncasecmp(u, "https://", 8) == 0)
+        scheme_len = 8;
+    else
+        goto bad;
+    if (has_space_or_ctl(u) || strpbrk(u, "?#") != NULL)
         goto bad;
     len = strlen(u);
-    while (len > sizeof(scheme) - 1 && u[len - 1] == '/')
+    while (len > scheme_len && u[len - 1] == '/')
         u[--len] = '\0';
     /* an authority must follow the scheme */
-    if (u[sizeof(scheme) - 1] == '\0' || u[sizeof(scheme) - 1] == '/')
+    if (u[scheme_len] == '\0' || u[scheme_len] == '/')
         goto bad;
     return 0;
 bad:
-    errf(why, whylen, "expected http://HOST[:PORT][/PATH], got \"%s\"", quote(u, q, sizeof(q)));
+    errf(why, whylen, "expected http://HOST[:PORT][/PATH] or https://..., got \"%s\"",
+         quote(u, q, sizeof(q)));
     return -EINVAL;
 }
 
@@ -542,10 +545,20 @@ static int directive_set(const struct directive *d, struct proxy_config *cfg, co
             r = replace_string(field, NULL);
         } else if (*v == '\0' && !(d->flags & F_EMPTY_OK)) {
             why_got(why, whylen, d->expect, v);
+        } else if ((d->flags & F_READABLE) && access(v, R_OK) != 0) {
+            errf(why, whylen, "cannot read \"%s\": %s", quote(v, q, sizeof(q)), strerror(errno));
         } else {
             r = replace_string(field, v);
         }
         break;
+    case D_STYLES: {
+        unsigned styles;
+        if (header_styles_parse(v, &styles, why, whylen) == 0) {
+            *(unsigned *)field = styles;
+            r = 0;
+        }
+        break;
+    }
     case D_TOKEN:
         if (!token_ok(v))
             why_got(why, whylen, d->expect, v);
@@ -1225,6 +1238,7 @@ void config_free(struct proxy_config *cfg)
         case D_INT64:
         case D_BOOL:
         case D_ENUM:
+        case D_STYLES:
             break;
         }
     }

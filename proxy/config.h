@@ -14,8 +14,10 @@ struct proxy_config {
     /* [proxy] */
     char *listen_host;             /* "127.0.0.1" */
     uint16_t listen_port;          /* 8080 */
-    char **upstreams;              /* "http://127.0.0.1:3000", without trailing slash */
+    char **upstreams;              /* "http://127.0.0.1:3000" or "https://...", without trailing slash */
     size_t n_upstreams;
+    char *upstream_ca_file;        /* NULL: the system's CAs verify https upstreams */
+    bool upstream_tls_verify;      /* no: https upstreams' certificates are not checked */
     int workers;                   /* resolved: 0 in the file becomes the number of cores */
     int64_t connect_timeout_ms;
     int64_t upstream_timeout_ms;
@@ -42,7 +44,7 @@ struct proxy_config {
     bool rate_fail_open;           /* on_store_error = open */
     bool concurrency_fail_open;    /* concurrency_on_store_error = open */
     int64_t lease_ttl_ms;
-    enum header_style headers;
+    unsigned headers;              /* HEADERS_* bits; 0 = off */
     /* [log] */
     char *access_log;              /* NULL = off, "-" = stdout, else a path */
     char *log_level;               /* "debug" | "info" | "warn" | "error" */

@@ -16,6 +16,7 @@
 #include "proxy/metrics.h"
 #include "proxy/netaddr.h"
 #include "proxy/respond.h"
+#include "proxy/upstream_tls.h"
 #include "proxy/worker.h"
 #include "store/clock.h"
 
@@ -159,6 +160,8 @@ int forward_init(struct worker *w)
     curl_multi_setopt(w->multi, CURLMOPT_TIMERDATA, w);
     /* Keep enough idle upstream connections for every client connection's reuse. */
     curl_multi_setopt(w->multi, CURLMOPT_MAXCONNECTS, 1024L);
+    if (w->index == 0)
+        upstream_tls_warn_at_start(w->cfg);
     return 0;
 }
 
@@ -230,6 +233,8 @@ static void check_finished(struct worker *w)
             struct request *r = NULL;
             curl_easy_getinfo(done[i], CURLINFO_PRIVATE, (char **)&r);
             curl_multi_remove_handle(w->multi, done[i]);
+            if (w->shared->log_warnings)
+                upstream_tls_log_failure(done[i], results[i], w->curl_error);
             upstream_finished(r, results[i]);
         }
     } while (n == 64);
@@ -643,6 +648,9 @@ static CURL *new_easy(struct worker *w)
     curl_easy_setopt(e, CURLOPT_HEADERFUNCTION, on_upstream_header);
     curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, on_upstream_body);
     curl_easy_setopt(e, CURLOPT_CLOSESOCKETFUNCTION, on_curl_close);
+    /* Why a transfer failed, for the TLS failure log (one buffer per worker: the text of
+       the latest failure, read right after curl_multi_socket_action returns). */
+    curl_easy_setopt(e, CURLOPT_ERRORBUFFER, w->curl_error);
     /* The upstream is the configured address, never an http_proxy from the environment
      * (nginx and HAProxy do not read one either); this also spares curl five getenv()s. */
     curl_easy_setopt(e, CURLOPT_NOPROXY, "*");
@@ -660,6 +668,9 @@ static void set_transfer_options(CURL *e, struct request *r, const char *upstrea
     curl_easy_setopt(e, CURLOPT_HEADERDATA, r);
     curl_easy_setopt(e, CURLOPT_WRITEDATA, r);
     curl_easy_setopt(e, CURLOPT_HTTPHEADER, r->upstream_headers);
+    /* Set for every https transfer (so a reload reaches pooled handles); http ones ignore them. */
+    if (upstream_is_https(upstream))
+        upstream_tls_curl_options(e, r->w->cfg);
 
     const char *m = r->method;
     bool head = strcmp(m, "HEAD") == 0;

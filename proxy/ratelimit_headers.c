@@ -4,39 +4,112 @@
 
 #include <errno.h>
 #include <inttypes.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
+#include <strings.h>
 
 /* Structured-field integers have at most 15 digits (RFC 8941 3.3.1). */
 #define SF_INT_MAX INT64_C(999999999999999)
 
-/* One ietf item ("name";q=...;w=...) and the whole list. Items that do not fit the list
- * are left out of both headers. */
-#define ITEM_MAX 320
-#define LIST_MAX 2048
+/* An ietf item's name as an sf-string: a plan name (64), a route method (16) and prefix
+ * (1024), a window and an ordinal, every byte possibly escaped. One item
+ * ("name";q=...;w=...) and the whole list. Items that do not fit the list are left out of
+ * both headers. */
+#define NAME_MAX_SF 2400
+#define ITEM_MAX (NAME_MAX_SF + 80)
+#define LIST_MAX 8192
+
+static const struct {
+    const char *name;
+    enum header_style style;
+} style_names[] = {
+    {"draft", HEADERS_DRAFT},
+    {"ietf", HEADERS_IETF},
+    {"x", HEADERS_X},
+    {"off", HEADERS_OFF},
+};
 
 int header_style_parse(const char *text, enum header_style *pstyle)
 {
-    static const struct {
-        const char *name;
-        enum header_style style;
-    } names[] = {
-        {"draft", HEADERS_DRAFT},
-        {"ietf", HEADERS_IETF},
-        {"x", HEADERS_X},
-        {"off", HEADERS_OFF},
-    };
-
     if (text == NULL)
         return -EINVAL;
-    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
-        if (strcmp(text, names[i].name) == 0) {
+    for (size_t i = 0; i < sizeof(style_names) / sizeof(style_names[0]); i++) {
+        if (strcasecmp(text, style_names[i].name) == 0) {
             if (pstyle)
-                *pstyle = names[i].style;
+                *pstyle = style_names[i].style;
             return 0;
         }
     }
     return -EINVAL;
+}
+
+static void why_printf(char *why, size_t whylen, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static void why_printf(char *why, size_t whylen, const char *fmt, ...)
+{
+    va_list ap;
+    if (why == NULL || whylen == 0)
+        return;
+    va_start(ap, fmt);
+    vsnprintf(why, whylen, fmt, ap);
+    va_end(ap);
+}
+
+int header_styles_parse(const char *text, unsigned *pstyles, char *why, size_t whylen)
+{
+    unsigned styles = 0;
+    bool off = false;
+    size_t count = 0;
+    const char *p = text;
+
+    if (text == NULL)
+        return -EINVAL;
+    for (;;) {
+        char word[16];
+        size_t len;
+        enum header_style style;
+
+        while (*p == ' ' || *p == '\t')
+            p++;
+        len = strcspn(p, ",");
+        while (len > 0 && (p[len - 1] == ' ' || p[len - 1] == '\t'))
+            len--;
+        if (len == 0) {
+            why_printf(why, whylen, "expected a comma-separated list of draft, ietf, x, or off alone; "
+                                   "found an empty item");
+            return -EINVAL;
+        }
+        if (len >= sizeof(word)) {
+            why_printf(why, whylen, "expected draft, ietf, x or off, got \"%.15s...\"", p);
+            return -EINVAL;
+        }
+        memcpy(word, p, len);
+        word[len] = '\0';
+        if (header_style_parse(word, &style) != 0) {
+            why_printf(why, whylen, "expected draft, ietf, x or off, got \"%s\"", word);
+            return -EINVAL;
+        }
+        if (style == HEADERS_OFF ? off : (styles & style) != 0) {
+            why_printf(why, whylen, "style \"%s\" given twice", word);
+            return -EINVAL;
+        }
+        if (style == HEADERS_OFF)
+            off = true;
+        styles |= style;
+        count++;
+        p += strcspn(p, ",");
+        if (*p == '\0')
+            break;
+        p++;
+    }
+    if (off && count > 1) {
+        why_printf(why, whylen, "\"off\" must stand alone, not combined with other styles");
+        return -EINVAL;
+    }
+    if (pstyles)
+        *pstyles = styles;
+    return 0;
 }
 
 /* ceil(ms / 1000) for ms >= 0; 0 for negative ms. No overflow. */
@@ -60,28 +133,25 @@ static int64_t clamp_nonneg(int64_t v, int64_t max)
     return v > max ? max : v;
 }
 
-/* Orders items for the draft and x styles, whose headers describe one quota over a
- * window: an exhausted item first (it is why a request was refused), then rate items
- * before concurrency items (a count of open requests is no windowed quota), then the
- * least remaining, then the longest reset. */
+/* The one rule (see ratelimit_closest in the header): refusing first; rate before
+ * concurrency; fewest remaining; longest reset. Ties keep the earlier item. */
 static bool closer_to_running_out(const struct ratelimit_item *a, const struct ratelimit_item *b)
 {
-    bool a_out = a->remaining <= 0, b_out = b->remaining <= 0;
-    if (a_out != b_out)
-        return a_out;
-    if (!a_out && a->concurrency != b->concurrency)
+    if (a->rejected != b->rejected)
+        return a->rejected;
+    if (a->concurrency != b->concurrency)
         return !a->concurrency;
     if (a->remaining != b->remaining)
         return a->remaining < b->remaining;
     return a->reset_ms > b->reset_ms;
 }
 
-static const struct ratelimit_item *closest_item(const struct ratelimit_item *items, size_t n)
+size_t ratelimit_closest(const struct ratelimit_item *items, size_t n)
 {
-    const struct ratelimit_item *best = &items[0];
+    size_t best = 0;
     for (size_t i = 1; i < n; i++)
-        if (closer_to_running_out(&items[i], best))
-            best = &items[i];
+        if (closer_to_running_out(&items[i], &items[best]))
+            best = i;
     return best;
 }
 
@@ -91,9 +161,13 @@ static int fmt_fits(int r, size_t size)
     return (r >= 0 && (size_t)r < size) ? 0 : -1;
 }
 
-static void render_draft(const struct ratelimit_item *it, header_add_fn *add, void *arg)
+/* Adds RateLimit-Limit, -Remaining and -Reset, and writes the draft's RateLimit-Policy
+ * item into policy (the caller adds it, joined with the ietf items when both styles are
+ * on). Returns 0, or -1 when a value did not fit (nothing added). */
+static int render_draft(const struct ratelimit_item *it, char *policy, size_t policy_size,
+                        header_add_fn *add, void *arg)
 {
-    char limit[24], remaining[24], reset[24], policy[64];
+    char limit[24], remaining[24], reset[24];
     int64_t l = clamp_nonneg(it->limit, INT64_MAX);
     int r1, r2, r3, r4;
 
@@ -101,17 +175,19 @@ static void render_draft(const struct ratelimit_item *it, header_add_fn *add, vo
     r2 = snprintf(remaining, sizeof(remaining), "%" PRId64, clamp_nonneg(it->remaining, l));
     r3 = snprintf(reset, sizeof(reset), "%" PRId64, ms_to_s_ceil(it->reset_ms));
     if (it->concurrency || it->window_ms <= 0)
-        r4 = snprintf(policy, sizeof(policy), "%" PRId64, l);
+        r4 = snprintf(policy, policy_size, "%" PRId64, l);
     else
-        r4 = snprintf(policy, sizeof(policy), "%" PRId64 ";w=%" PRId64, l,
+        r4 = snprintf(policy, policy_size, "%" PRId64 ";w=%" PRId64, l,
                       ms_to_s_ceil(it->window_ms));
     if (fmt_fits(r1, sizeof(limit)) || fmt_fits(r2, sizeof(remaining)) ||
-        fmt_fits(r3, sizeof(reset)) || fmt_fits(r4, sizeof(policy)))
-        return;
+        fmt_fits(r3, sizeof(reset)) || fmt_fits(r4, policy_size)) {
+        policy[0] = '\0';
+        return -1;
+    }
     add(arg, "RateLimit-Limit", limit);
     add(arg, "RateLimit-Remaining", remaining);
     add(arg, "RateLimit-Reset", reset);
-    add(arg, "RateLimit-Policy", policy);
+    return 0;
 }
 
 static void render_x(const struct ratelimit_item *it, int64_t now_unix_ms, header_add_fn *add,
@@ -180,16 +256,18 @@ static int list_append(char *list, size_t size, size_t *plen, const char *item)
     return 0;
 }
 
-static void render_ietf(const struct ratelimit_item *items, size_t n, header_add_fn *add,
-                        void *arg)
+/* Appends the ietf items to policy (which may already hold the draft item) and adds
+ * RateLimit. */
+static void render_ietf(const struct ratelimit_item *items, size_t n, char *policy,
+                        size_t *ppolicy_len, header_add_fn *add, void *arg)
 {
-    char policy[LIST_MAX], state[LIST_MAX];
-    size_t policy_len = 0, state_len = 0;
+    char state[LIST_MAX];
+    size_t policy_len = *ppolicy_len, state_len = 0;
 
-    policy[0] = state[0] = '\0';
+    state[0] = '\0';
     for (size_t i = 0; i < n; i++) {
         const struct ratelimit_item *it = &items[i];
-        char name[ITEM_MAX / 2], pitem[ITEM_MAX], sitem[ITEM_MAX];
+        char name[NAME_MAX_SF], pitem[ITEM_MAX], sitem[ITEM_MAX];
         int64_t q = clamp_nonneg(it->limit, SF_INT_MAX);
         int64_t r = clamp_nonneg(it->remaining, q);
         int64_t t = clamp_nonneg(ms_to_s_ceil(it->reset_ms), SF_INT_MAX);
@@ -209,36 +287,33 @@ static void render_ietf(const struct ratelimit_item *items, size_t n, header_add
         if (fmt_fits(rp, sizeof(pitem)) || fmt_fits(rs, sizeof(sitem)))
             continue;
         /* Both headers carry the same items: add to both or to neither. */
-        if (policy_len + strlen(pitem) + 3 > sizeof(policy) ||
-            state_len + strlen(sitem) + 3 > sizeof(state))
+        if (policy_len + strlen(pitem) + 3 > LIST_MAX || state_len + strlen(sitem) + 3 > sizeof(state))
             break;
-        if (list_append(policy, sizeof(policy), &policy_len, pitem) ||
+        if (list_append(policy, LIST_MAX, &policy_len, pitem) ||
             list_append(state, sizeof(state), &state_len, sitem))
             break;
     }
-    if (policy_len == 0)
-        return;
-    add(arg, "RateLimit-Policy", policy);
-    add(arg, "RateLimit", state);
+    *ppolicy_len = policy_len;
+    if (state_len > 0)
+        add(arg, "RateLimit", state);
 }
 
-void ratelimit_headers_render(enum header_style style, const struct ratelimit_item *items, size_t n,
+void ratelimit_headers_render(unsigned styles, const struct ratelimit_item *items, size_t n,
                               int64_t now_unix_ms, header_add_fn *add, void *arg)
 {
+    char policy[LIST_MAX];
+    size_t policy_len = 0;
+
     if (items == NULL || n == 0 || add == NULL)
         return;
-    switch (style) {
-    case HEADERS_DRAFT:
-        render_draft(closest_item(items, n), add, arg);
-        break;
-    case HEADERS_IETF:
-        render_ietf(items, n, add, arg);
-        break;
-    case HEADERS_X:
-        render_x(closest_item(items, n), now_unix_ms, add, arg);
-        break;
-    case HEADERS_OFF:
-    default:
-        break;
-    }
+    policy[0] = '\0';
+    const struct ratelimit_item *closest = &items[ratelimit_closest(items, n)];
+    if ((styles & HEADERS_DRAFT) && render_draft(closest, policy, sizeof(policy), add, arg) == 0)
+        policy_len = strlen(policy);
+    if (styles & HEADERS_IETF)
+        render_ietf(items, n, policy, &policy_len, add, arg);
+    if (policy_len > 0)
+        add(arg, "RateLimit-Policy", policy);
+    if (styles & HEADERS_X)
+        render_x(closest, now_unix_ms, add, arg);
 }

@@ -359,16 +359,12 @@ static void client_address(struct request *r, char *buf, size_t buflen)
     }
 }
 
-/* The rule that rejected (the one with the longest wait when several did). */
+/* The limit closest to running out, by the one rule the headers and the access log share:
+ * for a refused request, the one that refused it. */
 static const struct limit_verdict *rejecting_verdict(const struct request *r)
 {
-    const struct limit_verdict *over = &r->verdict.verdicts[0];
-    for (size_t i = 0; i < r->verdict.n; i++) {
-        const struct limit_verdict *v = &r->verdict.verdicts[i];
-        if (!v->allowed && (over->allowed || v->reset_ms > over->reset_ms))
-            over = v;
-    }
-    return over;
+    const struct limit_verdict *over = respond_closest_verdict(r);
+    return over != NULL ? over : &r->verdict.verdicts[0];
 }
 
 static void start_upstream(struct request *r)
@@ -725,19 +721,14 @@ static void account(struct request *r)
         .bytes_sent = r->bytes_sent,
     };
     if (r->have_verdict && r->verdict.status == LIMITER_DECIDED && r->verdict.n > 0) {
-        const struct limit_verdict *closest = &r->verdict.verdicts[0];
-        for (size_t i = 1; i < r->verdict.n; i++)
-            if (r->verdict.verdicts[i].remaining < closest->remaining)
-                closest = &r->verdict.verdicts[i];
+        /* the same limit the draft and x headers describe */
+        const struct limit_verdict *closest = rejecting_verdict(r);
         e.has_limit = true;
         e.limit = closest->limit;
         e.remaining = closest->remaining;
-        if (!r->verdict.allowed) {
-            const struct limit_verdict *over = rejecting_verdict(r);
+        if (!r->verdict.allowed) { /* closest is then one that refused */
             e.limit_type = r->limit_type != NULL ? r->limit_type : "http";
-            e.limit = over->limit;
-            e.remaining = over->remaining;
-            e.current_count = over->limit - over->remaining;
+            e.current_count = closest->limit - closest->remaining;
         }
     }
     access_log_write(w->shared->access_log, &e);

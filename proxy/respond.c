@@ -50,12 +50,12 @@ static void add_to_response(void *arg, const char *name, const char *value)
     MHD_add_response_header(arg, name, value);
 }
 
-void respond_add_ratelimit_headers(const struct request *r, struct MHD_Response *response)
+/* r's decided verdicts as header items; returns how many (0 without a decided check). */
+static size_t ratelimit_items(const struct request *r, struct ratelimit_item *items)
 {
-    if (!r->have_verdict || r->verdict.status != LIMITER_DECIDED)
-        return;
-    struct ratelimit_item items[LIMITER_MAX_RULES];
     size_t n = 0;
+    if (!r->have_verdict || r->verdict.status != LIMITER_DECIDED)
+        return 0;
     for (size_t i = 0; i < r->verdict.n && i < r->n_checked; i++) {
         const struct limit_verdict *v = &r->verdict.verdicts[i];
         bool concurrency = r->checked[i]->kind == TIER_LIMIT_CONCURRENCY;
@@ -66,9 +66,25 @@ void respond_add_ratelimit_headers(const struct request *r, struct MHD_Response 
             .reset_ms = v->reset_ms,
             .window_ms = concurrency ? 0 : r->checked[i]->rule.window_ms,
             .concurrency = concurrency,
+            .rejected = !v->allowed,
         };
     }
-    ratelimit_headers_render(r->w->cfg->headers, items, n, r->verdict.now_ms, add_to_response, response);
+    return n;
+}
+
+void respond_add_ratelimit_headers(const struct request *r, struct MHD_Response *response)
+{
+    struct ratelimit_item items[LIMITER_MAX_RULES];
+    size_t n = ratelimit_items(r, items);
+    if (n > 0)
+        ratelimit_headers_render(r->w->cfg->headers, items, n, r->verdict.now_ms, add_to_response, response);
+}
+
+const struct limit_verdict *respond_closest_verdict(const struct request *r)
+{
+    struct ratelimit_item items[LIMITER_MAX_RULES];
+    size_t n = ratelimit_items(r, items);
+    return n > 0 ? &r->verdict.verdicts[ratelimit_closest(items, n)] : NULL;
 }
 
 int64_t respond_retry_after_s(const struct request *r)

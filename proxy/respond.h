@@ -21,5 +21,10 @@ struct MHD_Response *respond_limited(struct request *r, const char *error_code, 
 /* Adds r's RateLimit headers (from its verdict) to response, in the configured style. */
 void respond_add_ratelimit_headers(const struct request *r, struct MHD_Response *response);
 
+/* The verdict of the limit closest to running out (ratelimit_closest's rule), which the
+ * draft and x headers and the access log's limit/remaining describe; for a refused request
+ * one that refused it. NULL when r has no decided check. Points into r->verdict. */
+const struct limit_verdict *respond_closest_verdict(const struct request *r);
+
 /* Whole seconds until every rejecting rule of r's verdict has a slot free. */
 int64_t respond_retry_after_s(const struct request *r);

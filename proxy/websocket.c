@@ -12,7 +12,9 @@
 
 #include <event2/buffer.h>
 #include <event2/bufferevent.h>
+#include <event2/bufferevent_ssl.h>
 #include <event2/event.h>
+#include <openssl/err.h>
 
 #include "proxy/access_log.h"
 #include "proxy/config.h"
@@ -20,6 +22,7 @@
 #include "proxy/metrics.h"
 #include "proxy/request.h"
 #include "proxy/respond.h"
+#include "proxy/upstream_tls.h"
 #include "proxy/worker.h"
 #include "proxy/ws_frame.h"
 #include "store/clock.h"
@@ -47,7 +50,8 @@ struct ws_tunnel {
     struct request *r;
     struct worker *w;
     enum tunnel_state state;
-    struct bufferevent *up;
+    struct bufferevent *up;          /* an OpenSSL bufferevent for an https upstream */
+    const struct upstream_addr *upstream;
     struct bufferevent *client;
     struct MHD_UpgradeResponseHandle *urh;
     /* While open: websocket_idle_timeout_ms, re-armed by traffic. While closing: how long
@@ -76,6 +80,9 @@ struct upstream_addr {
     struct sockaddr_storage addr;
     socklen_t len;
     bool ok;
+    bool tls;          /* https://: the tunnel speaks TLS (wss) */
+    char host[256];    /* the URL's host: SNI and the name the certificate must carry */
+    char url[300];     /* for log lines */
 };
 
 bool ws_is_upgrade(struct MHD_Connection *conn, const char *method)
@@ -86,7 +93,7 @@ bool ws_is_upgrade(struct MHD_Connection *conn, const char *method)
     return upgrade != NULL && strcasestr(upgrade, "websocket") != NULL;
 }
 
-/* "http://host:port/anything" -> host and port. */
+/* "http://host:port/anything" -> host and port (80, or 443 for https, when absent). */
 static int split_url(const char *url, char *host, size_t hostlen, char *port, size_t portlen)
 {
     const char *p = strstr(url, "://");
@@ -116,7 +123,7 @@ static int split_url(const char *url, char *host, size_t hostlen, char *port, si
         memcpy(port, colon + 1, (size_t)(end - colon - 1));
         port[end - colon - 1] = '\0';
     } else {
-        snprintf(port, portlen, "80");
+        snprintf(port, portlen, "%s", upstream_is_https(url) ? "443" : "80");
     }
     return 0;
 }
@@ -131,6 +138,9 @@ int ws_resolve_upstreams(struct worker *w, char *err, size_t errlen)
         char host[256], port[16];
         if (split_url(cfg->upstreams[i], host, sizeof(host), port, sizeof(port)) < 0)
             continue;
+        addrs[i].tls = upstream_is_https(cfg->upstreams[i]);
+        snprintf(addrs[i].host, sizeof(addrs[i].host), "%s", host);
+        snprintf(addrs[i].url, sizeof(addrs[i].url), "%s", cfg->upstreams[i]);
         struct addrinfo hints = { .ai_socktype = SOCK_STREAM }, *res = NULL;
         if (getaddrinfo(host, port, &hints, &res) != 0 || res == NULL) {
             /* Not fatal: plain HTTP goes through curl, which resolves by itself. */
@@ -151,6 +161,8 @@ void ws_free_upstreams(struct worker *w)
 {
     free(w->ws_upstreams);
     w->ws_upstreams = NULL;
+    upstream_tls_free(w->ws_tls);
+    w->ws_tls = NULL;
 }
 
 static void free_headers(struct ws_tunnel *t)
@@ -673,8 +685,39 @@ static void on_up_handshake_event(struct bufferevent *bev, short what, void *arg
         return;
     }
     bool slow = (what & BEV_EVENT_TIMEOUT) != 0;
+    if (!slow && t->state == TUNNEL_CONNECTING && t->upstream->tls && t->w->shared->log_warnings) {
+        unsigned long code = bufferevent_get_openssl_error(bev);
+        upstream_tls_log_handshake_failure(bufferevent_openssl_get_ssl(bev), code, t->upstream->url);
+    }
     fail_handshake(t, slow ? MHD_HTTP_GATEWAY_TIMEOUT : MHD_HTTP_BAD_GATEWAY,
                    slow ? "upstream_timeout" : "upstream_unavailable");
+}
+
+/* The upstream side of a tunnel: a plain socket, or TLS over one for an https upstream
+ * (verified as curl verifies, see upstream_tls.h). NULL on failure. */
+static struct bufferevent *upstream_bufferevent(struct worker *w, const struct upstream_addr *ua)
+{
+    if (!ua->tls)
+        return bufferevent_socket_new(w->base, -1, BEV_OPT_CLOSE_ON_FREE);
+    SSL_CTX *ctx;
+    char err[256];
+    if (upstream_tls_context(&w->ws_tls, w->cfg, &ctx, err, sizeof(err)) < 0) {
+        if (w->shared->log_warnings)
+            fprintf(stderr, "tierproxy: upstream %s: WebSocket TLS: %s\n", ua->url, err);
+        return NULL;
+    }
+    SSL *ssl = upstream_tls_ssl_new(ctx, ua->host);
+    if (ssl == NULL)
+        return NULL;
+    struct bufferevent *bev = bufferevent_openssl_socket_new(w->base, -1, ssl, BUFFEREVENT_SSL_CONNECTING,
+                                                             BEV_OPT_CLOSE_ON_FREE);
+    if (bev == NULL) {
+        SSL_free(ssl);
+        return NULL;
+    }
+    /* An upstream that closes without close_notify ends the tunnel like a plain EOF. */
+    bufferevent_openssl_set_allow_dirty_shutdown(bev, 1);
+    return bev;
 }
 
 void ws_start(struct request *r)
@@ -703,7 +746,8 @@ void ws_start(struct request *r)
         fail_handshake(t, MHD_HTTP_BAD_GATEWAY, "upstream_unavailable");
         return;
     }
-    t->up = bufferevent_socket_new(w->base, -1, BEV_OPT_CLOSE_ON_FREE);
+    t->upstream = ua;
+    t->up = upstream_bufferevent(w, ua);
     if (t->up == NULL) {
         fail_handshake(t, MHD_HTTP_BAD_GATEWAY, "upstream_unavailable");
         return;

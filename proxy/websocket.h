@@ -1,5 +1,5 @@
-/* WebSocket tunnelling: the handshake is forwarded on a plain non-blocking socket (libcurl
- * here has no WebSocket support), and after the upstream's 101 the client socket that
+/* WebSocket tunnelling: the handshake is forwarded on a plain non-blocking socket, with TLS
+ * over it for an https upstream (libcurl here has no WebSocket support), and after the upstream's 101 the client socket that
  * libmicrohttpd hands over and the upstream socket are joined on the worker's loop. Frames
  * pass unchanged; client-to-upstream frame heads are read as they pass, to count
  * messages against a --ws-messages limit. */

@@ -23,6 +23,7 @@ struct snapshot_watch;
 struct proxy_config;
 struct request;
 struct upstream_addr;
+struct upstream_tls;
 struct intake_conn;
 struct access_log;
 struct log_throttle;
@@ -78,11 +79,13 @@ struct worker {
     CURLM *multi;
     struct event *curl_timer;
     CURLSH *curl_share;             /* DNS cache for the upstream names */
+    char curl_error[CURL_ERROR_SIZE]; /* every easy handle's CURLOPT_ERRORBUFFER (forward.c) */
     CURL *easy_pool[256];           /* reset handles kept for reuse: no per-request setup */
     size_t n_easy_pool;
     unsigned upstream_next;         /* round robin over cfg->upstreams */
     struct upstream_addr *ws_upstreams; /* resolved once, for WebSocket tunnels */
     size_t n_ws_upstreams;
+    struct upstream_tls *ws_tls;    /* TLS settings of tunnels to https upstreams (websocket.c) */
     uint64_t lease_seq;
 
     struct limiter *limiter;

@@ -108,17 +108,12 @@ int limit_rate_parse(const char *text, int64_t *pcount, int64_t *pwindow_ms)
     return 0;
 }
 
-char *limit_rate_format(int64_t count, int64_t window_ms, char *buf, size_t buflen)
+/* The largest unit that divides window_ms exactly, and how many of it. */
+static const struct unit *window_unit(int64_t window_ms, int64_t *pmultiplier)
 {
     static const struct unit canonical[] = {
         {"day", 86400000}, {"h", 3600000}, {"min", 60000}, {"s", 1000}, {"ms", 1},
     };
-    if (buf == NULL || buflen == 0)
-        return buf;
-    if (window_ms < 1) {
-        snprintf(buf, buflen, "%" PRId64 "/?", count);
-        return buf;
-    }
     const struct unit *u = &canonical[4];
     for (size_t i = 0; i < 5; i++) {
         if (window_ms % canonical[i].ms == 0) {
@@ -126,11 +121,38 @@ char *limit_rate_format(int64_t count, int64_t window_ms, char *buf, size_t bufl
             break;
         }
     }
-    int64_t multiplier = window_ms / u->ms;
+    *pmultiplier = window_ms / u->ms;
+    return u;
+}
+
+char *limit_rate_format(int64_t count, int64_t window_ms, char *buf, size_t buflen)
+{
+    if (buf == NULL || buflen == 0)
+        return buf;
+    if (window_ms < 1) {
+        snprintf(buf, buflen, "%" PRId64 "/?", count);
+        return buf;
+    }
+    int64_t multiplier;
+    const struct unit *u = window_unit(window_ms, &multiplier);
     if (multiplier == 1)
         snprintf(buf, buflen, "%" PRId64 "/%s", count, u->name);
     else
         snprintf(buf, buflen, "%" PRId64 "/%" PRId64 "%s", count, multiplier, u->name);
+    return buf;
+}
+
+char *limit_window_format(int64_t window_ms, char *buf, size_t buflen)
+{
+    if (buf == NULL || buflen == 0)
+        return buf;
+    if (window_ms < 1) {
+        snprintf(buf, buflen, "?");
+        return buf;
+    }
+    int64_t multiplier;
+    const struct unit *u = window_unit(window_ms, &multiplier);
+    snprintf(buf, buflen, "%" PRId64 "%s", multiplier, u->name);
     return buf;
 }
 

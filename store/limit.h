@@ -54,6 +54,11 @@ int limit_rate_parse(const char *text, int64_t *pcount, int64_t *pwindow_ms);
 /* Writes the canonical text of a rate ("100/min", "10/15s") into buf. Returns buf. */
 char *limit_rate_format(int64_t count, int64_t window_ms, char *buf, size_t buflen);
 
+/* Writes a window as a count and the largest unit (s, min, h, day; ms when it is no whole
+ * second) that divides it exactly, the count always written: "10s", "1min", "90s",
+ * "2h", "1day". The same units as limit_rate_format. Returns buf. */
+char *limit_window_format(int64_t window_ms, char *buf, size_t buflen);
+
 /* Checks that a rule's numbers are in range (a concurrency rule: burst 0). Returns 0 or
  * -EINVAL. */
 int limit_rule_validate(const struct limit_rule *rule);

@@ -227,6 +227,51 @@ static size_t slot_of(const uint8_t *hash, size_t mask)
     return (size_t)h & mask;
 }
 
+/* A limit's name for the ietf RateLimit headers, from what an operator wrote, never an
+ * internal id: "<plan>[-<METHOD> <prefix>]-<window>", "concurrency" in place of the
+ * window for a concurrency limit, "ws-<window>" for a ws-messages limit ("free-1min",
+ * "pro-POST /upload-10s", "free-concurrency"). */
+static void limit_base_name(const struct tier_plan *plan, const struct tier_limit *l, char *buf,
+                            size_t size)
+{
+    char window[32] = "concurrency";
+    if (l->kind != TIER_LIMIT_CONCURRENCY)
+        limit_window_format(l->rule.window_ms, window, sizeof(window));
+    snprintf(buf, size, "%s%s%s%s%s-%s%s", plan->name, l->has_route ? "-" : "",
+             l->has_route ? l->route_method : "", l->has_route ? " " : "",
+             l->has_route ? l->route_prefix : "", l->kind == TIER_LIMIT_WS_MESSAGES ? "ws-" : "",
+             window);
+}
+
+#define LIMIT_NAME_MAX (CATALOG_NAME_MAX + CATALOG_PREFIX_MAX + 96)
+
+/* Names the limits of one plan: limit_base_name, and for a second limit with the same name
+ * (two route-less 1-minute limits, say) "-2", "-3", ... in catalog order. Returns 0 or
+ * -ENOMEM. */
+static int name_plan_limits(struct snapshot *snap, const struct tier_plan *plan, struct tier_limit *limits,
+                            size_t n)
+{
+    char (*base)[LIMIT_NAME_MAX] = n > 0 ? malloc(n * sizeof(*base)) : NULL;
+    if (n > 0 && base == NULL)
+        return -ENOMEM;
+    int rc = 0;
+    for (size_t k = 0; k < n && rc == 0; k++) {
+        limit_base_name(plan, &limits[k], base[k], sizeof(base[k]));
+        size_t same = 0;
+        for (size_t j = 0; j < k; j++)
+            same += strcmp(base[j], base[k]) == 0;
+        char name[LIMIT_NAME_MAX + 24];
+        if (same > 0)
+            snprintf(name, sizeof(name), "%s-%zu", base[k], same + 1);
+        else
+            snprintf(name, sizeof(name), "%s", base[k]);
+        if (!(limits[k].name = arena_strdup(snap, name)))
+            rc = -ENOMEM;
+    }
+    free(base);
+    return rc;
+}
+
 /* Gives each plan its slice of the limits and each limit its name. */
 static int attach_limits(struct build *b)
 {
@@ -242,19 +287,9 @@ static int attach_limits(struct build *b)
             j++;
         plan->limits = snap->limits + start;
         plan->n_limits = j - start;
-        bool named_plan_wide = false;
-        for (size_t k = start; k < j; k++) {
-            struct tier_limit *l = &snap->limits[k];
-            char name[CATALOG_NAME_MAX + 32];
-            if (l->kind == TIER_LIMIT_RATE && !l->has_route && !named_plan_wide) {
-                snprintf(name, sizeof(name), "%s", plan->name);
-                named_plan_wide = true;
-            } else {
-                snprintf(name, sizeof(name), "%s-%lld", plan->name, (long long)l->id);
-            }
-            if (!(l->name = arena_strdup(snap, name)))
-                return -ENOMEM;
-        }
+        int rc = name_plan_limits(snap, plan, snap->limits + start, j - start);
+        if (rc)
+            return rc;
     }
     return 0;
 }

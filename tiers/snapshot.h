@@ -24,8 +24,10 @@ struct tier_limit {
     char route_method[16];         /* "*" = any method */
     const char *route_prefix;      /* owned by the snapshot */
     size_t route_prefix_len;
-    const char *name;              /* for RateLimit headers: "<plan>" for the plan-wide rate
-                                      limit, "<plan>-<id>" otherwise; owned by the snapshot */
+    const char *name;              /* for the ietf RateLimit headers: plan, route and window,
+                                      "free-1min", "pro-POST /upload-10s", "free-concurrency"
+                                      ("-2", "-3" on repeats within the plan); owned by the
+                                      snapshot */
 };
 
 struct tier_plan {

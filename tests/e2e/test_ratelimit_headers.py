@@ -51,9 +51,10 @@ def test_ietf_headers(catalog, start_proxy):
     p = start_proxy(catalog, limits={"headers": "ietf"})
     r = p.get("/h", key=key)
     assert r.status == 200, r
-    assert r.header("RateLimit-Policy") == '"gold";q=5;w=10', r
+    # items are named after plan and window (SPEC additions of 2026-11-25)
+    assert r.header("RateLimit-Policy") == '"gold-10s";q=5;w=10', r
     items = parse_sf_list(r.header("RateLimit"))
-    assert len(items) == 1 and items[0][0] == "gold", r
+    assert len(items) == 1 and items[0][0] == "gold-10s", r
     assert items[0][1]["r"] == 4, r
     assert 0 <= items[0][1]["t"] <= 10, r
     assert not r.has_header("RateLimit-Limit") and not r.has_header("X-RateLimit-Limit"), r
@@ -69,12 +70,12 @@ def test_ietf_lists_every_limit_and_names_concurrency(catalog, start_proxy):
     state = dict(parse_sf_list(r.header("RateLimit")))
     names = [n for n, _ in policy]
     assert len(set(names)) == len(names) == 2, r
-    rate = dict(policy)["free"]
+    rate = dict(policy)["free-1min"]
     assert rate["q"] == 100 and rate["w"] == 60 and "qu" not in rate, r
-    conc = [params for n, params in policy if n != "free"][0]
+    conc = dict(policy)["free-concurrency"]
     assert conc["q"] == 10 and conc["qu"] == "concurrent-requests", r
     assert set(state) == set(names), r
-    assert state["free"]["r"] == 99, r
+    assert state["free-1min"]["r"] == 99, r
 
 
 def test_x_headers(catalog, start_proxy):

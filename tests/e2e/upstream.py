@@ -2,6 +2,7 @@
 """A real HTTP/1.1 upstream for the end-to-end tests and the demo. Standard library only.
 
     upstream.py --port PORT [--host 127.0.0.1]     (PORT 0 = pick one)
+                [--tls-cert CERT.pem --tls-key KEY.pem]   (HTTPS instead of HTTP)
 
 The port it listens on is printed as the first line on stdout.
 
@@ -210,6 +211,13 @@ class Handler(http.server.BaseHTTPRequestHandler):
         self.wfile.flush()
 
 
+def tls_context(cert, key):
+    import ssl
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.load_cert_chain(cert, key)
+    return ctx
+
+
 class Server(http.server.ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True
@@ -220,8 +228,12 @@ def main():
     ap = argparse.ArgumentParser(description="echoing HTTP/1.1 upstream for tierproxy tests")
     ap.add_argument("--port", type=int, default=3000)
     ap.add_argument("--host", default="127.0.0.1")
+    ap.add_argument("--tls-cert", help="serve HTTPS with this certificate (PEM)")
+    ap.add_argument("--tls-key", help="... and this private key (PEM)")
     a = ap.parse_args()
     srv = Server((a.host, a.port), Handler)
+    if a.tls_cert:
+        srv.socket = tls_context(a.tls_cert, a.tls_key).wrap_socket(srv.socket, server_side=True)
     print(srv.server_address[1], flush=True)
     try:
         srv.serve_forever(poll_interval=0.2)

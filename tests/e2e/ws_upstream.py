@@ -3,6 +3,7 @@
 only; cheap per connection, so it holds thousands of idle WebSockets.
 
     ws_upstream.py --port PORT [--host 127.0.0.1]     (PORT 0 = pick one)
+                   [--tls-cert CERT.pem --tls-key KEY.pem]   (TLS: https and wss)
 
 The port it listens on is printed as the first line on stdout.
 
@@ -323,8 +324,8 @@ async def websocket(reader, writer, headers, user, target):
             pass
 
 
-async def main_async(host, port):
-    server = await asyncio.start_server(handle, host, port, backlog=4096, limit=1 << 16)
+async def main_async(host, port, tls=None):
+    server = await asyncio.start_server(handle, host, port, backlog=4096, limit=1 << 16, ssl=tls)
     print(server.sockets[0].getsockname()[1], flush=True)
     async with server:
         await server.serve_forever()
@@ -334,7 +335,14 @@ def main():
     ap = argparse.ArgumentParser(description="WebSocket echo + concurrency-counting upstream")
     ap.add_argument("--port", type=int, default=0)
     ap.add_argument("--host", default="127.0.0.1")
+    ap.add_argument("--tls-cert", help="serve TLS (wss, https) with this certificate (PEM)")
+    ap.add_argument("--tls-key", help="... and this private key (PEM)")
     a = ap.parse_args()
+    tls = None
+    if a.tls_cert:
+        import ssl
+        tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        tls.load_cert_chain(a.tls_cert, a.tls_key)
     try:
         import resource
         soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
@@ -342,7 +350,7 @@ def main():
     except (ValueError, OSError):
         pass
     try:
-        asyncio.run(main_async(a.host, a.port))
+        asyncio.run(main_async(a.host, a.port, tls))
     except KeyboardInterrupt:
         pass
     return 0

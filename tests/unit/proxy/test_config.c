@@ -226,9 +226,10 @@ static void test_good_value_forms(void **state)
                  {"off", 0}, {"1", 1},  {"0", 0},     {"YES", 1},  {"Off", 0}};
     static const struct {
         const char *word;
-        enum header_style style;
+        unsigned style;
     } styles[] = {{"draft", HEADERS_DRAFT}, {"ietf", HEADERS_IETF}, {"x", HEADERS_X},
-                  {"off", HEADERS_OFF}};
+                  {"off", HEADERS_OFF}, {"draft, ietf", HEADERS_DRAFT | HEADERS_IETF},
+                  {"X,Draft", HEADERS_X | HEADERS_DRAFT}};
     static const char *const levels[] = {"debug", "info", "warn", "error"};
     struct proxy_config c;
     char text[256];
@@ -354,15 +355,17 @@ static const struct bad_case bad_cases[] = {
     {"proxy", "listen", "[nope]:8080", "expected HOST:PORT (IPv6 as [::1]:8080), got \"[nope]:8080\""},
     {"proxy", "listen", ":8080", "expected HOST:PORT (IPv6 as [::1]:8080), got \":8080\""},
     {"proxy", "listen", "", "expected HOST:PORT (IPv6 as [::1]:8080), got \"\""},
-    {"proxy", "upstream", "", "expected comma-separated http:// URLs, got \"\""},
-    {"proxy", "upstream", "https://a:1", "only http:// upstreams are supported, got \"https://a:1\""},
-    {"proxy", "upstream", "ftp://a", "expected http://HOST[:PORT][/PATH], got \"ftp://a\""},
-    {"proxy", "upstream", "http://", "expected http://HOST[:PORT][/PATH], got \"http://\""},
-    {"proxy", "upstream", "http:///x", "expected http://HOST[:PORT][/PATH], got \"http:///x\""},
-    {"proxy", "upstream", "http://a?q=1", "expected http://HOST[:PORT][/PATH], got \"http://a?q=1\""},
+    {"proxy", "upstream", "", "expected comma-separated http:// or https:// URLs, got \"\""},
+    {"proxy", "upstream", "ftp://a", "expected http://HOST[:PORT][/PATH] or https://..., got \"ftp://a\""},
+    {"proxy", "upstream", "http://", "expected http://HOST[:PORT][/PATH] or https://..., got \"http://\""},
+    {"proxy", "upstream", "https://", "expected http://HOST[:PORT][/PATH] or https://..., got \"https://\""},
+    {"proxy", "upstream", "http:///x", "expected http://HOST[:PORT][/PATH] or https://..., got \"http:///x\""},
+    {"proxy", "upstream", "http://a?q=1", "expected http://HOST[:PORT][/PATH] or https://..., got \"http://a?q=1\""},
+    {"proxy", "upstream_ca_file", "/nonexistent/ca.pem", "cannot read \"/nonexistent/ca.pem\": No such file or directory"},
+    {"proxy", "upstream_tls_verify", "maybe", "expected yes or no, got \"maybe\""},
     {"proxy", "upstream", "http://a:1,,http://b:2", "empty item in \"http://a:1,,http://b:2\""},
     {"proxy", "upstream", "http://a:1,", "empty item in \"http://a:1,\""},
-    {"proxy", "upstream", "http://a b", "expected http://HOST[:PORT][/PATH], got \"http://a b\""},
+    {"proxy", "upstream", "http://a b", "expected http://HOST[:PORT][/PATH] or https://..., got \"http://a b\""},
     {"proxy", "workers", "-1", "expected a whole number from 0 to 1024, got \"-1\""},
     {"proxy", "workers", "1025", "expected a whole number from 0 to 1024, got \"1025\""},
     {"proxy", "workers", "four", "expected a whole number from 0 to 1024, got \"four\""},
@@ -398,6 +401,9 @@ static const struct bad_case bad_cases[] = {
     {"limits", "concurrency_on_store_error", "yes", "expected open or closed, got \"yes\""},
     {"limits", "lease_ttl_ms", "0", "expected a whole number from 1 to 86400000, got \"0\""},
     {"limits", "headers", "rfc", "expected draft, ietf, x or off, got \"rfc\""},
+    {"limits", "headers", "draft, rfc", "expected draft, ietf, x or off, got \"rfc\""},
+    {"limits", "headers", "off, x", "\"off\" must stand alone, not combined with other styles"},
+    {"limits", "headers", "ietf, ietf", "style \"ietf\" given twice"},
     {"log", "access", "", "expected stdout, off or a file path, got \"\""},
     {"log", "level", "verbose", "expected debug, info, warn or error, got \"verbose\""},
 };
@@ -549,9 +555,17 @@ static void test_flags(void **state)
     assert_int_equal(load(NULL, bad, NULL, &c, &action, err, sizeof(err)), -EINVAL);
     assert_string_equal(err, "--listen: expected HOST:PORT (IPv6 as [::1]:8080), got \"nope\"");
     assert_null(c.listen_host);
-    const char *bad2[] = {"--upstream=https://x", NULL};
+    const char *bad2[] = {"--upstream=ftp://x", NULL};
     assert_int_equal(load(NULL, bad2, NULL, &c, &action, err, sizeof(err)), -EINVAL);
-    assert_string_equal(err, "--upstream: only http:// upstreams are supported, got \"https://x\"");
+    assert_string_equal(err, "--upstream: expected http://HOST[:PORT][/PATH] or https://..., got \"ftp://x\"");
+    /* https and http upstreams mix */
+    const char *mixed[] = {"--upstream=https://a:8443/, http://b", NULL};
+    assert_int_equal(load(NULL, mixed, NULL, &c, &action, err, sizeof(err)), 0);
+    assert_int_equal(c.n_upstreams, 2);
+    assert_string_equal(c.upstreams[0], "https://a:8443");
+    assert_true(c.upstream_tls_verify);
+    assert_null(c.upstream_ca_file);
+    config_free(&c);
     const char *bad3[] = {"--redis", "rediss://x:1", NULL};
     assert_int_equal(load(NULL, bad3, NULL, &c, &action, err, sizeof(err)), -EINVAL);
     assert_string_equal(err, "--redis: expected redis://[:password@]host:port/db or "

@@ -105,6 +105,24 @@ static void test_format(void **state)
     assert_string_equal(small, "100");   /* truncated, still terminated */
 }
 
+static void test_window_format(void **state)
+{
+    /* the same units as the rate, the count always written (ietf item names) */
+    static const struct {
+        int64_t ms;
+        const char *want;
+    } cases[] = {
+        {1000, "1s"},   {10000, "10s"},     {60000, "1min"},  {90000, "90s"},
+        {120000, "2min"}, {3600000, "1h"}, {7200000, "2h"},  {86400000, "1day"},
+        {2 * 86400000LL, "2day"}, {1500, "1500ms"}, {0, "?"},
+    };
+    char buf[32];
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        assert_ptr_equal(limit_window_format(cases[i].ms, buf, sizeof(buf)), buf);
+        assert_string_equal(buf, cases[i].want);
+    }
+}
+
 static void test_algorithms(void **state)
 {
     const char *names[] = {"sliding-log", "sliding-window", "token-bucket", "fixed-window"};
@@ -173,6 +191,7 @@ int main(void)
         cmocka_unit_test(test_parse_rejects),
         cmocka_unit_test(test_parse_bound),
         cmocka_unit_test(test_format),
+        cmocka_unit_test(test_window_format),
         cmocka_unit_test(test_algorithms),
         cmocka_unit_test(test_validate),
     };

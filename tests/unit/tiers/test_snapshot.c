@@ -100,20 +100,32 @@ static void test_plans_and_limit_names(void **state)
     assert_non_null(p);
     assert_null(snapshot_find_plan(f->snap, "gold"));
     assert_int_equal(p->n_limits, 8);
-    char name[64];
+    /* Names from plan, route and window (never a limit id), as the ietf headers show them. */
+    const struct {
+        int64_t id;
+        const char *name;
+    } names[] = {
+        {f->free_rate, "free-1min"},          {f->free_conc, "free-concurrency"},
+        {f->route_get_v1, "free-GET /v1-1s"}, {f->route_get_v1_conc, "free-GET /v1-concurrency"},
+        {f->route_any_v1, "free-* /v1-1s"},   {f->route_post_v1, "free-POST /v1-1s"},
+        {f->route_any_search, "free-* /v1/search-1s"}, {f->free_rate2, "free-1h"},
+    };
     for (size_t i = 0; i < p->n_limits; i++) {
         const struct tier_limit *l = &p->limits[i];
         assert_int_equal(l->rule.id, l->id);
+        bool named = false;
+        for (size_t k = 0; k < sizeof(names) / sizeof(names[0]); k++) {
+            if (names[k].id == l->id) {
+                assert_string_equal(l->name, names[k].name);
+                named = true;
+            }
+        }
+        assert_true(named);
         if (l->id == f->free_rate) {
-            /* The first route-less rate limit carries the plan's name. */
-            assert_string_equal(l->name, "free");
             assert_int_equal(l->kind, TIER_LIMIT_RATE);
             assert_int_equal(l->rule.rate, 100);
             assert_int_equal(l->rule.window_ms, 60000);
             assert_false(l->has_route);
-        } else {
-            snprintf(name, sizeof(name), "free-%lld", (long long)l->id);
-            assert_string_equal(l->name, name);
         }
         if (l->id == f->free_conc) {
             assert_int_equal(l->kind, TIER_LIMIT_CONCURRENCY);
