@@ -160,8 +160,6 @@ int forward_init(struct worker *w)
     curl_multi_setopt(w->multi, CURLMOPT_TIMERDATA, w);
     /* Keep enough idle upstream connections for every client connection's reuse. */
     curl_multi_setopt(w->multi, CURLMOPT_MAXCONNECTS, 1024L);
-    if (w->index == 0)
-        upstream_tls_warn_at_start(w->cfg);
     return 0;
 }
 

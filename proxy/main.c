@@ -22,6 +22,7 @@
 #include "proxy/config.h"
 #include "proxy/log_throttle.h"
 #include "proxy/netaddr.h"
+#include "proxy/upstream_tls.h"
 #include "proxy/worker.h"
 #include "store/clock.h"
 #include "store/limiter.h"
@@ -119,6 +120,7 @@ static int validate_start(const struct proxy_config *cfg, struct access_log **pl
         size_t users = snapshot_user_count(snap), keys = snapshot_key_count(snap);
         fprintf(stderr, "tierproxy: configuration ok; catalog %s has %zu %s and %zu %s\n", cfg->db, users,
                 plural(users, "user", "users"), keys, plural(keys, "key", "keys"));
+        upstream_tls_warn_unverified(cfg);
     }
     if (snap != NULL)
         snapshot_unref(snap);
@@ -150,6 +152,8 @@ static struct proxy_config *reload(struct proxy_config *running, int argc, char 
     config_keep_restart_only(running, fresh, changed, sizeof(changed));
     if (changed[0] != '\0')
         fprintf(stderr, "tierproxy: SIGHUP: these take effect at restart, not now: %s\n", changed);
+    if (running->upstream_tls_verify)
+        upstream_tls_warn_unverified(fresh); /* said once, when verification goes off */
     return fresh;
 }
 

@@ -54,7 +54,7 @@ void upstream_tls_curl_options(CURL *e, const struct proxy_config *cfg)
     curl_easy_setopt(e, CURLOPT_SSL_VERIFYHOST, verify ? 2L : 0L);
 }
 
-void upstream_tls_warn_at_start(const struct proxy_config *cfg)
+void upstream_tls_warn_unverified(const struct proxy_config *cfg)
 {
     if (cfg->upstream_tls_verify)
         return;

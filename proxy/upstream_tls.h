@@ -21,9 +21,9 @@ bool upstream_is_https(const char *url);
  * to pooled handles too. */
 void upstream_tls_curl_options(CURL *e, const struct proxy_config *cfg);
 
-/* The warning for the start log (stderr) when cfg turns verification off; nothing
- * otherwise. */
-void upstream_tls_warn_at_start(const struct proxy_config *cfg);
+/* Writes the warning on stderr when cfg turns certificate verification off; nothing
+ * otherwise. Called at start, by --check, and by a reload that turns it off. */
+void upstream_tls_warn_unverified(const struct proxy_config *cfg);
 
 /* After a transfer ended with result: when it is a TLS failure (handshake, certificate,
  * CA file), writes why on stderr, at most once per 10 s per thread (every worker is one),

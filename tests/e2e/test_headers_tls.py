@@ -480,3 +480,19 @@ def test_reload_turns_verification_on_for_http_and_websocket(catalog, proxies, t
     assert_json_error(c.get("/b", key=key), 502, {"error_code": "upstream_unavailable"})
     assert_json_error(ws_try(p.port, "/echo", key=key), 502, {"error_code": "upstream_unavailable"})
     c.close()
+
+
+def test_reload_that_turns_verification_off_warns(catalog, proxies, tls_cert, tls_servers):
+    # an operator who turns verification off with a SIGHUP is told, as at start
+    import signal
+    up = tls_servers(tls_cert)
+    _, key = catalog.user_key("free")
+    p = proxies.start(catalog, upstream=up.url, proxy={"upstream_ca_file": str(tls_cert[0])})
+    assert p.get("/a", key=key).status == 200
+    assert "upstream_tls_verify" not in p.stderr(), p.stderr()
+    ini = dict(p.ini)
+    ini["proxy"] = dict(ini["proxy"], upstream_tls_verify="no")
+    write_ini(p.ini_path, ini)
+    p.signal(signal.SIGHUP)
+    assert wait_until(lambda: "reloaded" in p.stderr(), 5), p.stderr()
+    assert re.search(r"warn.*upstream_tls_verify.*not verified", p.stderr(), re.I), p.stderr()
