@@ -10,12 +10,13 @@ import datetime
 import hashlib
 import json
 import pathlib
+import socket
 import subprocess
 import time
 
 import pytest
 
-from conftest import TIERCTL_BIN, Client, _clean_env, wait_until
+from conftest import TIERCTL_BIN, Client, _clean_env, parse_raw_response, read_answer, wait_until
 
 
 def tierctl(*args, db=None, rc=0):
@@ -92,6 +93,31 @@ def test_replay_rejects_exactly_the_requests_the_proxy_rejected(catalog, proxies
         mine = [n for n, ln in lines if ln.get("user") == user and ln["status"] == 429]
         assert by_user[user]["rejected"] == len(mine), (user, report["top_users"])
         assert by_user[user]["requests"] == 45
+
+
+def test_replay_checks_each_request_when_the_proxy_checked_it(catalog, proxies):
+    # The proxy checks an upload once its body is in, which may be long after the request
+    # began and long before it ends: the replay must use the time of the check. Here an
+    # upload begins, a GET is checked 0.3 s later, and the upload's body comes 1.2 s after
+    # that. Replayed at the upload's start (time - total_ms), the GET would meet the
+    # upload inside 1/s; the proxy let both through.
+    catalog.plan("one", "--rate", "1/s")
+    user, key = catalog.user_key("one")
+    p = proxies.start(catalog, store="memory")
+    with socket.create_connection(("127.0.0.1", p.port), timeout=10) as s:
+        s.sendall(b"POST /upload HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\n"
+                  b"Content-Length: 5\r\n\r\n" % key.encode())
+        time.sleep(0.3)
+        p.get("/first", key=key)
+        time.sleep(1.2)
+        s.sendall(b"hello")
+        parse_raw_response(read_answer(s, timeout=10))
+    assert wait_until(lambda: len(p.access_log_lines()) >= 2, 10)
+    lines = read_log_lines(p.access_log)
+    assert len(lines) == 2
+    report = simulate_json(p.access_log, db=catalog.path)
+    assert report["requests"] == 2
+    assert report["rejected_lines"] == sorted(n for n, ln in lines if ln["status"] == 429), (report, lines)
 
 
 # --------------------------------------------------------------------------------------
