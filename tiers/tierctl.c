@@ -1154,9 +1154,11 @@ static int cmd_simulate(struct cli *c)
             .rate = lf->rate_amount, .burst = lf->burst ? lf->burst_value : 0, .window_ms = lf->rate_window_ms,
         };
         const struct limit_rule *r = &opt.given[0];
-        off += (size_t)snprintf(against + off, sizeof(against) - off, "%s burst %" PRId64 " %s",
-                                limit_rate_format(r->rate, r->window_ms, rate, sizeof(rate)), r->burst,
-                                limit_algorithm_name(r->algorithm));
+        off += (size_t)snprintf(against, sizeof(against), "%s",
+                                limit_rate_format(r->rate, r->window_ms, rate, sizeof(rate)));
+        if (r->burst)
+            off += (size_t)snprintf(against + off, sizeof(against) - off, " burst %" PRId64, r->burst);
+        off += (size_t)snprintf(against + off, sizeof(against) - off, " %s", limit_algorithm_name(r->algorithm));
     }
     if (lf->concurrency) {
         opt.given[opt.n_given++] = (struct limit_rule){
