@@ -891,7 +891,7 @@ int simulate_file(const char *log_path, const struct simulate_options *options, 
         json_t *doc = simulate_report_json(rep, log_path, against);
         if (doc == NULL) {
             r = -ENOMEM;
-            snprintf(err, errlen, "out of memory");
+            snprintf(err, errlen, "cannot build the JSON report (out of memory, or a name that is not UTF-8)");
             goto out;
         }
         if (json_dumpf(doc, out, JSON_INDENT(2) | JSON_PRESERVE_ORDER) != 0 || fputc('\n', out) == EOF)
