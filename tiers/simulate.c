@@ -591,11 +591,10 @@ static int by_line(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
-static const struct subject *sort_subjects;
-
-static int by_rejections(const void *a, const void *b)
+static int by_rejections(const void *a, const void *b, void *subjects)
 {
-    const struct subject *x = &sort_subjects[*(const uint32_t *)a], *y = &sort_subjects[*(const uint32_t *)b];
+    const struct subject *all = subjects;
+    const struct subject *x = &all[*(const uint32_t *)a], *y = &all[*(const uint32_t *)b];
     if (x->rejected != y->rejected)
         return x->rejected > y->rejected ? -1 : 1;
     if (x->requests != y->requests)
@@ -637,8 +636,7 @@ static int count(struct simulation *sim)
         if (sim->subjects[i].rejected > 0)
             order[n++] = (uint32_t)i;
     rep->users_rejected = n;
-    sort_subjects = sim->subjects;
-    qsort(order, n, sizeof(*order), by_rejections);
+    qsort_r(order, n, sizeof(*order), by_rejections, sim->subjects);
     for (size_t i = 0; i < n && i < SIMULATE_TOP_USERS; i++) {
         const struct subject *sub = &sim->subjects[order[i]];
         rep->top[i] = (struct simulate_user){
