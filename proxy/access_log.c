@@ -157,6 +157,12 @@ void access_log_write(struct access_log *log, const struct access_entry *e)
     json_object_set_new(o, "user", str_or_null(e->user));
     json_object_set_new(o, "plan", str_or_null(e->plan));
     json_object_set_new(o, "decision", str_or_null(e->decision));
+    if (e->decision_unix_ms > 0) {
+        /* What `tierctl simulate` replays at: `time` is when the request ended. */
+        char decided[40];
+        format_time(e->decision_unix_ms, decided, sizeof(decided));
+        json_object_set_new(o, "decision_time", json_string(decided));
+    }
     if (e->has_limit) {
         json_object_set_new(o, "limit", json_integer(e->limit));
         json_object_set_new(o, "remaining", json_integer(e->remaining));

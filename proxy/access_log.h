@@ -10,6 +10,7 @@ struct access_log;
 
 struct access_entry {
     int64_t time_unix_ms;
+    int64_t decision_unix_ms;    /* the limiter's clock when it decided (Unix ms); 0: none did */
     const char *client;
     const char *method;
     const char *path;            /* raw path and query */

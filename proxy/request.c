@@ -21,13 +21,11 @@
 #include "proxy/websocket.h"
 #include "proxy/worker.h"
 #include "store/clock.h"
+#include "tiers/plan_rules.h"
 
 /* A suspension shorter than this ends before a departed client could matter; watching
  * every request's socket would cost two epoll_ctl calls each. */
 #define CLOSE_WATCH_DELAY_MS 50
-
-/* The largest selection of limits one request can meet (rate, concurrency, messages). */
-#define MAX_SELECTED 48
 
 /* Freed requests kept per worker: a request is a 2 KiB calloc, and one that size goes
  * through malloc's slow path (consolidation) every time. */
@@ -449,47 +447,6 @@ static bool is_exempt(const struct proxy_config *cfg, const char *path)
     return false;
 }
 
-/* The path as the upstream will resolve it, for matching exempt paths and routes:
- * "//" collapsed, "." and ".." segments removed (RFC 3986 5.2.4), never above the root.
- * MHD has already percent-decoded it, so "%2e%2e" is ".." here too. The request itself is
- * forwarded unchanged. Returns out, or NULL when it does not fit. */
-static char *normalize_path(const char *in, char *out, size_t outlen)
-{
-    size_t o = 0;
-    if (outlen < 2)
-        return NULL;
-    out[o++] = '/';
-    const char *p = in;
-    while (*p != '\0') {
-        while (*p == '/')
-            p++;
-        const char *seg = p;
-        while (*p != '\0' && *p != '/')
-            p++;
-        size_t len = (size_t)(p - seg);
-        bool trailing = *p == '/';
-        if (len == 0 || (len == 1 && seg[0] == '.')) {
-            continue;
-        }
-        if (len == 2 && seg[0] == '.' && seg[1] == '.') {
-            if (o > 1) {
-                o--; /* the '/' after the last segment */
-                while (o > 1 && out[o - 1] != '/')
-                    o--;
-            }
-            continue;
-        }
-        if (o + len + 1 >= outlen)
-            return NULL;
-        memcpy(out + o, seg, len);
-        o += len;
-        if (trailing)
-            out[o++] = '/';
-    }
-    out[o] = '\0';
-    return out;
-}
-
 /* The whole request is in: authenticate, check the limits, forward. */
 static enum MHD_Result decide(struct request *r, const char *raw_path)
 {
@@ -497,7 +454,7 @@ static enum MHD_Result decide(struct request *r, const char *raw_path)
     const struct proxy_config *cfg = w->cfg;
     r->ws_upgrade = ws_is_upgrade(r->conn, r->method);
     char normalized[4096];
-    const char *path = normalize_path(raw_path, normalized, sizeof(normalized));
+    const char *path = tier_path_normalize(raw_path, normalized, sizeof(normalized));
     if (path == NULL)
         return queue_now(r, 414, respond_error(r, "uri_too_long"));
 
@@ -534,31 +491,14 @@ static enum MHD_Result decide(struct request *r, const char *raw_path)
         return reject_unauthorized(r, "missing_api_key");
     }
 
-    const struct tier_limit *selected[MAX_SELECTED];
-    size_t n = tier_plan_select(r->plan, r->method, path, strlen(path), selected, MAX_SELECTED);
-    if (n > MAX_SELECTED)
-        n = MAX_SELECTED;
-    for (size_t i = 0; i < n; i++) {
-        const struct tier_limit *l = selected[i];
-        if (l->kind == TIER_LIMIT_WS_MESSAGES) {
-            if (r->ws_upgrade && !r->has_ws_rule) {
-                r->has_ws_rule = true;
-                r->ws_rule = l->rule;
-            }
-            continue;
-        }
-        if (r->n_checked == LIMITER_MAX_RULES)
-            continue;
-        struct limit_rule rule = l->rule;
-        if (l->kind == TIER_LIMIT_CONCURRENCY) {
-            rule.algorithm = LIMIT_CONCURRENCY;
-            rule.burst = 0;
-            rule.window_ms = cfg->lease_ttl_ms;
-            r->has_concurrency = true;
-        }
-        r->rules[r->n_checked] = rule;
-        r->checked[r->n_checked++] = l;
+    const struct tier_limit *ws = NULL;
+    r->n_checked = tier_plan_rules(r->plan, r->method, path, cfg->lease_ttl_ms, r->rules, r->checked, &ws);
+    if (ws != NULL && r->ws_upgrade) {
+        r->has_ws_rule = true;
+        r->ws_rule = ws->rule;
     }
+    for (size_t i = 0; i < r->n_checked; i++)
+        r->has_concurrency |= r->rules[i].algorithm == LIMIT_CONCURRENCY;
     if (r->n_checked == 0) {
         r->decision = "allowed";
         start_upstream(r);
@@ -709,6 +649,7 @@ static void account(struct request *r)
         sockaddr_to_text(ci->client_addr, client, sizeof(client));
     struct access_entry e = {
         .time_unix_ms = store_realtime_ms(),
+        .decision_unix_ms = r->have_verdict && r->verdict.status == LIMITER_DECIDED ? r->verdict.now_ms : 0,
         .client = client,
         .method = r->method,
         .path = r->raw_uri,

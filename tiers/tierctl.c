@@ -32,6 +32,7 @@
 #include "store/limit.h"
 #include "tiers/apikey.h"
 #include "tiers/catalog_json.h"
+#include "tiers/simulate.h"
 
 #define EXIT_REFUSED 1
 #define EXIT_USAGE 2
@@ -75,7 +76,7 @@ typedef int command_fn(struct cli *c);
 static command_fn cmd_init, cmd_plan_add, cmd_plan_set, cmd_plan_list, cmd_plan_show, cmd_plan_remove,
     cmd_limit_add, cmd_limit_remove, cmd_user_add, cmd_user_set, cmd_user_list, cmd_user_show,
     cmd_user_remove, cmd_key_create, cmd_key_list, cmd_key_revoke, cmd_export, cmd_import;
-static command_fn cmd_limit_set, cmd_backup;
+static command_fn cmd_limit_set, cmd_backup, cmd_simulate;
 
 /* The help table: a row is a command (run != NULL) or a flag. It is the only source of
  * usage text, and of which arguments and flags a command takes. */
@@ -134,6 +135,10 @@ static const struct help_row help_table[] = {
      cmd_backup, 1, 1, 0, ACCESS_READ, 0, 0},
     {"import", "FILE", "replace the whole catalog with FILE (- = stdin); all or nothing, ids kept",
      cmd_import, 1, 1, 0, ACCESS_CREATE, 0, 0},
+    {"simulate", "LOG [--plan NAME | LIMIT-FLAGS] [--json]",
+     "replay an access log against each user's plan, one plan, or the limits given: the requests and "
+     "users they would reject; changes nothing",
+     cmd_simulate, 1, 1, F(PLAN) | F(RATE) | F(BURST) | F(ALGORITHM) | F(CONCURRENCY) | F(JSON), ACCESS_NONE, 0, 0},
 
     {"--rate", "N/WINDOW", "WINDOW: s, min, h, day, or a count with a unit: 10/15s, 3000/1min",
      NULL, 0, 0, 0, 0, FLAG_RATE, true},
@@ -149,7 +154,7 @@ static const struct help_row help_table[] = {
      NULL, 0, 0, 0, 0, FLAG_SHADOW, true},
     {"--route", "\"METHOD /prefix\"", "(limit add) a per-route limit; the longest matching prefix applies",
      NULL, 0, 0, 0, 0, FLAG_ROUTE, false},
-    {"--plan", "NAME", "(user add/set/list) the plan", NULL, 0, 0, 0, 0, FLAG_PLAN, false},
+    {"--plan", "NAME", "(user add/set/list, simulate) the plan", NULL, 0, 0, 0, 0, FLAG_PLAN, false},
     {"--label", "TEXT", "(key create) a note to tell keys apart", NULL, 0, 0, 0, 0, FLAG_LABEL, false},
     {"--json", NULL, "(list, show, key create) print JSON", NULL, 0, 0, 0, 0, FLAG_JSON, false},
     {"--db", "PATH", "the catalog; default $TIERPROXY_DB, else " DEFAULT_DB, NULL, 0, 0, 0, 0, FLAG_DB, false},
@@ -1514,6 +1519,67 @@ static int cmd_import(struct cli *c)
     return 0;
 }
 
+/* ---- simulate ---- */
+
+/* Replays an access log (tiers/simulate.h). The catalog is read only for --plan or each
+ * user's plan, never written; with LIMIT-FLAGS none is needed. */
+static int cmd_simulate(struct cli *c)
+{
+    const struct limit_flags *lf = &c->lf;
+    const char *plan = c->flag[FLAG_PLAN];
+    bool given = lf->rate || lf->burst || lf->algorithm || lf->concurrency;
+    if (plan && given)
+        return usage_error(c->cmd, "give --plan or LIMIT-FLAGS, not both");
+    if ((lf->burst || lf->algorithm) && !lf->rate)
+        return usage_error(c->cmd, "--burst and --algorithm go with --rate");
+    struct simulate_options opt = {0};
+    char against[256] = "", rate[64];
+    size_t off = 0;
+    if (lf->rate) {
+        opt.given[opt.n_given++] = (struct limit_rule){
+            .id = 1, .algorithm = lf->algorithm ? lf->algorithm_value : LIMIT_SLIDING_LOG,
+            .rate = lf->rate_amount, .burst = lf->burst ? lf->burst_value : 0, .window_ms = lf->rate_window_ms,
+        };
+        const struct limit_rule *r = &opt.given[0];
+        off += (size_t)snprintf(against, sizeof(against), "%s",
+                                limit_rate_format(r->rate, r->window_ms, rate, sizeof(rate)));
+        if (r->burst)
+            off += (size_t)snprintf(against + off, sizeof(against) - off, " burst %" PRId64, r->burst);
+        off += (size_t)snprintf(against + off, sizeof(against) - off, " %s", limit_algorithm_name(r->algorithm));
+    }
+    if (lf->concurrency) {
+        opt.given[opt.n_given++] = (struct limit_rule){
+            .id = 2, .algorithm = LIMIT_CONCURRENCY, .rate = lf->concurrency_value, .window_ms = 30000,
+        };
+        snprintf(against + off, sizeof(against) - off, "%sconcurrency %" PRId64, off ? ", " : "",
+                 lf->concurrency_value);
+    }
+    struct snapshot *snap = NULL;
+    char err[512];
+    if (!given) {
+        if (snapshot_load(c->db_path, &snap, err, sizeof(err)))
+            return fail("%s", err);
+        opt.snap = snap;
+        if (plan) {
+            opt.plan = snapshot_find_plan(snap, plan);
+            if (!opt.plan) {
+                snapshot_unref(snap);
+                return fail("no plan named \"%s\" in %s", plan, c->db_path);
+            }
+            snprintf(against, sizeof(against), "the current limits of plan %s in %s", plan, c->db_path);
+        } else {
+            snprintf(against, sizeof(against), "each user's current plan in %s", c->db_path);
+        }
+    }
+    int r = simulate_file(c->pos[0], &opt, against, c->flag[FLAG_JSON] != NULL, stdout, stderr, err, sizeof(err));
+    snapshot_unref(snap);
+    if (r)
+        return fail("%s", err);
+    if (fflush(stdout) != 0 || ferror(stdout))
+        return fail("cannot write the output: %s", strerror(errno));
+    return 0;
+}
+
 /* ---- main ---- */
 
 int main(int argc, char **argv)
@@ -1539,6 +1605,8 @@ int main(int argc, char **argv)
         const char *env = getenv("TIERPROXY_DB");
         c.db_path = env && env[0] ? env : DEFAULT_DB;
     }
+    if (c.cmd->access == ACCESS_NONE)
+        return c.cmd->run(&c);   /* opens what it needs itself */
     enum catalog_mode mode = c.cmd->access == ACCESS_READ ? CATALOG_READ_ONLY
                            : c.cmd->access == ACCESS_WRITE ? CATALOG_READ_WRITE
                            : CATALOG_CREATE;

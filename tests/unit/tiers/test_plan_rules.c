@@ -1,0 +1,72 @@
+/* What the proxy and the replay share: the path as routes match it, and a plan's
+ * selected limits as the limiter's rules. */
+#include "helpers.h"
+
+#include "tiers/plan_rules.h"
+
+static void test_paths_are_normalised_as_the_upstream_resolves_them(void **state)
+{
+    static const struct { const char *in, *out; } cases[] = {
+        {"/v1/items", "/v1/items"}, {"//v1///items/", "/v1/items/"}, {"/v1/./items", "/v1/items"},
+        {"/v1/x/../items", "/v1/items"}, {"/../../etc", "/etc"}, {"", "/"}, {"/a/b/..", "/a/"},
+        {"/a/..", "/"},
+    };
+    char out[64];
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        assert_non_null(tier_path_normalize(cases[i].in, out, sizeof(out)));
+        assert_string_equal(out, cases[i].out);
+    }
+    char small[8];
+    assert_null(tier_path_normalize("/abcdefgh", small, sizeof(small)));
+}
+
+static void test_limits_become_rules_as_the_proxy_sends_them(void **state)
+{
+    struct tmpdb db;
+    tmpdb_make(&db);
+    struct catalog *cat = tmpdb_begin(&db);
+    int64_t plan = add_plan(cat, "p");
+    int64_t rate = add_limit(cat, plan, 'r', 10, 1000, NULL, NULL);
+    int64_t conc = add_limit(cat, plan, 'c', 3, 0, NULL, NULL);
+    int64_t ws = add_limit(cat, plan, 'w', 5, 1000, NULL, NULL);
+    int64_t route = add_limit(cat, plan, 'r', 1, 1000, "POST", "/up");
+    for (int i = 0; i < 20; i++)
+        add_limit(cat, plan, 'r', 100 + i, 60000, "GET", "/many");
+    tmpdb_commit(cat);
+    struct snapshot *snap = NULL;
+    char err[256];
+    assert_int_equal(snapshot_load(db.path, &snap, err, sizeof(err)), 0);
+    const struct tier_plan *p = snapshot_find_plan(snap, "p");
+
+    struct limit_rule rules[LIMITER_MAX_RULES];
+    const struct tier_limit *checked[LIMITER_MAX_RULES], *pws = NULL;
+    size_t n = tier_plan_rules(p, "POST", "/up/x", 30000, rules, checked, &pws);
+    assert_int_equal(n, 3);
+    assert_int_equal(rules[0].id, rate);
+    assert_int_equal(rules[1].id, conc);
+    assert_int_equal(rules[1].algorithm, LIMIT_CONCURRENCY);
+    assert_int_equal(rules[1].rate, 3);
+    assert_int_equal(rules[1].burst, 0);
+    assert_int_equal(rules[1].window_ms, 30000);
+    assert_int_equal(rules[2].id, route);
+    assert_int_equal(checked[2]->id, route);
+    assert_non_null(pws);
+    assert_int_equal(pws->id, ws);
+
+    n = tier_plan_rules(p, "GET", "/up", 30000, rules, checked, NULL);
+    assert_int_equal(n, 2);
+    /* 2 plan-wide + 20 route limits: the limiter takes LIMITER_MAX_RULES */
+    n = tier_plan_rules(p, "GET", "/many", 30000, rules, checked, NULL);
+    assert_int_equal(n, LIMITER_MAX_RULES);
+    snapshot_unref(snap);
+    tmpdb_remove(&db);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_paths_are_normalised_as_the_upstream_resolves_them),
+        cmocka_unit_test(test_limits_become_rules_as_the_proxy_sends_them),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
