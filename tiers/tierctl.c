@@ -548,6 +548,19 @@ static int catalog_failed(struct cli *c)
     return fail("%s", catalog_errmsg(c->cat));
 }
 
+/* Writes a changed limit in place (same id). Returns 0, or the exit status after saying why
+ * (a rate and burst the catalog cannot hold are refused by name). */
+static int update_limit(struct cli *c, const struct catalog_limit *l)
+{
+    int r = catalog_limit_update(c->cat, l);
+    if (r == CATALOG_INVALID) {
+        char rate[64];
+        return fail("rate %s with burst %" PRId64 " is out of range",
+                    limit_rate_format(l->amount, l->window_ms, rate, sizeof(rate)), l->burst);
+    }
+    return r ? catalog_failed(c) : 0;
+}
+
 /* ---- what a change line says ---- */
 
 /* Appends to a note being built; a note longer than buf is cut, never overrun. */
@@ -791,8 +804,8 @@ static int replace_routeless(struct cli *c, const char *plan_name, struct catalo
     size_t nkept = 0, nremoved = 0, nadded = 0;
     if (pick.n > 0) {
         want.id = items[keep].l.id;
-        if (catalog_limit_update(c->cat, &want))
-            return catalog_failed(c);
+        if ((r = update_limit(c, &want)) != 0)
+            return r;
         kept[nkept++] = want.id;
         for (size_t i = 0; i < pick.n; i++) {
             if (i != keep) {
@@ -850,14 +863,8 @@ static int change_routeless_rates(struct cli *c, const char *plan_name, int64_t 
             l.burst = lf->burst_value;
         if (lf->algorithm)
             l.algorithm = lf->algorithm_value;
-        r = catalog_limit_update(c->cat, &l);
-        if (r == CATALOG_INVALID) {
-            char rate[64];
-            return fail("rate %s with burst %" PRId64 " is out of range",
-                        limit_rate_format(l.amount, l.window_ms, rate, sizeof(rate)), l.burst);
-        }
-        if (r)
-            return catalog_failed(c);
+        if ((r = update_limit(c, &l)) != 0)
+            return r;
         describe_value(&l, value, sizeof(value));
         append(text, len, "%s%s", i ? ", " : "", value);
         ids[i] = l.id;
@@ -1150,14 +1157,8 @@ static int cmd_limit_set(struct cli *c)
         l.window_ms = lf->ws_window_ms;
         break;
     }
-    r = catalog_limit_update(c->cat, &l);
-    if (r == CATALOG_INVALID) {
-        char rate[64];
-        return fail("rate %s with burst %" PRId64 " is out of range",
-                    limit_rate_format(l.amount, l.window_ms, rate, sizeof(rate)), l.burst);
-    }
-    if (r)
-        return catalog_failed(c);
+    if ((r = update_limit(c, &l)) != 0)
+        return r;
     char before[CATALOG_PREFIX_MAX + 96], after[CATALOG_PREFIX_MAX + 96];
     describe_value(&old.l, before, sizeof(before));
     describe_value(&l, after, sizeof(after));

@@ -22,15 +22,7 @@ import pytest
 
 from conftest import wait_until
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
-TIERCTL = os.path.abspath(os.environ.get("TIERCTL_BIN", str(ROOT / "build" / "tiers" / "tierctl")))
-KEY_RE = re.compile(r"^tp_[0-9a-f]{48}$")
-
-
-def clean_env(**extra):
-    env = {k: v for k, v in os.environ.items() if k != "TIERPROXY_DB"}
-    env.update(extra)
-    return env
+from test_tierctl import KEY_RE, TIERCTL, clean_env
 
 
 class Ctl:
