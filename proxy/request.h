@@ -34,8 +34,8 @@ void bytebuf_free(struct bytebuf *b);
 
 enum request_phase {
     PHASE_HEAD = 0,      /* the first call: headers are in, nothing decided */
-    PHASE_BODY,          /* reading the request body */
-    PHASE_CHECKING,      /* waiting for the limiter */
+    PHASE_CHECKING,      /* the head is in, waiting for the limiter; no body byte read */
+    PHASE_BODY,          /* admitted: reading the request body */
     PHASE_FORWARDING,    /* waiting for the upstream's response head */
     PHASE_RESPONDING,    /* response queued; streaming the body */
 };
@@ -61,7 +61,9 @@ struct request {
     int64_t started_ms;
 
     struct bytebuf body;
-    bool body_too_large;
+    bool admitted;                /* decided at head time: to be forwarded once the body is in */
+    bool refused_in_body;         /* answered 413 on the socket in the middle of the body */
+    int64_t refused_in_body_ms;   /* ... at this time */
 
     /* who is calling and what applies */
     struct snapshot *snap;        /* reference held for the request's lifetime */

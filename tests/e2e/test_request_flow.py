@@ -89,7 +89,7 @@ def assert_refused_at_once(p, head, status, code, body_prefix=b""):
     assert out, "no answer before the body was complete"
     r, saw_continue = one_answer(out)
     assert not saw_continue, "100 Continue sent to a request that is refused: %r" % out[:300]
-    assert_json_error(r, status, {"error_code": code})
+    assert assert_json_error(r, status)["error_code"] == code, r
     assert (r.header("Connection") or "").lower() == "close", r
     assert closed, "the connection stayed open after the refusal"
     return r
