@@ -38,6 +38,10 @@
  * the answer before the client reads it; then the connection is closed. */
 #define REFUSED_LINGER_MS 2000
 
+/* What libmicrohttpd keeps in the connection's pool for each request field besides its
+ * bytes (its list entry), for r->head_bytes. */
+#define MHD_FIELD_OVERHEAD 64
+
 
 int bytebuf_append(struct bytebuf *b, const void *src, size_t n)
 {
@@ -641,6 +645,7 @@ struct head_check {
     bool malformed;            /* a name that is no token, a control character in a value,
                                   a second Host */
     bool seen_single;          /* a field that may appear once (Host) was seen */
+    size_t fields;
     const char *content_length;
     bool conflicting_length;   /* two Content-Length values that differ */
     bool transfer_encoding;
@@ -652,6 +657,7 @@ static enum MHD_Result check_header(void *cls, enum MHD_ValueKind kind, const ch
 {
     struct head_check *hc = cls;
     hc->bytes += name_size + value_size + 4;
+    hc->fields++;
     if (!head_screen_name_ok(name, name_size))
         hc->malformed = true;
     if (head_screen_single_field(name, name_size)) {
@@ -693,6 +699,7 @@ enum MHD_Result request_handle(void *cls, struct MHD_Connection *conn, const cha
         hc.malformed = !head_screen_method_ok(method, strlen(method)) ||
                        !head_screen_target_ok(r->raw_uri, strlen(r->raw_uri));
         MHD_get_connection_values_n(conn, MHD_HEADER_KIND, check_header, &hc);
+        r->head_bytes = hc.bytes + hc.fields * MHD_FIELD_OVERHEAD;
         if (hc.bytes > MAX_HEAD_BYTES)
             return queue_now(r, MHD_HTTP_REQUEST_HEADER_FIELDS_TOO_LARGE, respond_error(r, "request_header_too_large"));
         /* Answered on this first call, so MHD closes the connection after it: nothing the

@@ -57,6 +57,7 @@ struct request {
     bool mhd_done;                /* MHD's completion callback ran */
 
     char *raw_uri;                /* exactly as the client sent it: path and query (scratch) */
+    size_t head_bytes;            /* what the request head takes of MHD's connection pool */
     const char *method;           /* owned by MHD, valid until completion */
     int64_t started_ms;
 
@@ -100,6 +101,8 @@ struct request {
     struct curl_slist *upstream_headers_last;
     struct event upstream_timer;  /* assigned when forwarding starts */
     bool upstream_head_done;      /* the final (non-1xx) response head is in */
+    size_t upstream_head_bytes;   /* of the upstream's response heads so far */
+    bool bad_upstream_head;       /* over FORWARD_UPSTREAM_HEAD_MAX or malformed: a 502 */
     bool response_made;           /* forward_respond ran */
     bool upstream_done;           /* curl finished (with upstream_result) */
     CURLcode upstream_result;

@@ -17,7 +17,9 @@ Endpoints (any method):
   /headers?name=value    the echo, plus each query pair as a response header (repeats kept)
   /bighead/<bytes>       the echo, with a response head of at least <bytes> bytes: header
                          lines X-Pad-<i> of up to 4000 bytes each
-  /badhead               a response head with a field line that has no colon, then closes
+  /badhead[/<kind>]      a malformed response head, then closes; kind: nocolon (a field
+                         line without a colon, the default), ctl (a control character in
+                         a value), name (a space in a field name)
   /drop                  closes the connection without answering
   /close                 the echo, then closes the connection (close-delimited body)
   /__stats               JSON: connections that carried at least one non-__ request,
@@ -180,8 +182,11 @@ class Handler(http.server.BaseHTTPRequestHandler):
                     i += 1
                 return self.send_bytes(200, self.echo(body), extra=pads)
             if parts[0] == "badhead":
+                kind = parts[1] if len(parts) == 2 else "nocolon"
+                line = {"nocolon": b"no colon here", "ctl": b"X-A: a\x01b",
+                        "name": b"X A: b"}[kind]
                 self.close_connection = True
-                self.wfile.write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nno colon here\r\n\r\nok")
+                self.wfile.write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n" + line + b"\r\n\r\nok")
                 return None
             if parts[0] == "drop":
                 # closes the connection without a response (an upstream that fails)
