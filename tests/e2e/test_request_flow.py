@@ -379,3 +379,20 @@ def test_malformed_upstream_head_is_502(catalog, proxies):
     for kind in ("nocolon", "ctl", "name"):
         r = p.get("/badhead/" + kind, key=key)
         assert_json_error(r, 502, {"error_code": "bad_upstream_response"})
+
+
+def test_slot_taken_at_head_time_is_given_back_when_the_upload_dies(catalog, proxies):
+    catalog.plan("one", "--rate", "100000/min", "--concurrency", "1")
+    key = catalog.user_key("one")[1]
+    p = proxies.start(catalog)
+    s = open_head(p, post_head(b"/upload", 1000000, key=key, expect=True))
+    s.settimeout(ANSWER_WITHIN_S)
+    assert s.recv(4096).startswith(b"HTTP/1.1 100"), "admitted upload got no 100 Continue"
+    s.sendall(b"x" * 20000)
+    # admitted at head time: the slot is held while the body arrives
+    assert_json_error(p.get("/second", key=key), 429)
+    s.close()   # the rest of the body never comes
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline and p.get("/third", key=key).status != 200:
+        time.sleep(0.1)
+    assert p.get("/fourth", key=key).status == 200, "the slot stayed taken after the upload died"
