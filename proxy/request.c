@@ -15,7 +15,6 @@
 #include "proxy/metrics.h"
 #include "proxy/forward.h"
 #include "proxy/head_screen.h"
-#include "proxy/http_token.h"
 #include "proxy/netaddr.h"
 #include "proxy/respond.h"
 #include "proxy/websocket.h"
