@@ -396,3 +396,9 @@ def test_slot_taken_at_head_time_is_given_back_when_the_upload_dies(catalog, pro
     while time.monotonic() < deadline and p.get("/third", key=key).status != 200:
         time.sleep(0.1)
     assert p.get("/fourth", key=key).status == 200, "the slot stayed taken after the upload died"
+
+
+def test_refused_get_closes_the_connection_too(catalog, proxies):
+    wide(catalog)
+    p = proxies.start(catalog)
+    assert_refused_at_once(p, b"GET /nokey HTTP/1.1\r\nHost: t\r\n\r\n", 401, "missing_api_key")
