@@ -13,6 +13,7 @@
 #include <event2/event_struct.h>
 
 #include "proxy/config.h"
+#include "proxy/head_screen.h"
 #include "proxy/metrics.h"
 #include "proxy/netaddr.h"
 #include "proxy/respond.h"
@@ -189,7 +190,10 @@ static void finish_client_side(struct request *r)
         request_set_pending(r, (unsigned)r->upstream_status, resp);
         return;
     }
-    if (!r->upstream_head_done) {
+    /* curl refuses some malformed heads itself (a field line without a colon) */
+    if (r->bad_upstream_head || (!r->upstream_head_done && r->upstream_result == CURLE_WEIRD_SERVER_REPLY)) {
+        request_set_pending(r, MHD_HTTP_BAD_GATEWAY, respond_error(r, "bad_upstream_response"));
+    } else if (!r->upstream_head_done) {
         bool slow = r->timed_out || r->upstream_result == CURLE_OPERATION_TIMEDOUT;
         request_set_pending(r, slow ? MHD_HTTP_GATEWAY_TIMEOUT : MHD_HTTP_BAD_GATEWAY,
                             respond_error(r, slow ? "upstream_timeout" : "upstream_unavailable"));
@@ -297,29 +301,52 @@ static void clear_resp_headers(struct request *r)
     r->resp_content_length = -1;
 }
 
+/* "HTTP/1.x SP 3DIGIT [SP reason]" (RFC 9112 4), CRLF already cut off: the status, or 0. */
+static long parse_status_line(const char *line, size_t len)
+{
+    if (len < 12 || memcmp(line, "HTTP/1.", 7) != 0 || (line[7] != '0' && line[7] != '1') || line[8] != ' ')
+        return 0;
+    long status = 0;
+    for (int i = 9; i < 12; i++) {
+        if (line[i] < '0' || line[i] > '9')
+            return 0;
+        status = status * 10 + (line[i] - '0');
+    }
+    if (len > 12 && line[12] != ' ')
+        return 0;
+    if (!head_screen_value_ok(line + 12, len - 12))
+        return 0;
+    return status >= 100 && status <= 599 ? status : 0;
+}
+
+/* The upstream's head is too big or malformed: curl stops (0 is a write error) and the
+ * client gets 502 bad_upstream_response. */
+static size_t refuse_upstream_head(struct request *r)
+{
+    r->bad_upstream_head = true;
+    return 0;
+}
+
 static size_t on_upstream_header(char *line, size_t size, size_t nitems, void *userdata)
 {
     struct request *r = userdata;
     size_t len = size * nitems;
     if (r->mhd_done)
         return 0;
+    if (!r->upstream_head_done) {
+        r->upstream_head_bytes += len;
+        if (r->upstream_head_bytes > FORWARD_UPSTREAM_HEAD_MAX)
+            return refuse_upstream_head(r);
+    }
     if (len >= 5 && memcmp(line, "HTTP/", 5) == 0) {
         /* A new response head: an interim 1xx may come before the final one. */
         clear_resp_headers(r);
-        const char *sp = memchr(line, ' ', len);
-        long status = 0;
-        if (sp != NULL && (size_t)(sp - line) + 4 <= len) {
-            for (int i = 1; i <= 3; i++) {
-                char c = sp[i];
-                if (c < '0' || c > '9') {
-                    status = 0;
-                    break;
-                }
-                status = status * 10 + (c - '0');
-            }
-        }
-        if (status < 100 || status > 599)
-            return 0;
+        size_t line_len = len;
+        while (line_len > 0 && (line[line_len - 1] == '\r' || line[line_len - 1] == '\n'))
+            line_len--;
+        long status = parse_status_line(line, line_len);
+        if (status == 0)
+            return refuse_upstream_head(r);
         r->upstream_status = status;
         return len;
     }
@@ -341,11 +368,13 @@ static size_t on_upstream_header(char *line, size_t size, size_t nitems, void *u
     if (line[0] == ' ' || line[0] == '\t')
         return size * nitems; /* obsolete line folding: dropped, as RFC 9112 allows */
     const char *colon = memchr(line, ':', len);
-    if (colon == NULL)
-        return size * nitems;
+    if (colon == NULL || !head_screen_name_ok(line, (size_t)(colon - line)))
+        return refuse_upstream_head(r);
     size_t name_len = (size_t)(colon - line);
     const char *value = colon + 1;
     size_t value_len = len - name_len - 1;
+    if (!head_screen_value_ok(value, value_len))
+        return refuse_upstream_head(r);
     while (value_len > 0 && (*value == ' ' || *value == '\t')) {
         value++;
         value_len--;
@@ -454,9 +483,29 @@ static struct MHD_Response *make_response(struct request *r)
     return resp;
 }
 
+/* MHD writes the response head into the connection's pool, next to the request head;
+ * when they do not fit together it drops the connection without a word (and the access log
+ * would say 200). The room MHD's own lines (status, Date, Content-Length, Connection) and
+ * the RateLimit headers take. */
+#define MHD_OWN_LINES_BYTES 512
+
+static bool response_head_fits(const struct request *r)
+{
+    size_t bytes = r->head_bytes + MHD_OWN_LINES_BYTES;
+    for (size_t i = 0; i < r->n_resp_headers; i++)
+        bytes += strlen(r->resp_headers[i].name) + strlen(r->resp_headers[i].value) + 4;
+    return bytes <= FORWARD_CLIENT_POOL_BYTES;
+}
+
 void forward_respond(struct request *r)
 {
     r->response_made = true;
+    if (!response_head_fits(r)) {
+        forward_abort(r);
+        r->pending = respond_error(r, "bad_upstream_response");
+        r->pending_status = MHD_HTTP_BAD_GATEWAY;
+        return;
+    }
     struct MHD_Response *resp = make_response(r);
     if (resp == NULL) {
         forward_abort(r);

@@ -5,6 +5,14 @@
 
 struct worker;
 
+/* The largest upstream response head taken (SPEC: over it, 502 bad_upstream_response). */
+#define FORWARD_UPSTREAM_HEAD_MAX (64 * 1024)
+
+/* libmicrohttpd's per-connection pool (worker.c; websocket.h's WS_CONNECTION_POOL_BYTES
+ * must equal it): the request head and the response head MHD writes must fit in it
+ * together, or MHD drops the connection without an answer. */
+#define FORWARD_CLIENT_POOL_BYTES (32 * 1024)
+
 /* Sets up the worker's curl multi handle on its event loop. Returns 0 or -ENOMEM. */
 int forward_init(struct worker *w);
 void forward_destroy(struct worker *w);

@@ -26,6 +26,65 @@ enum state {
  * version (505) from a line that is no HTTP (400). */
 #define VERSION_MAX 8
 
+static bool method_char(unsigned char c)
+{
+    return http_token_char(c) && !(c >= 'a' && c <= 'z');
+}
+
+static bool target_char(unsigned char c)
+{
+    return c > 0x20 && c != 0x7f;
+}
+
+/* RFC 9110 5.5: VCHAR, obs-text, SP and HTAB. */
+static bool value_char(unsigned char c)
+{
+    return (c >= 0x20 && c != 0x7f) || c == '\t';
+}
+
+bool head_screen_method_ok(const char *method, size_t len)
+{
+    if (len == 0)
+        return false;
+    for (size_t i = 0; i < len; i++)
+        if (!method_char((unsigned char)method[i]))
+            return false;
+    return true;
+}
+
+bool head_screen_target_ok(const char *target, size_t len)
+{
+    if (len == 0)
+        return false;
+    for (size_t i = 0; i < len; i++)
+        if (!target_char((unsigned char)target[i]))
+            return false;
+    return true;
+}
+
+bool head_screen_name_ok(const char *name, size_t len)
+{
+    if (len == 0)
+        return false;
+    for (size_t i = 0; i < len; i++)
+        if (!http_token_char((unsigned char)name[i]))
+            return false;
+    return true;
+}
+
+bool head_screen_value_ok(const char *value, size_t len)
+{
+    for (size_t i = 0; i < len; i++)
+        if (!value_char((unsigned char)value[i]))
+            return false;
+    return true;
+}
+
+bool head_screen_single_field(const char *name, size_t len)
+{
+    return len == 4 && strncasecmp(name, "Host", 4) == 0;
+}
+
 struct scan {
     struct head_screen result;
     bool in_request_line;
@@ -35,6 +94,7 @@ struct scan {
     size_t value_len;
     bool have_length;
     uint64_t content_length;
+    bool have_single; /* a field head_screen_single_field names was seen */
 };
 
 static struct head_screen finish(struct scan *s)
@@ -104,6 +164,11 @@ static unsigned content_length_field(struct scan *s)
 /* A field line has ended: 0, or the refusal's status (field_error_code names it). */
 static unsigned field_done(struct scan *s)
 {
+    if (head_screen_single_field(s->name, s->name_len)) {
+        if (s->have_single)
+            return 400;
+        s->have_single = true;
+    }
     if (s->name_len == sizeof("Content-Length") - 1 && strncasecmp(s->name, "Content-Length", s->name_len) == 0)
         return content_length_field(s);
     return 0;
@@ -130,7 +195,7 @@ struct head_screen head_screen(const char *data, size_t len, size_t max_head)
                 st = S_LEADING_CR;
             else if (c == '\n')
                 ;
-            else if (http_token_char(c)) {
+            else if (method_char(c)) {
                 s.result.method = p;
                 st = S_METHOD;
             } else
@@ -145,13 +210,13 @@ struct head_screen head_screen(const char *data, size_t len, size_t max_head)
             if (c == ' ') {
                 s.result.method_len = (size_t)(p - s.result.method);
                 st = S_AFTER_METHOD;
-            } else if (!http_token_char(c))
+            } else if (!method_char(c))
                 return refuse(&s, 400, "malformed_request");
             break;
         case S_AFTER_METHOD:
             if (c == ' ')
                 break;
-            if (c <= 0x20 || c == 0x7f)
+            if (!target_char(c))
                 return refuse(&s, 400, "malformed_request");
             s.result.target = p;
             st = S_TARGET;
@@ -160,7 +225,7 @@ struct head_screen head_screen(const char *data, size_t len, size_t max_head)
             if (c == ' ') {
                 s.result.target_len = (size_t)(p - s.result.target);
                 st = S_AFTER_TARGET;
-            } else if (c < 0x20 || c == 0x7f) /* CR or LF here: an HTTP/0.9 request */
+            } else if (!target_char(c)) /* CR or LF here: an HTTP/0.9 request */
                 return refuse(&s, 400, "malformed_request");
             break;
         case S_AFTER_TARGET:
@@ -234,7 +299,7 @@ struct head_screen head_screen(const char *data, size_t len, size_t max_head)
                         return refuse(&s, status, field_error_code(status));
                     st = S_FIELD_START;
                 }
-            } else if (c == '\0')
+            } else if (!value_char(c))
                 return refuse(&s, 400, "malformed_request");
             break;
         case S_END_CR:

@@ -4,6 +4,7 @@
  * cuts a header value at a NUL instead of refusing it. A head that passes here is one it
  * takes whole and hands to the proxy. Pure: no I/O, so the fuzzer and unit tests call it. */
 #pragma once
+#include <stdbool.h>
 #include <stddef.h>
 
 /* The largest request head (request line, headers and the blank line) accepted. Half of
@@ -29,11 +30,21 @@ struct head_screen {
     size_t target_len;
 };
 
+/* The rules every request head meets, the first of a connection (screened raw by
+ * head_screen) and every later one (parsed by libmicrohttpd, screened by request.c). */
+bool head_screen_method_ok(const char *method, size_t len); /* an upper-case token */
+bool head_screen_target_ok(const char *target, size_t len); /* no control character, no space */
+bool head_screen_name_ok(const char *name, size_t len);     /* a token */
+bool head_screen_value_ok(const char *value, size_t len);   /* no control character but HTAB */
+/* A field that may appear once only: a second one is refused (today: Host). */
+bool head_screen_single_field(const char *name, size_t len);
+
 /* Screens the first `len` bytes a client sent on a connection (they may end anywhere, and
  * carry a body or further requests after the head). A head is refused when it is longer
  * than max_head bytes (414 while still in the request line, else 431), when its request
  * line or a field line is malformed (400: RFC 9112 2-5, including obs-fold, a bare CR, a
- * NUL, whitespace before the colon), for an HTTP version other than 1.0 and 1.1 (505), and
+ * NUL or other control character in a value, whitespace before the colon, a method with a
+ * lower-case letter, a second Host), for an HTTP version other than 1.0 and 1.1 (505), and
  * for a Content-Length that is not a number (400), differs from an earlier one (400), or
  * does not fit 64 bits (413). Empty lines before the request line are skipped (RFC 9112
  * 2.2). Transfer codings and the body are left to the proxy. */

@@ -107,27 +107,6 @@ static void account_refusal(struct worker *w, const struct sockaddr_storage *add
     access_log_write(w->shared->access_log, &e);
 }
 
-/* The same JSON error the proxy gives everywhere else; the socket's send buffer is empty,
- * so one send() takes it whole. */
-static void send_refusal(int fd, const struct head_screen *hs)
-{
-    char date[64];
-    struct tm tm;
-    time_t now = time(NULL);
-    gmtime_r(&now, &tm);
-    strftime(date, sizeof(date), "%a, %d %b %Y %H:%M:%S GMT", &tm);
-    char body[128];
-    int body_len = respond_error_body(body, sizeof(body), hs->error_code);
-    char msg[512];
-    int len = snprintf(msg, sizeof(msg),
-                       "HTTP/1.1 %u %s\r\nDate: %s\r\nConnection: close\r\nContent-Type: application/json\r\n"
-                       "Content-Length: %d\r\n\r\n%s",
-                       hs->status, MHD_get_reason_phrase_for(hs->status), date, body_len, body);
-    if (len > 0 && (size_t)len < sizeof(msg))
-        (void)send(fd, msg, (size_t)len, MSG_NOSIGNAL | MSG_DONTWAIT);
-    shutdown(fd, SHUT_WR);
-}
-
 static void linger_read(struct intake_conn *c)
 {
     for (int i = 0; i < LINGER_READS; i++) {
@@ -170,7 +149,7 @@ static void screen(struct intake_conn *c, bool peer_closed)
         break;
     case HEAD_REFUSED:
         account_refusal(c->w, &c->addr, &hs);
-        send_refusal(c->fd, &hs);
+        respond_send_closing(c->fd, hs.status, hs.error_code);
         start_lingering(c);
         break;
     case HEAD_INCOMPLETE:
@@ -232,7 +211,7 @@ void intake_take(struct worker *w, int fd, const struct sockaddr_storage *addr, 
     metrics_add_connections(w->metrics, 1);
     if (hs.outcome == HEAD_REFUSED) {
         account_refusal(w, addr, &hs);
-        send_refusal(fd, &hs);
+        respond_send_closing(fd, hs.status, hs.error_code);
         start_lingering(c);
     }
 }

@@ -15,7 +15,6 @@
 #include "proxy/metrics.h"
 #include "proxy/forward.h"
 #include "proxy/head_screen.h"
-#include "proxy/http_token.h"
 #include "proxy/netaddr.h"
 #include "proxy/respond.h"
 #include "proxy/websocket.h"
@@ -30,6 +29,15 @@
 /* Freed requests kept per worker: a request is a 2 KiB calloc, and one that size goes
  * through malloc's slow path (consolidation) every time. */
 #define REQUEST_POOL_MAX 256
+
+/* After a 413 sent in the middle of a chunked body, what the client still sends is read
+ * and dropped for this long, so that closing with unread data (a reset) does not destroy
+ * the answer before the client reads it; then the connection is closed. */
+#define REFUSED_LINGER_MS 2000
+
+/* What libmicrohttpd keeps in the connection's pool for each request field besides its
+ * bytes (its list entry), for r->head_bytes. */
+#define MHD_FIELD_OVERHEAD 64
 
 
 int bytebuf_append(struct bytebuf *b, const void *src, size_t n)
@@ -373,6 +381,15 @@ static void start_upstream(struct request *r)
         forward_start(r);
 }
 
+/* Decided at head time: the body may come (MHD sends 100 Continue after this), and the
+ * request is forwarded once it is in. Wakes the repeated first call when the decision came
+ * from the store. */
+static void admit(struct request *r)
+{
+    r->admitted = true;
+    request_wake(r);
+}
+
 static void apply_verdict(struct request *r, const struct limiter_result *result)
 {
     struct worker *w = r->w;
@@ -387,7 +404,7 @@ static void apply_verdict(struct request *r, const struct limiter_result *result
             has_rate |= r->rules[i].algorithm != LIMIT_CONCURRENCY;
         bool open = (!has_rate || cfg->rate_fail_open) && (!r->has_concurrency || cfg->concurrency_fail_open);
         if (open)
-            start_upstream(r);
+            admit(r);
         else
             request_set_pending(r, MHD_HTTP_SERVICE_UNAVAILABLE, respond_error(r, "limiter_unavailable"));
         return;
@@ -397,7 +414,7 @@ static void apply_verdict(struct request *r, const struct limiter_result *result
     if (result->allowed) {
         r->lease_held = r->has_concurrency;
         r->decision = "allowed";
-        start_upstream(r);
+        admit(r);
         return;
     }
     const struct limit_verdict *over = rejecting_verdict(r);
@@ -415,7 +432,7 @@ static void apply_verdict(struct request *r, const struct limiter_result *result
                       r->rules[over - r->verdict.verdicts].id, over->limit - over->remaining, over->limit);
     if (r->plan->shadow) {
         r->decision = "shadow";
-        start_upstream(r);
+        admit(r);
         return;
     }
     r->decision = "rejected";
@@ -447,7 +464,23 @@ static bool is_exempt(const struct proxy_config *cfg, const char *path)
     return false;
 }
 
-/* The whole request is in: authenticate, check the limits, forward. */
+/* Where a first call (or its repetition after the store answered) leaves the request. */
+static enum MHD_Result after_decision(struct request *r)
+{
+    if (r->pending != NULL)
+        return queue_pending(r); /* early: MHD closes the connection after it */
+    if (r->admitted) {
+        r->phase = PHASE_BODY;
+        return MHD_YES;
+    }
+    request_suspend(r);
+    return MHD_YES;
+}
+
+/* The head is in, no body byte read: authenticate and check the limits. A refusal is
+ * queued on this first call, so MHD sends it with Connection: close and never reads the
+ * body; an admitted request goes on to PHASE_BODY. When the store has to be asked, the
+ * connection is suspended here and MHD repeats the first call once it is woken. */
 static enum MHD_Result decide(struct request *r, const char *raw_path)
 {
     struct worker *w = r->w;
@@ -461,8 +494,8 @@ static enum MHD_Result decide(struct request *r, const char *raw_path)
     if (is_exempt(cfg, path)) {
         r->exempt = true;
         r->decision = "exempt";
-        start_upstream(r);
-        goto started;
+        r->admitted = true;
+        goto decided;
     }
 
     struct snapshot *snap = worker_snapshot(w);
@@ -501,8 +534,8 @@ static enum MHD_Result decide(struct request *r, const char *raw_path)
         r->has_concurrency |= r->rules[i].algorithm == LIMIT_CONCURRENCY;
     if (r->n_checked == 0) {
         r->decision = "allowed";
-        start_upstream(r);
-        goto started;
+        r->admitted = true;
+        goto decided;
     }
 
     r->phase = PHASE_CHECKING;
@@ -522,17 +555,36 @@ static enum MHD_Result decide(struct request *r, const char *raw_path)
         struct limiter_result unavailable = { .status = LIMITER_UNAVAILABLE };
         apply_verdict(r, &unavailable);
     }
-started:
-    if (r->pending != NULL)
-        return queue_pending(r);
-    request_suspend(r);
-    return MHD_YES;
+decided:
+    return after_decision(r);
 }
 
-/* What one pass over the request head finds wrong with it. */
+/* A chunked body has grown past max_body_bytes (a Content-Length one is refused at head
+ * time). MHD queues a response only on the first or the last call, and reading the body to
+ * its end is what the answer must not wait for: the 413 goes straight on the socket, with
+ * Connection: close, and the connection ends once the client stops sending. */
+static void refuse_in_body(struct request *r)
+{
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(r->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+    if (ci != NULL)
+        respond_send_closing(ci->connect_fd, MHD_HTTP_CONTENT_TOO_LARGE, "request_too_large");
+    r->refused_in_body = true;
+    r->refused_in_body_ms = store_mono_ms();
+    r->status = MHD_HTTP_CONTENT_TOO_LARGE;
+    r->admitted = false;
+    bytebuf_free(&r->body);
+    request_release_slots(r); /* never forwarded */
+}
+
+/* What one pass over the request head finds wrong with it: the same field rules
+ * head_screen applies to a connection's first head, here over the head MHD parsed, so
+ * every head on a connection is screened alike. */
 struct head_check {
     size_t bytes;
-    bool malformed;            /* a name that is no token, CR/LF/NUL in a value */
+    bool malformed;            /* a name that is no token, a control character in a value,
+                                  a second Host */
+    bool seen_single;          /* a field that may appear once (Host) was seen */
+    size_t fields;
     const char *content_length;
     bool conflicting_length;   /* two Content-Length values that differ */
     bool transfer_encoding;
@@ -544,14 +596,16 @@ static enum MHD_Result check_header(void *cls, enum MHD_ValueKind kind, const ch
 {
     struct head_check *hc = cls;
     hc->bytes += name_size + value_size + 4;
-    if (name_size == 0 || strlen(name) != name_size)
+    hc->fields++;
+    if (!head_screen_name_ok(name, name_size))
         hc->malformed = true;
-    for (size_t i = 0; i < name_size && !hc->malformed; i++)
-        if (!http_token_char((unsigned char)name[i]))
-            hc->malformed = true;
+    if (head_screen_single_field(name, name_size)) {
+        hc->malformed |= hc->seen_single;
+        hc->seen_single = true;
+    }
     if (value != NULL) {
-        /* A NUL shows as a value shorter than its size; CR and LF would end it upstream. */
-        if (strlen(value) != value_size || memchr(value, '\r', value_size) || memchr(value, '\n', value_size))
+        /* A NUL shows in value_size: head_screen_value_ok refuses it with CR and LF. */
+        if (!head_screen_value_ok(value, value_size))
             hc->malformed = true;
         if (strcasecmp(name, "Content-Length") == 0) {
             if (hc->content_length != NULL && strcmp(hc->content_length, value) != 0)
@@ -581,7 +635,10 @@ enum MHD_Result request_handle(void *cls, struct MHD_Connection *conn, const cha
         r->method = method;
         r->phase = PHASE_BODY;
         struct head_check hc = { .bytes = strlen(r->raw_uri) + strlen(method) };
+        hc.malformed = !head_screen_method_ok(method, strlen(method)) ||
+                       !head_screen_target_ok(r->raw_uri, strlen(r->raw_uri));
         MHD_get_connection_values_n(conn, MHD_HEADER_KIND, check_header, &hc);
+        r->head_bytes = hc.bytes + hc.fields * MHD_FIELD_OVERHEAD;
         if (hc.bytes > MAX_HEAD_BYTES)
             return queue_now(r, MHD_HTTP_REQUEST_HEADER_FIELDS_TOO_LARGE, respond_error(r, "request_header_too_large"));
         /* Answered on this first call, so MHD closes the connection after it: nothing the
@@ -603,27 +660,39 @@ enum MHD_Result request_handle(void *cls, struct MHD_Connection *conn, const cha
                 /* Answered before the body is read; MHD closes the connection after. */
                 return queue_now(r, MHD_HTTP_CONTENT_TOO_LARGE, respond_error(r, "request_too_large"));
         }
-        return MHD_YES;
+        return decide(r, url);
     }
+    case PHASE_CHECKING:
+        /* The first call again, after the store answered (or a spurious wake-up). */
+        if (r->pending == NULL && !r->admitted) {
+            request_suspend(r);
+            return MHD_YES;
+        }
+        return after_decision(r);
     case PHASE_BODY:
         if (*upload_data_size > 0) {
-            if (!r->body_too_large) {
-                if ((int64_t)(r->body.len + *upload_data_size) > cfg->max_body_bytes) {
-                    r->body_too_large = true;
-                    bytebuf_free(&r->body);
-                } else if (bytebuf_append(&r->body, upload_data, *upload_data_size) < 0) {
-                    return MHD_NO;
-                }
+            if (r->refused_in_body) {
+                *upload_data_size = 0;
+                /* what the client still sends after the answer is dropped for a while */
+                return store_mono_ms() - r->refused_in_body_ms < REFUSED_LINGER_MS ? MHD_YES : MHD_NO;
+            }
+            if ((int64_t)(r->body.len + *upload_data_size) > cfg->max_body_bytes) {
+                refuse_in_body(r);
+            } else if (bytebuf_append(&r->body, upload_data, *upload_data_size) < 0) {
+                return MHD_NO;
             }
             *upload_data_size = 0;
             return MHD_YES;
         }
-        if (r->body_too_large)
-            return queue_now(r, MHD_HTTP_CONTENT_TOO_LARGE, respond_error(r, "request_too_large"));
-        return decide(r, url);
-    case PHASE_CHECKING:
+        if (r->refused_in_body)
+            return MHD_NO; /* answered already: MHD closes the connection */
+        start_upstream(r);
+        if (r->pending != NULL)
+            return queue_pending(r);
+        request_suspend(r);
+        return MHD_YES;
     case PHASE_FORWARDING:
-        if (r->phase == PHASE_FORWARDING && r->upstream_head_done && !r->response_made && r->pending == NULL)
+        if (r->upstream_head_done && !r->response_made && r->pending == NULL)
             forward_respond(r);
         if (r->pending != NULL)
             return queue_pending(r);

@@ -34,8 +34,8 @@ void bytebuf_free(struct bytebuf *b);
 
 enum request_phase {
     PHASE_HEAD = 0,      /* the first call: headers are in, nothing decided */
-    PHASE_BODY,          /* reading the request body */
-    PHASE_CHECKING,      /* waiting for the limiter */
+    PHASE_CHECKING,      /* the head is in, waiting for the limiter; no body byte read */
+    PHASE_BODY,          /* admitted: reading the request body */
     PHASE_FORWARDING,    /* waiting for the upstream's response head */
     PHASE_RESPONDING,    /* response queued; streaming the body */
 };
@@ -57,11 +57,14 @@ struct request {
     bool mhd_done;                /* MHD's completion callback ran */
 
     char *raw_uri;                /* exactly as the client sent it: path and query (scratch) */
+    size_t head_bytes;            /* what the request head takes of MHD's connection pool */
     const char *method;           /* owned by MHD, valid until completion */
     int64_t started_ms;
 
     struct bytebuf body;
-    bool body_too_large;
+    bool admitted;                /* decided at head time: to be forwarded once the body is in */
+    bool refused_in_body;         /* answered 413 on the socket in the middle of the body */
+    int64_t refused_in_body_ms;   /* ... at this time */
 
     /* who is calling and what applies */
     struct snapshot *snap;        /* reference held for the request's lifetime */
@@ -98,6 +101,8 @@ struct request {
     struct curl_slist *upstream_headers_last;
     struct event upstream_timer;  /* assigned when forwarding starts */
     bool upstream_head_done;      /* the final (non-1xx) response head is in */
+    size_t upstream_head_bytes;   /* of the upstream's response heads so far */
+    bool bad_upstream_head;       /* over FORWARD_UPSTREAM_HEAD_MAX or malformed: a 502 */
     bool response_made;           /* forward_respond ran */
     bool upstream_done;           /* curl finished (with upstream_result) */
     CURLcode upstream_result;

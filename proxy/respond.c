@@ -2,6 +2,8 @@
 
 #include <stdio.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <time.h>
 
 #include "proxy/config.h"
 #include "proxy/ratelimit_headers.h"
@@ -19,6 +21,25 @@ static struct MHD_Response *json_response(struct request *r, const char *body, s
 int respond_error_body(char *buf, size_t cap, const char *error_code)
 {
     return snprintf(buf, cap, "{\"error_code\":\"%s\"}", error_code);
+}
+
+void respond_send_closing(int fd, unsigned status, const char *error_code)
+{
+    char date[64];
+    struct tm tm;
+    time_t now = time(NULL);
+    gmtime_r(&now, &tm);
+    strftime(date, sizeof(date), "%a, %d %b %Y %H:%M:%S GMT", &tm);
+    char body[128];
+    int body_len = respond_error_body(body, sizeof(body), error_code);
+    char msg[512];
+    int len = snprintf(msg, sizeof(msg),
+                       "HTTP/1.1 %u %s\r\nDate: %s\r\nConnection: close\r\nContent-Type: application/json\r\n"
+                       "Content-Length: %d\r\n\r\n%s",
+                       status, MHD_get_reason_phrase_for(status), date, body_len, body);
+    if (len > 0 && (size_t)len < sizeof(msg))
+        (void)send(fd, msg, (size_t)len, MSG_NOSIGNAL | MSG_DONTWAIT);
+    shutdown(fd, SHUT_WR);
 }
 
 struct MHD_Response *respond_error(struct request *r, const char *error_code)

@@ -9,6 +9,12 @@
 /* The body of every JSON error, {"error_code": code}, into buf; its length (snprintf's). */
 int respond_error_body(char *buf, size_t cap, const char *error_code);
 
+/* Sends the JSON error answer `status` {"error_code": code} with Connection: close straight
+ * on a socket no response has started on, then shuts its sending side. For answers that
+ * libmicrohttpd cannot queue: before it has the connection (intake.c) and in the middle of a
+ * request body (request.c). The socket's send buffer is empty, so one send() takes it. */
+void respond_send_closing(int fd, unsigned status, const char *error_code);
+
 /* Both record the body length in r->bytes_sent.
  * A JSON error response {"error_code": code} with Content-Type: application/json.
  * Returns NULL on allocation failure. */

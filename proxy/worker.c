@@ -20,6 +20,8 @@
 #include "proxy/request.h"
 #include "proxy/websocket.h"
 #include "store/clock.h"
+
+_Static_assert(WS_CONNECTION_POOL_BYTES == FORWARD_CLIENT_POOL_BYTES, "one libmicrohttpd pool size");
 #include "store/limiter.h"
 #include "tiers/snapshot.h"
 

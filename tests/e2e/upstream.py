@@ -15,6 +15,11 @@ Endpoints (any method):
   /big/<bytes>           deterministic bytes: big_body(n) below, with Content-Length
   /hang                  never answers (holds the connection for 10 minutes)
   /headers?name=value    the echo, plus each query pair as a response header (repeats kept)
+  /bighead/<bytes>       the echo, with a response head of at least <bytes> bytes: header
+                         lines X-Pad-<i> of up to 4000 bytes each
+  /badhead[/<kind>]      a malformed response head, then closes; kind: nocolon (a field
+                         line without a colon, the default), ctl (a control character in
+                         a value), name (a space in a field name)
   /drop                  closes the connection without answering
   /close                 the echo, then closes the connection (close-delimited body)
   /__stats               JSON: connections that carried at least one non-__ request,
@@ -168,6 +173,21 @@ class Handler(http.server.BaseHTTPRequestHandler):
             if parts[0] == "headers":
                 q = urllib.parse.parse_qsl(urllib.parse.urlsplit(path).query, keep_blank_values=True)
                 return self.send_bytes(200, self.echo(body), extra=q)
+            if parts[0] == "bighead" and len(parts) == 2:
+                want, pads, i = int(parts[1]), [], 0
+                while want > 0:
+                    n = min(4000, max(want - 16, 1))
+                    pads.append(("X-Pad-%d" % i, "p" * n))
+                    want -= n + 16
+                    i += 1
+                return self.send_bytes(200, self.echo(body), extra=pads)
+            if parts[0] == "badhead":
+                kind = parts[1] if len(parts) == 2 else "nocolon"
+                line = {"nocolon": b"no colon here", "ctl": b"X-A: a\x01b",
+                        "name": b"X A: b"}[kind]
+                self.close_connection = True
+                self.wfile.write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n" + line + b"\r\n\r\nok")
+                return None
             if parts[0] == "drop":
                 # closes the connection without a response (an upstream that fails)
                 self.close_connection = True

@@ -156,6 +156,47 @@ static void test_content_length_values(void **state)
     assert_refused("POST / HTTP/1.1\nContent-Length: x\n\n", 400);
 }
 
+/* SPEC "One request model": every head, first or later, meets these. */
+static void test_lower_case_methods_are_refused(void **state)
+{
+    assert_refused("post /upload HTTP/1.1\r\nHost: x\r\n\r\n", 400);
+    assert_refused("Get / HTTP/1.1\r\n\r\n", 400);
+    assert_acceptable("M-SEARCH * HTTP/1.1\r\n\r\n");
+    assert_false(head_screen_method_ok("post", 4));
+    assert_false(head_screen_method_ok("", 0));
+    assert_true(head_screen_method_ok("PROPFIND", 8));
+}
+
+static void test_targets_with_controls_or_spaces_are_refused(void **state)
+{
+    assert_refused("GET /a\tb HTTP/1.1\r\n\r\n", 400);
+    assert_false(head_screen_target_ok("/a\tb", 4));
+    assert_false(head_screen_target_ok("/a b", 4));
+    assert_false(head_screen_target_ok("/a\x7f", 3));
+    assert_false(head_screen_target_ok("", 0));
+    assert_true(head_screen_target_ok("/a?b=%20\x80", 9));
+}
+
+static void test_control_characters_in_values_are_refused(void **state)
+{
+    assert_refused("GET / HTTP/1.1\r\nX-A: a\x01b\r\n\r\n", 400);
+    assert_refused("GET / HTTP/1.1\r\nX-A: a\x7f\r\n\r\n", 400);
+    assert_acceptable("GET / HTTP/1.1\r\nX-A: a\tb \x80\xff\r\n\r\n");
+    assert_false(head_screen_value_ok("a\x1b", 2));
+    assert_true(head_screen_value_ok("a\tb c", 5));
+    assert_false(head_screen_name_ok("X A", 3));
+    assert_true(head_screen_name_ok("X-A", 3));
+}
+
+static void test_a_second_host_is_refused(void **state)
+{
+    assert_refused("GET / HTTP/1.1\r\nHost: a\r\nhost: b\r\n\r\n", 400);
+    assert_refused("GET / HTTP/1.1\r\nHost: a\r\nHost: a\r\n\r\n", 400);
+    assert_acceptable("GET / HTTP/1.1\r\nHost: a\r\nX-Host: b\r\n\r\n");
+    assert_true(head_screen_single_field("HOST", 4));
+    assert_false(head_screen_single_field("Hostx", 5));
+}
+
 static void test_only_the_first_head_is_looked_at(void **state)
 {
     /* A body, or a second pipelined request, after the head is not the screen's concern. */
@@ -177,6 +218,10 @@ int main(void)
         cmocka_unit_test(test_nul_anywhere_in_the_head_is_refused),
         cmocka_unit_test(test_content_length_values),
         cmocka_unit_test(test_only_the_first_head_is_looked_at),
+        cmocka_unit_test(test_lower_case_methods_are_refused),
+        cmocka_unit_test(test_targets_with_controls_or_spaces_are_refused),
+        cmocka_unit_test(test_control_characters_in_values_are_refused),
+        cmocka_unit_test(test_a_second_host_is_refused),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,0 +1,404 @@
+"""The request flow (SPEC "One request model"): the decision is made when the head has
+arrived, before any body byte is read; `100 Continue` goes only to an admitted request;
+every head on a connection is screened alike; an upstream head over 64 KiB or malformed is
+a 502 the access log records."""
+import json
+import re
+import socket
+import threading
+import time
+
+from conftest import assert_json_error, parse_raw_response
+
+TEN_MIB = 10 * 1024 * 1024
+# Generous: an answer "at once" comes in milliseconds; the old flow never answers these
+# before the body is complete, so any bound the test can wait out tells the two apart.
+ANSWER_WITHIN_S = 3.0
+
+
+def wide(catalog, name="wide", *flags):
+    catalog.plan(name, "--rate", "1000000/min", *flags)
+    return catalog.user_key(name)[1]
+
+
+def open_head(p, head):
+    s = socket.create_connection(("127.0.0.1", p.port), timeout=10)
+    s.sendall(head)
+    return s
+
+
+def read_until_quiet(s, timeout=ANSWER_WITHIN_S):
+    """What the server sends until it closes, or until nothing more comes for `timeout`."""
+    s.settimeout(timeout)
+    out = b""
+    closed = False
+    try:
+        while True:
+            chunk = s.recv(65536)
+            if not chunk:
+                closed = True
+                break
+            out += chunk
+    except socket.timeout:
+        pass
+    except ConnectionError:
+        closed = True
+    return out, closed
+
+
+def one_answer(out):
+    """The first final answer in out, parsed (interim 1xx answers skipped), and whether a
+    100 Continue came before it."""
+    saw_continue = False
+    while out.startswith(b"HTTP/1.1 1"):
+        saw_continue |= out.startswith(b"HTTP/1.1 100")
+        out = out.partition(b"\r\n\r\n")[2]
+    assert out.startswith(b"HTTP/1."), "no final answer: %r" % out[:300]
+    h, sep, rest = out.partition(b"\r\n\r\n")
+    m = re.search(rb"(?i)\r\ncontent-length:\s*(\d+)", h)
+    n = int(m.group(1)) if m else len(rest)
+    return parse_raw_response(h + sep + rest[:n]), saw_continue
+
+
+def post_head(target, length=None, key=None, expect=False, chunked=False, method=b"POST"):
+    h = method + b" " + target + b" HTTP/1.1\r\nHost: t\r\n"
+    if key:
+        h += b"Authorization: Bearer " + key.encode() + b"\r\n"
+    if length is not None:
+        h += b"Content-Length: %d\r\n" % length
+    if chunked:
+        h += b"Transfer-Encoding: chunked\r\n"
+    if expect:
+        h += b"Expect: 100-continue\r\n"
+    return h + b"\r\n"
+
+
+def assert_refused_at_once(p, head, status, code, body_prefix=b""):
+    """head (and body_prefix) sent, the rest of the body never: the answer is `status` with
+    `code`, without a 100 Continue, with Connection: close, and the connection then closes."""
+    s = open_head(p, head)
+    try:
+        if body_prefix:
+            try:
+                s.sendall(body_prefix)
+            except OSError:
+                pass   # answered and closed while the prefix was still going
+        out, closed = read_until_quiet(s)
+    finally:
+        s.close()
+    assert out, "no answer before the body was complete"
+    r, saw_continue = one_answer(out)
+    assert not saw_continue, "100 Continue sent to a request that is refused: %r" % out[:300]
+    assert assert_json_error(r, status)["error_code"] == code, r
+    assert (r.header("Connection") or "").lower() == "close", r
+    assert closed, "the connection stayed open after the refusal"
+    return r
+
+
+# --------------------------------------------------------------------------------------
+# 1. decided at head time
+
+def test_keyless_expect_continue_gets_401_without_body(catalog, proxies):
+    wide(catalog)
+    p = proxies.start(catalog)
+    assert_refused_at_once(p, post_head(b"/upload", TEN_MIB, expect=True), 401, "missing_api_key")
+
+
+def test_keyless_partial_body_gets_401_at_once(catalog, proxies):
+    wide(catalog)
+    p = proxies.start(catalog)
+    assert_refused_at_once(p, post_head(b"/upload", TEN_MIB), 401, "missing_api_key",
+                           body_prefix=b"x" * (1024 * 1024))
+    assert_refused_at_once(p, post_head(b"/upload", TEN_MIB, key="tp_live_not_a_key"), 401,
+                           "invalid_api_key", body_prefix=b"x" * (1024 * 1024))
+
+
+def vm_rss_kib(pid):
+    with open("/proc/%d/status" % pid) as f:
+        for ln in f:
+            if ln.startswith("VmRSS:"):
+                return int(ln.split()[1])
+    raise AssertionError("no VmRSS")
+
+
+def test_keyless_bodies_are_not_held_in_memory(catalog, proxies):
+    wide(catalog)
+    p = proxies.start(catalog)
+    p.get("/warm")   # the first request's one-off allocations are not the bodies'
+    before = vm_rss_kib(p.proc.pid)
+    socks = []
+
+    def push(s):
+        s.settimeout(ANSWER_WITHIN_S)
+        chunk = b"y" * 65536
+        left = TEN_MIB - 1
+        try:
+            while left > 0:
+                n = min(left, len(chunk))
+                s.sendall(chunk[:n])
+                left -= n
+        except OSError:
+            pass   # refused and closed, or the proxy stopped reading: either way done
+    threads = []
+    for _ in range(4):
+        s = open_head(p, post_head(b"/upload", TEN_MIB))
+        socks.append(s)
+        t = threading.Thread(target=push, args=(s,))
+        t.start()
+        threads.append(t)
+    for t in threads:
+        t.join(60)
+    time.sleep(0.3)
+    grown_kib = vm_rss_kib(p.proc.pid) - before
+    answers = [read_until_quiet(s, 1.0)[0] for s in socks]
+    for s in socks:
+        s.close()
+    assert grown_kib < 8 * 1024, "RSS grew by %d KiB for 4 keyless bodies held open" % grown_kib
+    for out in answers:
+        assert out.startswith(b"HTTP/1.1 401"), out[:200]
+
+
+def test_over_limit_user_gets_429_before_body(catalog, proxies):
+    catalog.plan("tight", "--rate", "1/min")
+    key = catalog.user_key("tight")[1]
+    p = proxies.start(catalog)
+    assert p.get("/first", key=key).status == 200
+    r = assert_refused_at_once(p, post_head(b"/upload", TEN_MIB, key=key, expect=True), 429,
+                               "rate_limit_exceeded")
+    assert r.header("Retry-After") is not None, r
+    assert_refused_at_once(p, post_head(b"/upload", TEN_MIB, key=key), 429, "rate_limit_exceeded",
+                           body_prefix=b"z" * 65536)
+
+
+def test_over_limit_on_redis_gets_429_before_body(catalog, proxies):
+    catalog.plan("tight", "--rate", "1/min")
+    key = catalog.user_key("tight")[1]
+    p = proxies.start(catalog, store="redis")
+    assert p.get("/first", key=key).status == 200
+    assert_refused_at_once(p, post_head(b"/upload", TEN_MIB, key=key, expect=True), 429,
+                           "rate_limit_exceeded")
+
+
+def test_content_length_over_max_body_gets_413_at_once(catalog, proxies):
+    key = wide(catalog)
+    p = proxies.start(catalog, proxy={"max_body_bytes": 1000})
+    assert_refused_at_once(p, post_head(b"/upload", 1001, key=key, expect=True), 413,
+                           "request_too_large")
+
+
+def test_keyless_chunked_body_that_never_ends_gets_401(catalog, proxies):
+    wide(catalog)
+    p = proxies.start(catalog)
+    assert_refused_at_once(p, post_head(b"/upload", chunked=True), 401, "missing_api_key",
+                           body_prefix=b"1000\r\n" + b"c" * 4096 + b"\r\n")
+
+
+def test_over_size_chunked_body_gets_413_before_its_end(catalog, proxies):
+    key = wide(catalog)
+    p = proxies.start(catalog, proxy={"max_body_bytes": 100000})
+    chunk = b"2000\r\n" + b"c" * 0x2000 + b"\r\n"
+    s = open_head(p, post_head(b"/upload", key=key, chunked=True))
+    try:
+        try:
+            for _ in range(20):   # 160 KiB, never the last chunk
+                s.sendall(chunk)
+        except OSError:
+            pass
+        out, _ = read_until_quiet(s)
+    finally:
+        s.close()
+    assert out, "no answer before the chunked body ended"
+    r, _ = one_answer(out)
+    assert_json_error(r, 413, {"error_code": "request_too_large"})
+    assert (r.header("Connection") or "").lower() == "close", r
+
+
+def test_admitted_request_gets_continue_then_its_answer(catalog, proxies):
+    key = wide(catalog)
+    p = proxies.start(catalog)
+    body = bytes(range(256)) * 4096   # 1 MiB
+    s = open_head(p, post_head(b"/upload", len(body), key=key, expect=True))
+    try:
+        s.settimeout(ANSWER_WITHIN_S)
+        interim = b""
+        while b"\r\n\r\n" not in interim:
+            got = s.recv(4096)
+            assert got, "closed before 100 Continue"
+            interim += got
+        assert interim.startswith(b"HTTP/1.1 100"), interim
+        s.sendall(body)
+        out, _ = read_until_quiet(s, 5.0)
+    finally:
+        s.close()
+    r, _ = one_answer(interim.partition(b"\r\n\r\n")[2] + out)
+    assert r.status == 200, r
+    import hashlib
+    e = json.loads(r.body)
+    assert e["length"] == len(body) and e["body_sha256"] == hashlib.sha256(body).hexdigest()
+
+
+def test_store_down_closed_gets_503_before_body(catalog, proxies, redis_factory):
+    key = wide(catalog)
+    rd = redis_factory()
+    p = proxies.start(catalog, store="redis", redis=rd, limits={"on_store_error": "closed"})
+    assert p.get("/before", key=key).status == 200
+    rd.stop()
+    assert_refused_at_once(p, post_head(b"/upload", TEN_MIB, key=key, expect=True), 503,
+                           "limiter_unavailable")
+
+
+def test_refusals_at_head_time_are_logged(catalog, proxies):
+    wide(catalog)
+    p = proxies.start(catalog)
+    assert_refused_at_once(p, post_head(b"/logged", TEN_MIB, expect=True), 401, "missing_api_key")
+    lines = []
+
+    def logged():
+        lines[:] = [e for e in p.access_log_lines() if e.get("path") == "/logged"]
+        return lines
+    deadline = time.monotonic() + 5
+    while not logged() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert len(lines) == 1 and lines[0]["status"] == 401, lines
+
+
+# --------------------------------------------------------------------------------------
+# 2. every head screened alike
+
+BAD_HEADS = {
+    "lowercase method": b"post /upload HTTP/1.1\r\nHost: t\r\nContent-Length: 0\r\n",
+    "tab in target": b"GET /a\tb HTTP/1.1\r\nHost: t\r\n",
+    "control char in value": b"GET /ctl HTTP/1.1\r\nHost: t\r\nX-A: a\x01b\r\n",
+    "two Host fields": b"GET /hosts HTTP/1.1\r\nHost: t\r\nHost: u\r\n",
+}
+
+
+def with_key(head, key):
+    return head + b"Authorization: Bearer " + key.encode() + b"\r\n\r\n"
+
+
+def upstream_requests(u):
+    return u.stats()["requests"]
+
+
+def test_later_heads_are_screened(catalog, proxies, upstream_factory):
+    key = wide(catalog)
+    u = upstream_factory()
+    p = proxies.start(catalog, upstream=u)
+    for name, bad in BAD_HEADS.items():
+        s = socket.create_connection(("127.0.0.1", p.port), timeout=10)
+        try:
+            s.sendall(with_key(b"GET /good HTTP/1.1\r\nHost: t\r\n", key))
+            s.settimeout(5)
+            first = b""
+            while True:
+                got = s.recv(65536)
+                assert got, "%s: closed after the good request" % name
+                first += got
+                try:
+                    r, _ = one_answer(first)
+                except AssertionError:
+                    continue
+                if len(r.body) >= int(r.header("Content-Length") or 0):
+                    break
+            assert r.status == 200, (name, r)
+            served = upstream_requests(u)
+            s.sendall(with_key(bad, key))
+            out, _ = read_until_quiet(s)
+        finally:
+            s.close()
+        assert out, "%s: no answer to the second head" % name
+        r, _ = one_answer(out)
+        assert_json_error(r, 400)
+        assert upstream_requests(u) == served, "%s reached the upstream" % name
+
+
+def test_first_heads_are_screened(catalog, proxies, upstream_factory):
+    key = wide(catalog)
+    u = upstream_factory()
+    p = proxies.start(catalog, upstream=u)
+    served = upstream_requests(u)
+    for name, bad in BAD_HEADS.items():
+        s = open_head(p, with_key(bad, key))
+        try:
+            out, _ = read_until_quiet(s)
+        finally:
+            s.close()
+        assert out, "%s: no answer" % name
+        r, _ = one_answer(out)
+        assert_json_error(r, 400)
+        assert upstream_requests(u) == served, "%s reached the upstream" % name
+    assert p.get("/still-fine", key=key).status == 200
+
+
+# --------------------------------------------------------------------------------------
+# 3. the upstream's head
+
+def test_upstream_head_over_64k_is_502(catalog, proxies):
+    key = wide(catalog)
+    p = proxies.start(catalog)
+    r = p.get("/bighead/100000", key=key)
+    assert_json_error(r, 502, {"error_code": "bad_upstream_response"})
+    lines = []
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        lines = [e for e in p.access_log_lines() if e.get("path") == "/bighead/100000"]
+        if lines:
+            break
+        time.sleep(0.05)
+    assert len(lines) == 1 and lines[0]["status"] == 502, lines
+    assert p.get("/after", key=key).status == 200
+
+
+def test_big_upstream_head_that_fits_passes(catalog, proxies):
+    key = wide(catalog)
+    p = proxies.start(catalog)
+    r = p.get("/bighead/20000", key=key)
+    assert r.status == 200, r
+    assert len(r.header("X-Pad-0") or "") == 4000, r.headers[:3]
+
+
+def test_upstream_head_too_big_for_the_client_side_is_502_not_an_empty_reply(catalog, proxies):
+    """40 KB is under 64 KiB, but libmicrohttpd's 32 KiB connection pool cannot write it:
+    the client gets a 502 it can read (it got an empty reply), and the log says 502."""
+    key = wide(catalog)
+    p = proxies.start(catalog)
+    r = p.get("/bighead/40000", key=key)
+    assert_json_error(r, 502, {"error_code": "bad_upstream_response"})
+    deadline = time.monotonic() + 5
+    lines = []
+    while time.monotonic() < deadline and not lines:
+        lines = [e for e in p.access_log_lines() if e.get("path") == "/bighead/40000"]
+        time.sleep(0.05)
+    assert len(lines) == 1 and lines[0]["status"] == 502, lines
+
+
+def test_malformed_upstream_head_is_502(catalog, proxies):
+    key = wide(catalog)
+    p = proxies.start(catalog)
+    for kind in ("nocolon", "ctl", "name"):
+        r = p.get("/badhead/" + kind, key=key)
+        assert_json_error(r, 502, {"error_code": "bad_upstream_response"})
+
+
+def test_slot_taken_at_head_time_is_given_back_when_the_upload_dies(catalog, proxies):
+    catalog.plan("one", "--rate", "100000/min", "--concurrency", "1")
+    key = catalog.user_key("one")[1]
+    p = proxies.start(catalog)
+    s = open_head(p, post_head(b"/upload", 1000000, key=key, expect=True))
+    s.settimeout(ANSWER_WITHIN_S)
+    assert s.recv(4096).startswith(b"HTTP/1.1 100"), "admitted upload got no 100 Continue"
+    s.sendall(b"x" * 20000)
+    # admitted at head time: the slot is held while the body arrives
+    assert_json_error(p.get("/second", key=key), 429)
+    s.close()   # the rest of the body never comes
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline and p.get("/third", key=key).status != 200:
+        time.sleep(0.1)
+    assert p.get("/fourth", key=key).status == 200, "the slot stayed taken after the upload died"
+
+
+def test_refused_get_closes_the_connection_too(catalog, proxies):
+    wide(catalog)
+    p = proxies.start(catalog)
+    assert_refused_at_once(p, b"GET /nokey HTTP/1.1\r\nHost: t\r\n\r\n", 401, "missing_api_key")
