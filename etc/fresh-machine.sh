@@ -137,11 +137,12 @@ kill_chroot_processes() {
                 kill -s "$sig" "${p#/proc/}" 2>/dev/null || true
             fi
         done
-        [[ $sig == TERM ]] && sleep 1
+        if [[ $sig == TERM ]]; then sleep 1; fi
     done
 }
 cleanup() {
     local i
+    set +e          # clean up all there is, whatever fails on the way
     kill_chroot_processes
     for ((i = ${#mounted[@]} - 1; i >= 0; i--)); do
         umount "${mounted[i]}" 2>/dev/null || umount -l "${mounted[i]}" || true
