@@ -40,7 +40,9 @@ stop_demo() {
     done
 }
 
-port_busy() { [[ -n $(ss -Htln "sport = :$1" 2>/dev/null) ]]; }
+# Something accepts connections on 127.0.0.1:PORT. bash's /dev/tcp, so that the check
+# needs no program a minimal Debian lacks (ss is in iproute2, not installed there).
+port_busy() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
 
 wait_port() {   # wait_port PORT PID NAME LOG
     for _ in $(seq 100); do
@@ -79,7 +81,7 @@ stop_demo
 for port in $PROXY_PORT $UPSTREAM_PORT $ADMIN_PORT; do
     if port_busy "$port"; then
         echo "demo.sh: port $port is in use by another program:" >&2
-        ss -Htlnp "sport = :$port" >&2 || true
+        ss -Htlnp "sport = :$port" >&2 2>/dev/null || true
         exit 1
     fi
 done

@@ -3,16 +3,31 @@
 # to benchmark). Only missing packages are installed; `apt-get update` runs only when
 # something is missing. Idempotent and silent when there is nothing to do.
 #
-#   etc/setup.sh            build + test packages
-#   etc/setup.sh --bench    also wrk, nginx, and what ../shared/bench/run.sh needs (haproxy, nginx lua)
+#   etc/setup.sh            build + test packages: everything etc/demo.sh and etc/test.sh run
+#   etc/setup.sh --bench    also nginx, and what ../shared/bench/run.sh needs (haproxy, nginx lua)
 #   etc/setup.sh --fuzz     also clang and its libFuzzer runtime, for etc/fuzz.sh
 set -euo pipefail
 
-build_pkgs=(gcc meson ninja-build pkg-config libmicrohttpd-dev libcurl4-openssl-dev
+build_pkgs=(gcc libc6-dev meson ninja-build pkg-config libmicrohttpd-dev libcurl4-openssl-dev
             libhiredis-dev libsqlite3-dev libevent-dev libinih-dev libjansson-dev
             libssl-dev libcmocka-dev libsystemd-dev)
-test_pkgs=(redis-server redis-tools python3-pytest python3-requests python3-websocket
-           valgrind curl)
+# Every program the demo and the test suite start, by the package that has it (a minimal
+# Debian 12, debootstrap --variant=minbase or the debian:12 image, has none of them):
+#   python3, python3-pytest   /usr/bin/python3 -m pytest (tests/e2e), upstream.py (demo too)
+#   redis-server              tests/e2e (RedisServer), tests/unit/store/test_limiter_redis
+#   redis-tools               redis-cli, for looking at the tests' servers by hand
+#   wrk                       test_faults.py::test_redis_killed_and_restarted_under_wrk
+#   systemd                   systemd-analyze (test_systemd.py::test_systemd_analyze_verify);
+#                             installing it starts nothing where systemd is not PID 1
+#   valgrind                  etc/valgrind.sh (E2E_VALGRIND=1)
+#   curl                      the demo's curl line
+#   iproute2                  ss: etc/demo.sh stop finds a demo left without PID files
+#   procps                    /bin/kill: etc/tierproxy.service's ExecReload, which
+#                             systemd-analyze verify checks (a minimal Debian lacks it)
+# A test whose program is missing fails naming the package (tests/e2e/conftest.py:
+# require_program), so add a program here when a test starts using it.
+test_pkgs=(python3 python3-pytest python3-requests python3-websocket redis-server redis-tools
+           wrk systemd procps valgrind curl iproute2)
 bench_pkgs=(wrk nginx haproxy libnginx-mod-http-lua lua-nginx-redis redis-tools curl)
 fuzz_pkgs=(clang libclang-rt-14-dev)
 

@@ -70,6 +70,19 @@ def _kill_all_children():
 atexit.register(_kill_all_children)
 
 
+def require_program(name, package):
+    """The path of an external program a test runs (a bare name is looked up on PATH).
+    When it is missing the test fails, naming the Debian package: etc/setup.sh installs
+    every program the suite runs, so a missing one is a broken set-up, never a reason to
+    skip (a skip would hide it, as a FileNotFoundError from deep inside a test obscures it)."""
+    import shutil
+    path = shutil.which(name)
+    if path is None:
+        pytest.fail("%s is not installed (Debian package %s; etc/setup.sh installs it)"
+                    % (name, package), pytrace=False)
+    return path
+
+
 # --------------------------------------------------------------------------------------
 # valgrind (E2E_VALGRIND=1)
 #
@@ -517,7 +530,7 @@ class RedisServer:
         self.tmpdir.mkdir(parents=True, exist_ok=True)
         log = open(self.tmpdir / ("redis-%d.log" % self.port), "ab")
         self.proc = subprocess.Popen(
-            [REDIS_SERVER, "--port", str(self.port), "--bind", "127.0.0.1",
+            [require_program(REDIS_SERVER, "redis-server"), "--port", str(self.port), "--bind", "127.0.0.1",
              "--save", "", "--appendonly", "no", "--daemonize", "no",
              "--dir", str(self.tmpdir), "--protected-mode", "no"],
             stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)

@@ -19,7 +19,7 @@ import resource
 import socket
 import subprocess
 
-from conftest import Proxy, spawn_test_server
+from conftest import Proxy, require_program, spawn_test_server
 
 
 # --------------------------------------------------------------------------------------
@@ -150,7 +150,7 @@ end
 def start_wrk(tmpdir, url, key, seconds, conns=32, threads=1, timeout_s=2):
     script = pathlib.Path(tmpdir) / "faults.lua"
     script.write_text(WRK_LUA)
-    cmd = ["wrk", "-t%d" % threads, "-c%d" % conns, "-d%ds" % seconds,
+    cmd = [require_program("wrk", "wrk"), "-t%d" % threads, "-c%d" % conns, "-d%ds" % seconds,
            "--timeout", "%ds" % timeout_s, "-s", str(script), url]
     env = dict(os.environ, WRK_KEY=key)
     return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,

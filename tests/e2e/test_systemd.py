@@ -333,9 +333,7 @@ def test_unit_file_settings():
 
 
 def test_systemd_analyze_verify(tmp_path):
-    analyze = shutil.which("systemd-analyze")
-    if analyze is None:
-        pytest.skip("systemd-analyze is not installed")
+    analyze = conftest.require_program("systemd-analyze", "systemd")
     binary = os.path.abspath(conftest.REAL_TIERPROXY_BIN)
     assert os.access(binary, os.X_OK), binary
     text = UNIT.read_text()
