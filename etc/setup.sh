@@ -27,7 +27,7 @@ build_pkgs=(gcc libc6-dev meson ninja-build pkg-config libmicrohttpd-dev libcurl
 # A test whose program is missing fails naming the package (tests/e2e/conftest.py:
 # require_program), so add a program here when a test starts using it.
 test_pkgs=(python3 python3-pytest python3-requests python3-websocket redis-server redis-tools
-           wrk systemd procps valgrind curl iproute2)
+           wrk systemd procps valgrind curl iproute2 openssl)
 bench_pkgs=(wrk nginx haproxy libnginx-mod-http-lua lua-nginx-redis redis-tools curl)
 fuzz_pkgs=(clang libclang-rt-14-dev)
 

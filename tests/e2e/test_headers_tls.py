@@ -6,13 +6,12 @@ limit; `upstream = https://...` works, verified against the system's CAs or
 The TLS upstreams are tests/e2e/upstream.py and ws_upstream.py with --tls-cert/--tls-key, on a
 self-signed certificate made here with the openssl command (Debian package openssl)."""
 import re
-import shutil
 import subprocess
 
 import pytest
 
-from conftest import (HERE, PYTHON, TIERPROXY_BIN, _clean_env, assert_json_error, wait_until,
-                      write_ini)
+from conftest import (HERE, PYTHON, TIERPROXY_BIN, _clean_env, assert_json_error, require_program,
+                      wait_until, write_ini)
 from fleet_helpers import OP_TEXT, ws_connect, ws_try
 
 
@@ -265,11 +264,9 @@ def test_closest_rate_limit_in_log_headers_and_x(catalog, start_proxy):
 # https upstreams
 
 def make_cert(tmp_path, name, san):
-    if shutil.which("openssl") is None:
-        pytest.fail("these tests make a certificate with the openssl command: install the "
-                    "Debian package openssl (etc/setup.sh does)", pytrace=False)
+    openssl = require_program("openssl", "openssl")
     cert, key = tmp_path / (name + ".crt"), tmp_path / (name + ".key")
-    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-sha256",
+    subprocess.run([openssl, "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-sha256",
                     "-days", "2", "-subj", "/CN=tierproxy-test", "-addext",
                     "subjectAltName=" + san, "-keyout", str(key), "-out", str(cert)],
                    check=True, capture_output=True, timeout=60)
