@@ -324,8 +324,55 @@ static const char *presented_key(struct request *r, size_t *plen)
     return value;
 }
 
+/* X-Forwarded-For fields, joined in order into one list (RFC 9110 5.3). */
+struct xff_join {
+    struct request *r;
+    char *list;
+    size_t len;
+    bool failed;
+};
+
+static enum MHD_Result join_xff_field(void *cls, enum MHD_ValueKind kind, const char *name, size_t name_size,
+                                      const char *value, size_t value_size)
+{
+    struct xff_join *j = cls;
+    (void)kind;
+    (void)name_size;
+    if (value == NULL || strcasecmp(name, "X-Forwarded-For") != 0)
+        return MHD_YES;
+    /* Bounded by the head, which MHD caps: no cut of its own. */
+    char *grown = scratch_alloc(&j->r->scratch, j->len + value_size + 3);
+    if (grown == NULL) {
+        j->failed = true;
+        return MHD_NO;
+    }
+    size_t o = 0;
+    if (j->len > 0) {
+        memcpy(grown, j->list, j->len);
+        o = j->len;
+        memcpy(grown + o, ", ", 2);
+        o += 2;
+    }
+    memcpy(grown + o, value, value_size);
+    o += value_size;
+    grown[o] = '\0';
+    j->list = grown;
+    j->len = o;
+    return MHD_YES;
+}
+
+const char *request_forwarded_for(struct request *r)
+{
+    if (r->forwarded_for == NULL) {
+        struct xff_join j = { .r = r };
+        MHD_get_connection_values_n(r->conn, MHD_HEADER_KIND, join_xff_field, &j);
+        r->forwarded_for = j.list != NULL && !j.failed ? j.list : "";
+    }
+    return r->forwarded_for;
+}
+
 /* The client's address: the peer, or, when the peer is a trusted proxy, the right-most
- * address of X-Forwarded-For that is not itself a trusted proxy. */
+ * address of X-Forwarded-For (all its fields, one list) that is not itself a trusted proxy. */
 static void client_address(struct request *r, char *buf, size_t buflen)
 {
     const struct proxy_config *cfg = r->w->cfg;
@@ -336,27 +383,8 @@ static void client_address(struct request *r, char *buf, size_t buflen)
     sockaddr_to_text(ci->client_addr, buf, buflen);
     if (!cidr_match_sockaddr(cfg->trusted_proxies, cfg->n_trusted_proxies, ci->client_addr))
         return;
-    const char *xff = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "X-Forwarded-For");
-    if (xff == NULL)
-        return;
-    const char *end = xff + strlen(xff);
-    while (end > xff) {
-        const char *start = end;
-        while (start > xff && start[-1] != ',')
-            start--;
-        const char *a = start, *b = end;
-        while (a < b && (*a == ' ' || *a == '\t'))
-            a++;
-        while (b > a && (b[-1] == ' ' || b[-1] == '\t'))
-            b--;
-        if (b > a && (size_t)(b - a) < buflen) {
-            memcpy(buf, a, (size_t)(b - a));
-            buf[b - a] = '\0';
-            if (!cidr_match_text(cfg->trusted_proxies, cfg->n_trusted_proxies, a, (size_t)(b - a)))
-                return;
-        }
-        end = start > xff ? start - 1 : xff;
-    }
+    const char *xff = request_forwarded_for(r);
+    xff_client_address(xff, strlen(xff), cfg->trusted_proxies, cfg->n_trusted_proxies, buf, buflen);
 }
 
 /* The limit closest to running out, by the one rule the headers and the access log share:
@@ -441,67 +469,37 @@ static void on_verdict(void *arg, const struct limiter_result *result)
     request_unref(r);
 }
 
-static bool is_exempt(const struct proxy_config *cfg, const char *path)
+static bool is_exempt(const struct proxy_config *cfg, const struct request_target *t)
 {
     for (size_t i = 0; i < cfg->n_exempt_paths; i++)
-        if (strncmp(path, cfg->exempt_paths[i], strlen(cfg->exempt_paths[i])) == 0)
+        if (request_target_has_prefix(t->match, t->match_len, cfg->exempt_paths[i], strlen(cfg->exempt_paths[i]),
+                                      cfg->path_case_insensitive))
             return true;
     return false;
 }
 
-/* The path as the upstream will resolve it, for matching exempt paths and routes:
- * "//" collapsed, "." and ".." segments removed (RFC 3986 5.2.4), never above the root.
- * MHD has already percent-decoded it, so "%2e%2e" is ".." here too. The request itself is
- * forwarded unchanged. Returns out, or NULL when it does not fit. */
-static char *normalize_path(const char *in, char *out, size_t outlen)
+/* The target normalised (request_target.h) into r->target, which exempt paths, routes and
+ * the upstream all use. False when it is refused. */
+static bool parse_target(struct request *r)
 {
-    size_t o = 0;
-    if (outlen < 2)
-        return NULL;
-    out[o++] = '/';
-    const char *p = in;
-    while (*p != '\0') {
-        while (*p == '/')
-            p++;
-        const char *seg = p;
-        while (*p != '\0' && *p != '/')
-            p++;
-        size_t len = (size_t)(p - seg);
-        bool trailing = *p == '/';
-        if (len == 0 || (len == 1 && seg[0] == '.')) {
-            continue;
-        }
-        if (len == 2 && seg[0] == '.' && seg[1] == '.') {
-            if (o > 1) {
-                o--; /* the '/' after the last segment */
-                while (o > 1 && out[o - 1] != '/')
-                    o--;
-            }
-            continue;
-        }
-        if (o + len + 1 >= outlen)
-            return NULL;
-        memcpy(out + o, seg, len);
-        o += len;
-        if (trailing)
-            out[o++] = '/';
-    }
-    out[o] = '\0';
-    return out;
+    size_t raw_len = strlen(r->raw_uri);
+    size_t size = request_target_buffer_size(raw_len);
+    char *out = scratch_alloc(&r->scratch, size);
+    return out != NULL && request_target_parse(r->method, r->raw_uri, raw_len, out, size, &r->target) == 0;
 }
 
 /* The whole request is in: authenticate, check the limits, forward. */
-static enum MHD_Result decide(struct request *r, const char *raw_path)
+static enum MHD_Result decide(struct request *r)
 {
     struct worker *w = r->w;
     const struct proxy_config *cfg = w->cfg;
     r->ws_upgrade = ws_is_upgrade(r->conn, r->method);
-    char normalized[4096];
-    const char *path = normalize_path(raw_path, normalized, sizeof(normalized));
-    if (path == NULL)
-        return queue_now(r, 414, respond_error(r, "uri_too_long"));
+    if (!parse_target(r)) {
+        r->decision = "malformed";
+        return queue_now(r, MHD_HTTP_BAD_REQUEST, respond_error(r, "bad_request_target"));
+    }
 
-    if (is_exempt(cfg, path)) {
+    if (is_exempt(cfg, &r->target)) {
         r->exempt = true;
         r->decision = "exempt";
         start_upstream(r);
@@ -535,7 +533,8 @@ static enum MHD_Result decide(struct request *r, const char *raw_path)
     }
 
     const struct tier_limit *selected[MAX_SELECTED];
-    size_t n = tier_plan_select(r->plan, r->method, path, strlen(path), selected, MAX_SELECTED);
+    size_t n = tier_plan_select_case(r->plan, r->method, r->target.match, r->target.match_len,
+                                     cfg->path_case_insensitive, selected, MAX_SELECTED);
     if (n > MAX_SELECTED)
         n = MAX_SELECTED;
     for (size_t i = 0; i < n; i++) {
@@ -632,6 +631,7 @@ enum MHD_Result request_handle(void *cls, struct MHD_Connection *conn, const cha
                                void **req_cls)
 {
     struct request *r = *req_cls;
+    (void)url; /* MHD's decoded copy: r->target, from the raw target, is what counts */
     if (r == NULL || r->w->closing)
         return MHD_NO; /* shutting down past the drain: MHD closes the connection */
     const struct proxy_config *cfg = r->w->cfg;
@@ -680,7 +680,7 @@ enum MHD_Result request_handle(void *cls, struct MHD_Connection *conn, const cha
         }
         if (r->body_too_large)
             return queue_now(r, MHD_HTTP_CONTENT_TOO_LARGE, respond_error(r, "request_too_large"));
-        return decide(r, url);
+        return decide(r);
     case PHASE_CHECKING:
     case PHASE_FORWARDING:
         if (r->phase == PHASE_FORWARDING && r->upstream_head_done && !r->response_made && r->pending == NULL)

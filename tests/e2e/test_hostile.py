@@ -383,12 +383,15 @@ def test_crlf_tricks_in_header_lines(catalog, proxies, what, lines, refused):
 def test_encoded_crlf_in_target_is_forwarded_not_decoded(catalog, proxies):
     user, key = wide(catalog)
     p = proxies.start(catalog)
+    # SPEC "One request model": %00 in the path is 400, dot segments (%2e too) are removed
+    # and the upstream receives the path so normalised; the query is untouched
+    normalised = {"/%2e%2e/%2e%2e/etc/passwd": "/etc/passwd"}
     for target in ("/a%0d%0aX-Tier-User:%20admin", "/b?q=%0D%0AX-Tier-Plan:%20pro%0d%0a%0d%0a",
-                   "/c%00d?e=%00", "/%2e%2e/%2e%2e/etc/passwd", "/%C0%AF%c0%ae", "/%u002e/x",
-                   "/trailing%", "/a%2", "/%FF%FE%00"):
+                   "/cd?e=%00", "/%2e%2e/%2e%2e/etc/passwd", "/%C0%AF%c0%ae", "/%u002e/x",
+                   "/trailing%", "/a%2", "/%FF%FE?%00"):
         r = p.get(target, key=key)
         assert r.status == 200, (target, r)
-        assert r.echo["path"] == target, (target, r.echo["path"])
+        assert r.echo["path"] == normalised.get(target, target), (target, r.echo["path"])
         assert echo_header(r.echo, "X-Tier-User") == [user], r.echo["headers"]
         assert echo_header(r.echo, "X-Tier-Plan") == ["wide"], r.echo["headers"]
 
