@@ -84,7 +84,7 @@ static int normalise_path(const char *in, size_t len, struct path_out *out)
         size_t seg_f = out->f, seg_m = out->m;
         while (i < len && in[i] != '/') {
             unsigned char c = (unsigned char)in[i];
-            if (c == '\\' || c <= 0x20 || c == 0x7f)
+            if (c == '\\')
                 return -1;
             if (c == '%' && len - i >= 3) {
                 int hi = hex_value((unsigned char)in[i + 1]), lo = hex_value((unsigned char)in[i + 2]);
@@ -135,8 +135,11 @@ int request_target_parse(const char *method, const char *raw, size_t raw_len, ch
     memset(t, 0, sizeof(*t));
     if (raw == NULL || raw_len == 0 || out_size < request_target_buffer_size(raw_len))
         return -1;
-    if (memchr(raw, '#', raw_len) != NULL)
-        return -1;
+    for (size_t i = 0; i < raw_len; i++) {
+        unsigned char c = (unsigned char)raw[i];
+        if (c <= 0x20 || c == 0x7f || c == '#')
+            return -1;
+    }
 
     if (raw_len == 1 && raw[0] == '*') {
         if (method == NULL || strcmp(method, "OPTIONS") != 0)

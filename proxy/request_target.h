@@ -11,9 +11,11 @@
  *   authority that is empty, carries userinfo or characters no host has is refused;
  * - asterisk-form "*" only with OPTIONS, forwarded as "*";
  * - anything else (authority-form, a relative path) is refused;
- * - in the path: "%00", an encoded slash or backslash ("%2F", "%5C", any case), a raw
- *   backslash, a control character or a space is refused; a fragment ("#") is refused
- *   anywhere, as Envoy does, since upstreams disagree on where it ends the path;
+ * - a control character, a space or a fragment ("#") anywhere is refused (RFC 9112 3.2
+ *   allows none; Envoy refuses fragments too, since upstreams disagree on where one ends
+ *   the path);
+ * - in the path: "%00", an encoded slash or backslash ("%2F", "%5C", any case) or a raw
+ *   backslash is refused;
  * - repeated slashes are merged, then "." and ".." segments removed (RFC 3986 5.2.4),
  *   never above the root; a segment that is a dot once its percent-encoded unreserved
  *   characters are decoded ("%2e", ".%2E") is a dot segment too, as Envoy's normalize_path
