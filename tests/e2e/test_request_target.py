@@ -132,11 +132,13 @@ def test_encoded_unreserved_characters_match_but_are_forwarded_as_sent(catalog, 
 
 
 def test_repeated_slashes_hit_the_route_limit(catalog, proxies):
-    _, key = routed(catalog, "GET /admin")
+    # (upstream.py's http.server merges leading slashes itself: the inner ones show what
+    # the proxy forwarded)
+    _, key = routed(catalog, "GET /admin/x")
     p = proxies.start(catalog)
-    r = p.get("//admin", key=key)
-    assert r.status == 200 and r.echo["path"] == "/admin", r
-    assert p.get("/admin", key=key).status == 429
+    r = p.get("//admin//x", key=key)
+    assert r.status == 200 and r.echo["path"] == "/admin/x", r
+    assert p.get("/admin/x", key=key).status == 429
 
 
 # --------------------------------------------------------------------------------------

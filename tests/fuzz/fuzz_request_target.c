@@ -5,6 +5,7 @@
  * it again changes nothing (what is forwarded would be matched the same by the next hop).
  *
  * Input: 1 byte choosing the method (odd: OPTIONS, even: GET), then the raw target. */
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,13 +17,15 @@
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
-static void check_path(const char *path, size_t len)
+/* encodings: the forwarded path holds none of the refused ones; the match path, decoded
+ * once, may spell one from two ("%2%66" is "%2f" there), which no check compares. */
+static void check_path(const char *path, size_t len, bool encodings)
 {
     CHECK(len >= 1 && path[0] == '/');
     CHECK(memchr(path, '\0', len) == NULL && memchr(path, '\\', len) == NULL && memchr(path, '?', len) == NULL);
     for (size_t i = 0; i + 1 < len; i++)
         CHECK(!(path[i] == '/' && path[i + 1] == '/'));
-    for (size_t i = 0; i + 2 < len; i++)
+    for (size_t i = 0; encodings && i + 2 < len; i++)
         if (path[i] == '%')
             CHECK(!(path[i + 1] == '0' && path[i + 2] == '0') &&
                   strncasecmp(path + i, "%2f", 3) != 0 && strncasecmp(path + i, "%5c", 3) != 0);
@@ -63,8 +66,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         if (t.asterisk) {
             CHECK(strcmp(method, "OPTIONS") == 0 && strcmp(t.forward, "*") == 0);
         } else {
-            check_path(t.forward, t.path_len);
-            check_path(t.match, t.match_len);
+            check_path(t.forward, t.path_len, true);
+            check_path(t.match, t.match_len, false);
             CHECK(t.path_len == t.forward_len || t.forward[t.path_len] == '?');
             /* the query is the input's tail, byte for byte */
             size_t q = t.forward_len - t.path_len;
