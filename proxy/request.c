@@ -324,12 +324,12 @@ static const char *presented_key(struct request *r, size_t *plen)
     return value;
 }
 
-/* X-Forwarded-For fields, joined in order into one list (RFC 9110 5.3). */
+/* X-Forwarded-For fields, joined in order into one list (RFC 9110 5.3): a first pass
+ * measures (list == NULL), a second copies, so the list takes one allocation however
+ * many fields there are. */
 struct xff_join {
-    struct request *r;
     char *list;
-    size_t len;
-    bool failed;
+    size_t len, cap;
 };
 
 static enum MHD_Result join_xff_field(void *cls, enum MHD_ValueKind kind, const char *name, size_t name_size,
@@ -340,34 +340,34 @@ static enum MHD_Result join_xff_field(void *cls, enum MHD_ValueKind kind, const 
     (void)name_size;
     if (value == NULL || strcasecmp(name, "X-Forwarded-For") != 0)
         return MHD_YES;
-    /* Bounded by the head, which MHD caps: no cut of its own. */
-    char *grown = scratch_alloc(&j->r->scratch, j->len + value_size + 3);
-    if (grown == NULL) {
-        j->failed = true;
-        return MHD_NO;
-    }
-    size_t o = 0;
-    if (j->len > 0) {
-        memcpy(grown, j->list, j->len);
-        o = j->len;
-        memcpy(grown + o, ", ", 2);
-        o += 2;
-    }
-    memcpy(grown + o, value, value_size);
-    o += value_size;
-    grown[o] = '\0';
-    j->list = grown;
-    j->len = o;
+    size_t separator = j->len > 0 ? 2 : 0;
+    if (j->list != NULL && j->len + separator + value_size > j->cap)
+        return MHD_NO; /* the head changed between the passes: it cannot, but never overrun */
+    if (j->list != NULL && separator > 0)
+        memcpy(j->list + j->len, ", ", 2);
+    j->len += separator;
+    if (j->list != NULL)
+        memcpy(j->list + j->len, value, value_size);
+    j->len += value_size;
     return MHD_YES;
 }
 
 const char *request_forwarded_for(struct request *r)
 {
-    if (r->forwarded_for == NULL) {
-        struct xff_join j = { .r = r };
-        MHD_get_connection_values_n(r->conn, MHD_HEADER_KIND, join_xff_field, &j);
-        r->forwarded_for = j.list != NULL && !j.failed ? j.list : "";
-    }
+    if (r->forwarded_for != NULL)
+        return r->forwarded_for;
+    r->forwarded_for = "";
+    /* Bounded by the head, which MHD caps: no cut of its own. */
+    struct xff_join measure = { 0 };
+    MHD_get_connection_values_n(r->conn, MHD_HEADER_KIND, join_xff_field, &measure);
+    if (measure.len == 0)
+        return r->forwarded_for;
+    struct xff_join copy = { .list = scratch_alloc(&r->scratch, measure.len + 1), .cap = measure.len };
+    if (copy.list == NULL)
+        return r->forwarded_for;
+    MHD_get_connection_values_n(r->conn, MHD_HEADER_KIND, join_xff_field, &copy);
+    copy.list[copy.len] = '\0';
+    r->forwarded_for = copy.list;
     return r->forwarded_for;
 }
 

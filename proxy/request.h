@@ -59,7 +59,7 @@ struct request {
 
     char *raw_uri;                /* exactly as the client sent it: path and query (scratch) */
     struct request_target target; /* raw_uri normalised: what is matched and forwarded (request_target.h) */
-    char *forwarded_for;          /* every X-Forwarded-For field joined in order, or NULL (scratch) */
+    const char *forwarded_for;    /* every X-Forwarded-For field joined in order; NULL until asked (scratch) */
     const char *method;           /* owned by MHD, valid until completion */
     int64_t started_ms;
 
