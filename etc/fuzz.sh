@@ -6,7 +6,8 @@
 # when any harness found one; the reproducer is in build-fuzz/fuzz-artifacts/<name>/.
 #
 #   etc/fuzz.sh [RUNS] [HARNESS...]     RUNS defaults to 10000000; HARNESS: config, limit,
-#                                       headers, ws_frame, head_screen, catalog_import
+#                                       headers, ws_frame, head_screen, request_target,
+#                                       catalog_import
 #                                       (default: all)
 #   FUZZ_MAX_TIME=S etc/fuzz.sh ...     also stop each harness after S seconds
 #
@@ -23,10 +24,10 @@ if [[ $# -gt 0 && $1 =~ ^[0-9]+$ ]]; then
     shift
 fi
 case "${1:-}" in
-    -h|--help) sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
 esac
 harnesses=("$@")
-[[ ${#harnesses[@]} -eq 0 ]] && harnesses=(config limit headers ws_frame head_screen catalog_import)
+[[ ${#harnesses[@]} -eq 0 ]] && harnesses=(config limit headers ws_frame head_screen request_target catalog_import)
 
 etc/setup.sh --fuzz || { echo "etc/fuzz.sh: etc/setup.sh --fuzz failed" >&2; exit 1; }
 if [[ ! -f build-fuzz/build.ninja ]]; then

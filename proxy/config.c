@@ -85,6 +85,8 @@ static const struct word bool_words[] = {
     {"1", 1},   {"0", 0},  {NULL, 0},
 };
 static const struct word open_closed_words[] = {{"open", 1}, {"closed", 0}, {NULL, 0}};
+static const struct word path_case_words[] = {{"insensitive", 1}, {"sensitive", 0}, {NULL, 0}};
+static const struct word underscore_words[] = {{"forward", 1}, {"drop", 0}, {NULL, 0}};
 static const struct word store_words[] = {
     {"memory", STORE_MEMORY}, {"redis", STORE_REDIS}, {NULL, 0}};
 static const struct word level_words[] = {
@@ -115,6 +117,10 @@ static const struct directive directives[] = {
      NULL, 0, "", NULL, "comma-separated CIDRs such as 10.0.0.0/8 or ::1/128"},
     {"proxy", "exempt_paths", D_PATHS, OFF(exempt_paths), OFF(n_exempt_paths), 0, 0, NULL, 0,
      "", NULL, "comma-separated path prefixes starting with /"},
+    {"proxy", "path_case", D_BOOL, OFF(path_case_insensitive), 0, 0, 0, path_case_words, 0, "sensitive", NULL,
+     "sensitive or insensitive"},
+    {"proxy", "underscores_in_headers", D_BOOL, OFF(underscores_forward), 0, 0, 0, underscore_words, 0, "drop",
+     NULL, "drop or forward"},
     {"admin", "listen", D_HOSTPORT, OFF(admin_host), OFF(admin_port), 0, 0, NULL, F_EMPTY_NULL | F_RESTART,
      "127.0.0.1:9090", "--admin", HOSTPORT_EXPECT " or empty for off"},
     {"auth", "key_header", D_TOKEN, OFF(key_header), 0, 0, 0, NULL, 0, "Authorization", NULL,

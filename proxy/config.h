@@ -27,6 +27,8 @@ struct proxy_config {
     size_t n_trusted_proxies;
     char **exempt_paths;
     size_t n_exempt_paths;
+    bool path_case_insensitive;    /* path_case = insensitive: exempt and route prefixes ignore ASCII case */
+    bool underscores_forward;      /* underscores_in_headers = forward; drop (the default) removes them */
     /* [admin] */
     char *admin_host;              /* NULL when the admin listener is off */
     uint16_t admin_port;

@@ -13,6 +13,7 @@
 #include <event2/event_struct.h>
 
 #include "proxy/config.h"
+#include "proxy/field_name.h"
 #include "proxy/head_screen.h"
 #include "proxy/metrics.h"
 #include "proxy/netaddr.h"
@@ -525,10 +526,11 @@ struct header_filter {
     const char *key_header;       /* NULL when the key is forwarded */
     const char *connection_tokens;
     bool trusted_peer;
+    bool underscores_forward;     /* [proxy] underscores_in_headers = forward */
+    const char *authority;        /* an absolute-form target's: it replaces Host (RFC 9112 3.2.2) */
     bool saw_accept, saw_content_type;
     bool kept_xf_proto, kept_xf_host; /* a trusted peer's own X-Forwarded-Proto/-Host */
     const char *host;
-    const char *xff;              /* the client's X-Forwarded-For, when trusted */
     int failed;
 };
 
@@ -598,15 +600,22 @@ static enum MHD_Result copy_request_header(void *cls, enum MHD_ValueKind kind, c
         return MHD_YES;
     if (strcasecmp(name, "Content-Length") == 0 || strcasecmp(name, "Expect") == 0)
         return MHD_YES;
-    if (len >= 7 && strncasecmp(name, "X-Tier-", 7) == 0)
+    /* Applications behind CGI-like stacks read "_" as "-": an underscored name is dropped,
+       or, when forwarded, never one that spells a header the proxy sets, strips or trusts. */
+    bool underscored = field_name_has_underscore(name, len);
+    if (underscored && !f->underscores_forward)
         return MHD_YES;
-    if (f->key_header != NULL && strcasecmp(name, f->key_header) == 0)
+    if (field_name_has_prefix_folded(name, len, "X-Tier-"))
         return MHD_YES;
-    if (strcasecmp(name, "X-Forwarded-For") == 0) {
-        if (f->trusted_peer)
-            f->xff = value;
+    if (f->key_header != NULL && field_name_equal_folded(name, len, f->key_header))
         return MHD_YES;
-    }
+    if (underscored && (field_name_equal_folded(name, len, "X-Forwarded-For") ||
+                        field_name_equal_folded(name, len, "X-Forwarded-Proto") ||
+                        field_name_equal_folded(name, len, "X-Forwarded-Host") ||
+                        field_name_equal_folded(name, len, "Host")))
+        return MHD_YES;
+    if (strcasecmp(name, "X-Forwarded-For") == 0)
+        return MHD_YES; /* every field of it is one list, sent once below */
     if (strcasecmp(name, "X-Forwarded-Proto") == 0) {
         if (!f->trusted_peer)
             return MHD_YES;
@@ -616,6 +625,8 @@ static enum MHD_Result copy_request_header(void *cls, enum MHD_ValueKind kind, c
             return MHD_YES;
         f->kept_xf_host = true;
     } else if (strcasecmp(name, "Host") == 0) {
+        if (f->authority != NULL)
+            value = f->authority;
         f->host = value;
     }
     if (strcasecmp(name, "Accept") == 0)
@@ -641,17 +652,38 @@ int forward_build_headers(struct request *r, bool websocket)
         .key_header = cfg->forward_key ? NULL : cfg->key_header,
         .connection_tokens = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "Connection"),
         .trusted_peer = peer != NULL && cidr_match_sockaddr(cfg->trusted_proxies, cfg->n_trusted_proxies, peer),
+        .underscores_forward = cfg->underscores_forward,
     };
+    if (r->target.authority != NULL) {
+        char *authority = scratch_strndup(&r->scratch, r->target.authority, r->target.authority_len);
+        if (authority == NULL)
+            return -ENOMEM;
+        f.authority = authority;
+    }
     MHD_get_connection_values(r->conn, MHD_HEADER_KIND, copy_request_header, &f);
     if (f.failed)
         return -ENOMEM;
+    int rc = 0;
+    if (f.host == NULL && f.authority != NULL) { /* an HTTP/1.0 request without Host */
+        f.host = f.authority;
+        rc = append_header(r, "Host", f.authority);
+    }
 
-    char xff[1024];
-    if (f.xff != NULL && f.xff[0] != '\0')
-        snprintf(xff, sizeof(xff), "%s, %s", f.xff, peer_text);
-    else
-        snprintf(xff, sizeof(xff), "%s", peer_text);
-    int rc = append_header(r, "X-Forwarded-For", xff);
+    /* A trusted peer's whole list, every field in order, then the peer: uncut (the head
+       that carried it is capped, so the list is too). */
+    const char *chain = f.trusted_peer ? request_forwarded_for(r) : "";
+    size_t chain_len = strlen(chain), peer_len = strlen(peer_text);
+    char *xff = scratch_alloc(&r->scratch, chain_len + peer_len + 3);
+    if (xff == NULL)
+        return -ENOMEM;
+    if (chain_len > 0) {
+        memcpy(xff, chain, chain_len);
+        memcpy(xff + chain_len, ", ", 2);
+        chain_len += 2;
+    }
+    memcpy(xff + chain_len, peer_text, peer_len + 1);
+    if (rc == 0)
+        rc = append_header(r, "X-Forwarded-For", xff);
     if (rc == 0 && !f.kept_xf_proto)
         rc = append_header(r, "X-Forwarded-Proto", "http");
     if (rc == 0 && f.host != NULL && !f.kept_xf_host)
@@ -709,7 +741,7 @@ static CURL *new_easy(struct worker *w)
 static void set_transfer_options(CURL *e, struct request *r, const char *upstream)
 {
     curl_easy_setopt(e, CURLOPT_URL, upstream);
-    curl_easy_setopt(e, CURLOPT_REQUEST_TARGET, r->raw_uri);
+    curl_easy_setopt(e, CURLOPT_REQUEST_TARGET, r->target.forward);
     curl_easy_setopt(e, CURLOPT_PRIVATE, r);
     curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, (long)r->w->cfg->connect_timeout_ms);
     curl_easy_setopt(e, CURLOPT_HEADERDATA, r);

@@ -229,3 +229,29 @@ int sockaddr_from_ip_port(const char *host, uint16_t port, struct sockaddr_stora
     }
     return -EINVAL;
 }
+
+bool xff_client_address(const char *list, size_t len, const struct cidr *trusted, size_t n, char *out,
+                        size_t outlen)
+{
+    bool found = false;
+    const char *end = list + len;
+    while (end > list) {
+        const char *start = end;
+        while (start > list && start[-1] != ',')
+            start--;
+        const char *a = start, *b = end;
+        while (a < b && (*a == ' ' || *a == '\t'))
+            a++;
+        while (b > a && (b[-1] == ' ' || b[-1] == '\t'))
+            b--;
+        if (b > a && (size_t)(b - a) < outlen) {
+            memcpy(out, a, (size_t)(b - a));
+            out[b - a] = '\0';
+            found = true;
+            if (!cidr_match_text(trusted, n, a, (size_t)(b - a)))
+                return true;
+        }
+        end = start > list ? start - 1 : list;
+    }
+    return found;
+}

@@ -27,3 +27,10 @@ int sockaddr_from_ip_port(const char *host, uint16_t port, struct sockaddr_stora
 
 /* Writes the address (without port) of sa as text. Returns buf, or "" when unknown. */
 const char *sockaddr_to_text(const struct sockaddr *sa, char *buf, size_t buflen);
+
+/* The client named by an X-Forwarded-For list that a trusted peer sent: the right-most
+ * address that is not itself in the n trusted ranges (or the left-most, when all are).
+ * Items are trimmed of spaces and tabs; empty ones are skipped. Writes it into out and
+ * returns true, or returns false (out untouched) when the list has no item that fits. */
+bool xff_client_address(const char *list, size_t len, const struct cidr *trusted, size_t n, char *out,
+                        size_t outlen);

@@ -330,8 +330,55 @@ static const char *presented_key(struct request *r, size_t *plen)
     return value;
 }
 
+/* X-Forwarded-For fields, joined in order into one list (RFC 9110 5.3): a first pass
+ * measures (list == NULL), a second copies, so the list takes one allocation however
+ * many fields there are. */
+struct xff_join {
+    char *list;
+    size_t len, cap;
+};
+
+static enum MHD_Result join_xff_field(void *cls, enum MHD_ValueKind kind, const char *name, size_t name_size,
+                                      const char *value, size_t value_size)
+{
+    struct xff_join *j = cls;
+    (void)kind;
+    (void)name_size;
+    if (value == NULL || strcasecmp(name, "X-Forwarded-For") != 0)
+        return MHD_YES;
+    size_t separator = j->len > 0 ? 2 : 0;
+    if (j->list != NULL && j->len + separator + value_size > j->cap)
+        return MHD_NO; /* the head changed between the passes: it cannot, but never overrun */
+    if (j->list != NULL && separator > 0)
+        memcpy(j->list + j->len, ", ", 2);
+    j->len += separator;
+    if (j->list != NULL)
+        memcpy(j->list + j->len, value, value_size);
+    j->len += value_size;
+    return MHD_YES;
+}
+
+const char *request_forwarded_for(struct request *r)
+{
+    if (r->forwarded_for != NULL)
+        return r->forwarded_for;
+    r->forwarded_for = "";
+    /* Bounded by the head, which MHD caps: no cut of its own. */
+    struct xff_join measure = { 0 };
+    MHD_get_connection_values_n(r->conn, MHD_HEADER_KIND, join_xff_field, &measure);
+    if (measure.len == 0)
+        return r->forwarded_for;
+    struct xff_join copy = { .list = scratch_alloc(&r->scratch, measure.len + 1), .cap = measure.len };
+    if (copy.list == NULL)
+        return r->forwarded_for;
+    MHD_get_connection_values_n(r->conn, MHD_HEADER_KIND, join_xff_field, &copy);
+    copy.list[copy.len] = '\0';
+    r->forwarded_for = copy.list;
+    return r->forwarded_for;
+}
+
 /* The client's address: the peer, or, when the peer is a trusted proxy, the right-most
- * address of X-Forwarded-For that is not itself a trusted proxy. */
+ * address of X-Forwarded-For (all its fields, one list) that is not itself a trusted proxy. */
 static void client_address(struct request *r, char *buf, size_t buflen)
 {
     const struct proxy_config *cfg = r->w->cfg;
@@ -342,27 +389,8 @@ static void client_address(struct request *r, char *buf, size_t buflen)
     sockaddr_to_text(ci->client_addr, buf, buflen);
     if (!cidr_match_sockaddr(cfg->trusted_proxies, cfg->n_trusted_proxies, ci->client_addr))
         return;
-    const char *xff = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "X-Forwarded-For");
-    if (xff == NULL)
-        return;
-    const char *end = xff + strlen(xff);
-    while (end > xff) {
-        const char *start = end;
-        while (start > xff && start[-1] != ',')
-            start--;
-        const char *a = start, *b = end;
-        while (a < b && (*a == ' ' || *a == '\t'))
-            a++;
-        while (b > a && (b[-1] == ' ' || b[-1] == '\t'))
-            b--;
-        if (b > a && (size_t)(b - a) < buflen) {
-            memcpy(buf, a, (size_t)(b - a));
-            buf[b - a] = '\0';
-            if (!cidr_match_text(cfg->trusted_proxies, cfg->n_trusted_proxies, a, (size_t)(b - a)))
-                return;
-        }
-        end = start > xff ? start - 1 : xff;
-    }
+    const char *xff = request_forwarded_for(r);
+    xff_client_address(xff, strlen(xff), cfg->trusted_proxies, cfg->n_trusted_proxies, buf, buflen);
 }
 
 /* The limit closest to running out, by the one rule the headers and the access log share:
@@ -456,10 +484,11 @@ static void on_verdict(void *arg, const struct limiter_result *result)
     request_unref(r);
 }
 
-static bool is_exempt(const struct proxy_config *cfg, const char *path)
+static bool is_exempt(const struct proxy_config *cfg, const struct request_target *t)
 {
     for (size_t i = 0; i < cfg->n_exempt_paths; i++)
-        if (strncmp(path, cfg->exempt_paths[i], strlen(cfg->exempt_paths[i])) == 0)
+        if (request_target_has_prefix(t->match, t->match_len, cfg->exempt_paths[i], strlen(cfg->exempt_paths[i]),
+                                      cfg->path_case_insensitive))
             return true;
     return false;
 }
@@ -477,21 +506,31 @@ static enum MHD_Result after_decision(struct request *r)
     return MHD_YES;
 }
 
+/* The target normalised (request_target.h) into r->target, which exempt paths, routes and
+ * the upstream all use. False when it is refused. */
+static bool parse_target(struct request *r)
+{
+    size_t raw_len = strlen(r->raw_uri);
+    size_t size = request_target_buffer_size(raw_len);
+    char *out = scratch_alloc(&r->scratch, size);
+    return out != NULL && request_target_parse(r->method, r->raw_uri, raw_len, out, size, &r->target) == 0;
+}
+
 /* The head is in, no body byte read: authenticate and check the limits. A refusal is
  * queued on this first call, so MHD sends it with Connection: close and never reads the
  * body; an admitted request goes on to PHASE_BODY. When the store has to be asked, the
  * connection is suspended here and MHD repeats the first call once it is woken. */
-static enum MHD_Result decide(struct request *r, const char *raw_path)
+static enum MHD_Result decide(struct request *r)
 {
     struct worker *w = r->w;
     const struct proxy_config *cfg = w->cfg;
     r->ws_upgrade = ws_is_upgrade(r->conn, r->method);
-    char normalized[4096];
-    const char *path = tier_path_normalize(raw_path, normalized, sizeof(normalized));
-    if (path == NULL)
-        return queue_now(r, 414, respond_error(r, "uri_too_long"));
+    if (!parse_target(r)) {
+        r->decision = "malformed";
+        return queue_now(r, MHD_HTTP_BAD_REQUEST, respond_error(r, "bad_request_target"));
+    }
 
-    if (is_exempt(cfg, path)) {
+    if (is_exempt(cfg, &r->target)) {
         r->exempt = true;
         r->decision = "exempt";
         r->admitted = true;
@@ -525,7 +564,8 @@ static enum MHD_Result decide(struct request *r, const char *raw_path)
     }
 
     const struct tier_limit *ws = NULL;
-    r->n_checked = tier_plan_rules(r->plan, r->method, path, cfg->lease_ttl_ms, r->rules, r->checked, &ws);
+    r->n_checked = tier_plan_rules(r->plan, r->method, r->target.match, r->target.match_len, cfg->path_case_insensitive,
+                                   cfg->lease_ttl_ms, r->rules, r->checked, &ws);
     if (ws != NULL && r->ws_upgrade) {
         r->has_ws_rule = true;
         r->ws_rule = ws->rule;
@@ -626,6 +666,7 @@ enum MHD_Result request_handle(void *cls, struct MHD_Connection *conn, const cha
                                void **req_cls)
 {
     struct request *r = *req_cls;
+    (void)url; /* MHD's decoded copy: r->target, from the raw target, is what counts */
     if (r == NULL || r->w->closing)
         return MHD_NO; /* shutting down past the drain: MHD closes the connection */
     const struct proxy_config *cfg = r->w->cfg;
@@ -660,7 +701,7 @@ enum MHD_Result request_handle(void *cls, struct MHD_Connection *conn, const cha
                 /* Answered before the body is read; MHD closes the connection after. */
                 return queue_now(r, MHD_HTTP_CONTENT_TOO_LARGE, respond_error(r, "request_too_large"));
         }
-        return decide(r, url);
+        return decide(r);
     }
     case PHASE_CHECKING:
         /* The first call again, after the store answered (or a spurious wake-up). */

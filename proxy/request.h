@@ -12,6 +12,7 @@
 #include <event2/event_struct.h>
 #include <microhttpd.h>
 
+#include "tiers/request_target.h"
 #include "proxy/scratch.h"
 #include "store/limiter.h"
 #include "tiers/snapshot.h"
@@ -58,6 +59,8 @@ struct request {
 
     char *raw_uri;                /* exactly as the client sent it: path and query (scratch) */
     size_t head_bytes;            /* what the request head takes of MHD's connection pool */
+    struct request_target target; /* raw_uri normalised: what is matched and forwarded (request_target.h) */
+    const char *forwarded_for;    /* every X-Forwarded-For field joined in order; NULL until asked (scratch) */
     const char *method;           /* owned by MHD, valid until completion */
     int64_t started_ms;
 
@@ -147,6 +150,10 @@ bool request_release_pending(const struct request *r);
 
 /* Gives back r's concurrency slots, if it holds any (idempotent). */
 void request_release_slots(struct request *r);
+
+/* Every X-Forwarded-For field of the request, joined in order with ", " into one list;
+ * "" when there is none. Kept in the request's scratch after the first call. */
+const char *request_forwarded_for(struct request *r);
 
 /* Drops one reference; frees the request when none is left. */
 void request_unref(struct request *r);

@@ -753,7 +753,7 @@ void ws_start(struct request *r)
         return;
     }
     struct evbuffer *out = bufferevent_get_output(t->up);
-    evbuffer_add_printf(out, "GET %s HTTP/1.1\r\n", r->raw_uri);
+    evbuffer_add_printf(out, "GET %s HTTP/1.1\r\n", r->target.forward);
     for (struct curl_slist *h = r->upstream_headers; h != NULL; h = h->next) {
         size_t len = strlen(h->data);
         if (len > 0 && h->data[len - 1] == ';') /* curl's spelling of an empty header */

@@ -16,12 +16,11 @@
 #include "store/hash.h"
 #include "store/limiter.h"
 #include "tiers/plan_rules.h"
+#include "tiers/request_target.h"
 
 /* The proxy's subject buffer (struct request's subject): a longer subject is cut there,
  * so it is cut here too. */
 #define SUBJECT_MAX 160
-/* The proxy's buffer for the normalised path: a longer one got 414 and was never checked. */
-#define PATH_MAX_BYTES 4096
 /* The lease TTL a concurrency rule carries; one process never lets a lease expire. */
 #define LEASE_TTL_MS 30000
 #define ARENA_BLOCK 65536
@@ -201,32 +200,26 @@ bad:
     return -EINVAL;
 }
 
-/* The path as the proxy matched it: the target without its query, percent-decoded as
- * libmicrohttpd decodes it (a '%' not followed by two hex digits stays; a decoded NUL
- * ends the path), then normalised. Returns out or NULL when it does not fit. */
-static char *route_path(const char *target, char *out, size_t outlen)
+/* The path as the proxy matched it: the logged target (as the client sent it) made into
+ * the normalised path by the proxy's own code (request_target.h), into a buffer the caller
+ * frees. Route prefixes compare case-sensitively here, [proxy] path_case's default: the
+ * log does not say how the proxy was configured. Returns 0 and *pmatch, 1 for a target the
+ * proxy refuses (it answered 400 and checked nothing), -ENOMEM. */
+static int route_path(const char *method, const char *target, char **pbuf, const char **pmatch, size_t *plen)
 {
-    char decoded[PATH_MAX_BYTES];
-    size_t o = 0;
-    for (const char *p = target; *p != '\0' && *p != '?'; p++) {
-        char c = *p;
-        if (c == '%' && p[1] != '\0' && p[2] != '\0') {
-            char hex[3] = {p[1], p[2], '\0'};
-            char *end;
-            unsigned long v = strtoul(hex, &end, 16);
-            if (*end == '\0' && hex[0] != '-' && hex[0] != '+' && hex[0] != ' ') {
-                if (v == 0)
-                    break;
-                c = (char)v;
-                p += 2;
-            }
-        }
-        if (o + 1 >= sizeof(decoded))
-            return NULL;
-        decoded[o++] = c;
+    size_t len = strlen(target), size = request_target_buffer_size(len);
+    struct request_target t;
+    char *buf = malloc(size);
+    if (buf == NULL)
+        return -ENOMEM;
+    if (request_target_parse(method, target, len, buf, size, &t) != 0) {
+        free(buf);
+        return 1;
     }
-    decoded[o] = '\0';
-    return tier_path_normalize(decoded, out, outlen);
+    *pbuf = buf;
+    *pmatch = t.match;
+    *plen = t.match_len;
+    return 0;
 }
 
 /* ---- the simulation ---- */
@@ -246,6 +239,7 @@ struct request {
     bool logged_rejected, rejected;
     const struct tier_plan *plan;   /* NULL with given rules */
     const char *method, *path;      /* the path as routes match it; NULL with given rules */
+    size_t path_len;
 };
 
 struct simulation {
@@ -392,13 +386,19 @@ static int keep_line(struct simulation *sim, uint64_t lineno, const struct simul
         .logged_rejected = line->logged_rejected, .plan = plan,
     };
     if (plan != NULL) {
-        char path[PATH_MAX_BYTES];
-        if (route_path(line->path, path, sizeof(path)) == NULL) {
-            snprintf(err, errlen, "a path longer than %d bytes", PATH_MAX_BYTES);
-            return 1;
+        char *buf = NULL;
+        const char *match = NULL;
+        size_t match_len = 0;
+        int rp = route_path(line->method, line->path, &buf, &match, &match_len);
+        if (rp != 0) {
+            if (rp > 0)
+                snprintf(err, errlen, "a target the proxy refuses (400 bad_request_target)");
+            return rp;
         }
         req.method = arena_copy(&sim->arena, line->method, strlen(line->method));
-        req.path = arena_copy(&sim->arena, path, strlen(path));
+        req.path = arena_copy(&sim->arena, match, match_len);
+        req.path_len = match_len;
+        free(buf);
         if (req.method == NULL || req.path == NULL)
             return -ENOMEM;
     }
@@ -520,7 +520,8 @@ static size_t rules_of(const struct simulation *sim, const struct request *req, 
         return sim->opt.n_given;
     }
     const struct tier_limit *checked[LIMITER_MAX_RULES];
-    return tier_plan_rules(req->plan, req->method, req->path, LEASE_TTL_MS, rules, checked, NULL);
+    return tier_plan_rules(req->plan, req->method, req->path, req->path_len, false, LEASE_TTL_MS, rules, checked,
+                           NULL);
 }
 
 static void lease_name(size_t index, char *buf, size_t buflen)

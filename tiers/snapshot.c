@@ -19,6 +19,7 @@
 
 #include "store/catalog.h"
 #include "tiers/apikey.h"
+#include "tiers/request_target.h"
 
 struct arena_block {
     struct arena_block *next;
@@ -465,15 +466,22 @@ const struct tier_plan *snapshot_plan_at(const struct snapshot *snap, size_t i)
     return snap && i < snap->n_plans ? &snap->plans[i] : NULL;
 }
 
-static bool route_matches(const struct tier_limit *l, const char *method, const char *path, size_t path_len)
+static bool route_matches(const struct tier_limit *l, const char *method, const char *path, size_t path_len,
+                          bool ignore_case)
 {
-    if (l->route_prefix_len > path_len || memcmp(path, l->route_prefix, l->route_prefix_len) != 0)
+    if (!request_target_has_prefix(path, path_len, l->route_prefix, l->route_prefix_len, ignore_case))
         return false;
     return strcmp(l->route_method, "*") == 0 || (method && strcmp(l->route_method, method) == 0);
 }
 
 size_t tier_plan_select(const struct tier_plan *plan, const char *method, const char *path,
                         size_t path_len, const struct tier_limit **out, size_t max)
+{
+    return tier_plan_select_case(plan, method, path, path_len, false, out, max);
+}
+
+size_t tier_plan_select_case(const struct tier_plan *plan, const char *method, const char *path,
+                             size_t path_len, bool ignore_case, const struct tier_limit **out, size_t max)
 {
     size_t n = 0;
     if (!plan)
@@ -491,7 +499,7 @@ size_t tier_plan_select(const struct tier_plan *plan, const char *method, const 
             n++;
             continue;
         }
-        if (!route_matches(l, method, path, path_len))
+        if (!route_matches(l, method, path, path_len, ignore_case))
             continue;
         bool specific = strcmp(l->route_method, "*") != 0;
         if (!have_best || l->route_prefix_len > best_len ||
@@ -507,7 +515,7 @@ size_t tier_plan_select(const struct tier_plan *plan, const char *method, const 
         const struct tier_limit *l = &plan->limits[i];
         if (l->has_route && l->route_prefix_len == best_len &&
             (strcmp(l->route_method, "*") != 0) == best_specific &&
-            route_matches(l, method, path, path_len)) {
+            route_matches(l, method, path, path_len, ignore_case)) {
             if (n < max)
                 out[n] = l;
             n++;

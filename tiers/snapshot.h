@@ -63,6 +63,11 @@ size_t snapshot_key_count(const struct snapshot *snap);
 size_t tier_plan_select(const struct tier_plan *plan, const char *method, const char *path,
                         size_t path_len, const struct tier_limit **out, size_t max);
 
+/* tier_plan_select, with route prefixes compared ignoring ASCII case when ignore_case
+ * ([proxy] path_case = insensitive). */
+size_t tier_plan_select_case(const struct tier_plan *plan, const char *method, const char *path,
+                             size_t path_len, bool ignore_case, const struct tier_limit **out, size_t max);
+
 /* Loads a snapshot straight from the catalog file (read-only). Returns 0 and sets *psnap
  * (refcount 1), or a negative errno with a reason in err. */
 int snapshot_load(const char *db_path, struct snapshot **psnap, char *err, size_t errlen);

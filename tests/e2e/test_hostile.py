@@ -322,7 +322,18 @@ def test_pipelined_requests_in_the_first_packet(catalog, proxies):
     data = b"".join(head(b"/p%d" % i, key) + b"\r\n" for i in range(3))
     with socket.create_connection(("127.0.0.1", p.port), timeout=5) as s:
         s.sendall(data)
-        paths = [http_read(s).echo["path"] for _ in range(3)]
+        # buffered: two answers may arrive in one segment (http_read drops what follows
+        # the answer it reads)
+        f = s.makefile("rb")
+        paths = []
+        for _ in range(3):
+            h = b""
+            while not h.endswith(b"\r\n\r\n"):
+                line = f.readline()
+                assert line, h
+                h += line
+            n = int(re.search(rb"(?i)\r\ncontent-length:\s*(\d+)", h).group(1))
+            paths.append(parse_raw_response(h + f.read(n)).echo["path"])
     assert paths == ["/p0", "/p1", "/p2"]
 
 
@@ -383,12 +394,15 @@ def test_crlf_tricks_in_header_lines(catalog, proxies, what, lines, refused):
 def test_encoded_crlf_in_target_is_forwarded_not_decoded(catalog, proxies):
     user, key = wide(catalog)
     p = proxies.start(catalog)
+    # SPEC "One request model": %00 in the path is 400, dot segments (%2e too) are removed
+    # and the upstream receives the path so normalised; the query is untouched
+    normalised = {"/%2e%2e/%2e%2e/etc/passwd": "/etc/passwd"}
     for target in ("/a%0d%0aX-Tier-User:%20admin", "/b?q=%0D%0AX-Tier-Plan:%20pro%0d%0a%0d%0a",
-                   "/c%00d?e=%00", "/%2e%2e/%2e%2e/etc/passwd", "/%C0%AF%c0%ae", "/%u002e/x",
-                   "/trailing%", "/a%2", "/%FF%FE%00"):
+                   "/cd?e=%00", "/%2e%2e/%2e%2e/etc/passwd", "/%C0%AF%c0%ae", "/%u002e/x",
+                   "/trailing%", "/a%2", "/%FF%FE?%00"):
         r = p.get(target, key=key)
         assert r.status == 200, (target, r)
-        assert r.echo["path"] == target, (target, r.echo["path"])
+        assert r.echo["path"] == normalised.get(target, target), (target, r.echo["path"])
         assert echo_header(r.echo, "X-Tier-User") == [user], r.echo["headers"]
         assert echo_header(r.echo, "X-Tier-Plan") == ["wide"], r.echo["headers"]
 
@@ -478,7 +492,7 @@ def test_garbage_x_forwarded_for(catalog, proxies):
 def test_dot_segments_do_not_escape_exempt_paths(catalog, proxies, target):
     """An exempt prefix matched on the raw path lets an unauthenticated request reach
     /private at any upstream that resolves dot segments (RFC 3986 5.2.4), as nginx does
-    before matching a location. Expected: not exempt (401); forwarded unchanged if at all."""
+    before matching a location. Expected: not exempt (401)."""
     p = proxies.start(catalog, proxy={"exempt_paths": "/public"})
     r = p.get(target)
     assert r.status == 401, "%s forwarded without a key: %r" % (target, r)

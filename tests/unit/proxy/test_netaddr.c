@@ -236,6 +236,46 @@ static void test_sockaddr_to_text(void **state)
     assert_string_equal(sockaddr_to_text((struct sockaddr *)&a4, NULL, 0), "");
 }
 
+static void test_xff_client_address(void **state)
+{
+    (void)state;
+    struct cidr trusted[2];
+    assert_int_equal(cidr_parse("10.0.0.0/8", &trusted[0]), 0);
+    assert_int_equal(cidr_parse("::1", &trusted[1]), 0);
+    char out[64];
+#define XFF(list) xff_client_address((list), strlen(list), trusted, 2, out, sizeof(out))
+    /* the right-most address that is not a trusted proxy */
+    assert_true(XFF("198.51.100.1, 203.0.113.7"));
+    assert_string_equal(out, "203.0.113.7");
+    assert_true(XFF("198.51.100.1, 203.0.113.7, 10.1.2.3,::1"));
+    assert_string_equal(out, "203.0.113.7");
+    /* spaces, tabs and empty items */
+    assert_true(XFF(" \t192.0.2.5\t ,, ,10.0.0.1,"));
+    assert_string_equal(out, "192.0.2.5");
+    /* garbage on the right is the client, as written (never believed as trusted) */
+    assert_true(XFF("192.0.2.5, not-an-ip"));
+    assert_string_equal(out, "not-an-ip");
+    /* all trusted: the left-most */
+    assert_true(XFF("10.0.0.9, 10.0.0.8"));
+    assert_string_equal(out, "10.0.0.9");
+    /* nothing: out untouched */
+    strcpy(out, "peer");
+    assert_false(XFF(""));
+    assert_false(XFF(" , ,\t"));
+    assert_string_equal(out, "peer");
+    /* an item too long for out is passed over */
+    char longer[200];
+    memset(longer, 'a', 100);
+    strcpy(longer + 100, ", 192.0.2.1, 10.0.0.1");
+    memmove(longer + 13, longer, strlen(longer) + 1);
+    memcpy(longer, "192.0.2.200, ", 13);
+    assert_true(xff_client_address(longer, strlen(longer), trusted, 2, out, sizeof(out)));
+    assert_string_equal(out, "192.0.2.1");
+    assert_true(xff_client_address("192.0.2.200, aaaa", 17, trusted, 2, out, 5));
+    assert_string_equal(out, "aaaa");
+#undef XFF
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -247,6 +287,7 @@ int main(void)
         cmocka_unit_test(test_match_other_families),
         cmocka_unit_test(test_match_text),
         cmocka_unit_test(test_sockaddr_to_text),
+        cmocka_unit_test(test_xff_client_address),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,24 +1,8 @@
-/* What the proxy and the replay share: the path as routes match it, and a plan's
- * selected limits as the limiter's rules. */
+/* What the proxy and the replay share: a plan's selected limits as the limiter's rules
+ * (the path as routes match it is tested in test_request_target.c). */
 #include "helpers.h"
 
 #include "tiers/plan_rules.h"
-
-static void test_paths_are_normalised_as_the_upstream_resolves_them(void **state)
-{
-    static const struct { const char *in, *out; } cases[] = {
-        {"/v1/items", "/v1/items"}, {"//v1///items/", "/v1/items/"}, {"/v1/./items", "/v1/items"},
-        {"/v1/x/../items", "/v1/items"}, {"/../../etc", "/etc"}, {"", "/"}, {"/a/b/..", "/a/"},
-        {"/a/..", "/"},
-    };
-    char out[64];
-    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
-        assert_non_null(tier_path_normalize(cases[i].in, out, sizeof(out)));
-        assert_string_equal(out, cases[i].out);
-    }
-    char small[8];
-    assert_null(tier_path_normalize("/abcdefgh", small, sizeof(small)));
-}
 
 static void test_limits_become_rules_as_the_proxy_sends_them(void **state)
 {
@@ -40,7 +24,7 @@ static void test_limits_become_rules_as_the_proxy_sends_them(void **state)
 
     struct limit_rule rules[LIMITER_MAX_RULES];
     const struct tier_limit *checked[LIMITER_MAX_RULES], *pws = NULL;
-    size_t n = tier_plan_rules(p, "POST", "/up/x", 30000, rules, checked, &pws);
+    size_t n = tier_plan_rules(p, "POST", "/up/x", 5, false, 30000, rules, checked, &pws);
     assert_int_equal(n, 3);
     assert_int_equal(rules[0].id, rate);
     assert_int_equal(rules[1].id, conc);
@@ -53,10 +37,10 @@ static void test_limits_become_rules_as_the_proxy_sends_them(void **state)
     assert_non_null(pws);
     assert_int_equal(pws->id, ws);
 
-    n = tier_plan_rules(p, "GET", "/up", 30000, rules, checked, NULL);
+    n = tier_plan_rules(p, "GET", "/up", 3, false, 30000, rules, checked, NULL);
     assert_int_equal(n, 2);
     /* 2 plan-wide + 20 route limits: the limiter takes LIMITER_MAX_RULES */
-    n = tier_plan_rules(p, "GET", "/many", 30000, rules, checked, NULL);
+    n = tier_plan_rules(p, "GET", "/many", 5, false, 30000, rules, checked, NULL);
     assert_int_equal(n, LIMITER_MAX_RULES);
     snapshot_unref(snap);
     tmpdb_remove(&db);
@@ -65,7 +49,6 @@ static void test_limits_become_rules_as_the_proxy_sends_them(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_paths_are_normalised_as_the_upstream_resolves_them),
         cmocka_unit_test(test_limits_become_rules_as_the_proxy_sends_them),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -184,6 +184,23 @@ static void test_select_routes(void **state)
     expect_select(p, "get", "/v1", any_v1, 4);
 }
 
+/* path_case = insensitive: route prefixes compare in any ASCII case; methods do not. */
+static void test_select_routes_ignoring_case(void **state)
+{
+    struct fixture *f = *state;
+    const struct tier_plan *p = snapshot_find_plan(f->snap, "free");
+    const struct tier_limit *out[16];
+    assert_int_equal(tier_plan_select_case(p, "GET", "/V1/users", 9, true, out, 16), 5);
+    assert_int_equal(tier_plan_select_case(p, "GET", "/V1/users", 9, false, out, 16), 3);
+    size_t n = tier_plan_select_case(p, "GET", "/v1/SEARCH", 10, true, out, 16);
+    assert_int_equal(n, 4);
+    bool search = false;
+    for (size_t i = 0; i < n; i++)
+        search |= out[i]->id == f->route_any_search;
+    assert_true(search);
+    assert_int_equal(tier_plan_select_case(p, "get", "/v1", 3, true, out, 16), 4); /* the "*" route */
+}
+
 static void test_select_reports_count_beyond_max(void **state)
 {
     struct fixture *f = *state;
@@ -223,6 +240,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_revoked_key_absent, setup, teardown),
         cmocka_unit_test_setup_teardown(test_plans_and_limit_names, setup, teardown),
         cmocka_unit_test_setup_teardown(test_select_routes, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_select_routes_ignoring_case, setup, teardown),
         cmocka_unit_test_setup_teardown(test_select_reports_count_beyond_max, setup, teardown),
         cmocka_unit_test_setup_teardown(test_refcount, setup, teardown),
         cmocka_unit_test(test_load_errors),
