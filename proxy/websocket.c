@@ -650,6 +650,14 @@ static void on_up_handshake_read(struct bufferevent *bev, void *arg)
     }
     bufferevent_set_timeouts(bev, NULL, NULL);
     t->r->upstream_ms = (store_mono_ns() - t->r->forwarded_ns) / 1000000;
+    if (t->r->client_gone || t->r->pending != NULL) {
+        /* The client left while the upstream answered (its slot is back already, and its
+         * 499 is on the way): nothing is relayed, and the upstream side closes now. */
+        bufferevent_free(t->up);
+        t->up = NULL;
+        t->state = TUNNEL_CLOSED;
+        return;
+    }
     if (t->status != 101) {
         t->state = TUNNEL_REFUSED_BODY;
         on_up_handshake_read(bev, t);
@@ -786,10 +794,16 @@ void ws_close_all(struct worker *w)
     }
 }
 
-bool ws_tunnel_active(const struct request *r)
+bool ws_connection_done(struct request *r)
 {
-    const struct ws_tunnel *t = r->ws;
-    return t != NULL && (t->state == TUNNEL_WAIT_UPGRADE || t->state == TUNNEL_OPEN || t->state == TUNNEL_CLOSING);
+    struct ws_tunnel *t = r->ws;
+    if (t == NULL)
+        return false;
+    /* When the 101 went out, MHD called on_upgraded first, and calls this only once the
+     * tunnel closed its side: still waiting means the upgrade will never come. */
+    if (t->state == TUNNEL_WAIT_UPGRADE)
+        tunnel_closed(t);
+    return t->state == TUNNEL_OPEN || t->state == TUNNEL_CLOSING;
 }
 
 void ws_release(struct request *r)

@@ -30,8 +30,11 @@ void ws_start(struct request *r);
 /* Closes every open tunnel of the worker (SIGTERM). */
 void ws_close_all(struct worker *w);
 
-/* True while r's tunnel holds its concurrency slot (joined, or about to be). */
-bool ws_tunnel_active(const struct request *r);
+/* libmicrohttpd is done with r's connection (request_completed). A handshake whose 101
+ * could not be sent (the client left first) is ended here: MHD never hands its socket over,
+ * so its slot, its upstream connection and its hold on r go now. Returns true while r's
+ * tunnel is joined and holds the slot, which it gives back itself when it closes. */
+bool ws_connection_done(struct request *r);
 
 /* Frees r's tunnel state (from request_unref). */
 void ws_release(struct request *r);
