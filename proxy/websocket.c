@@ -74,6 +74,8 @@ struct ws_tunnel {
     /* client-to-upstream message counting */
     struct ws_frame_reader frames;
     struct local_limit *messages;
+
+    struct ws_upstreams *resolved;   /* holds t->upstream while a reload replaces the worker's */
 };
 
 struct upstream_addr {
@@ -84,6 +86,20 @@ struct upstream_addr {
     char host[256];    /* the URL's host: SNI and the name the certificate must carry */
     char url[300];     /* for log lines */
 };
+
+/* One configuration's upstreams, resolved. The worker holds the current set; a handshake
+ * holds the set it picked from until it ends, so a reload can replace the worker's. */
+struct ws_upstreams {
+    unsigned refs;
+    size_t n;
+    struct upstream_addr addrs[];
+};
+
+static void upstreams_unref(struct ws_upstreams *set)
+{
+    if (set != NULL && --set->refs == 0)
+        free(set);
+}
 
 bool ws_is_upgrade(struct MHD_Connection *conn, const char *method)
 {
@@ -131,9 +147,12 @@ static int split_url(const char *url, char *host, size_t hostlen, char *port, si
 int ws_resolve_upstreams(struct worker *w, char *err, size_t errlen)
 {
     const struct proxy_config *cfg = w->cfg;
-    struct upstream_addr *addrs = calloc(cfg->n_upstreams, sizeof(*addrs));
-    if (addrs == NULL)
+    struct ws_upstreams *set = calloc(1, sizeof(*set) + cfg->n_upstreams * sizeof(set->addrs[0]));
+    if (set == NULL)
         return -ENOMEM;
+    set->refs = 1;
+    set->n = cfg->n_upstreams;
+    struct upstream_addr *addrs = set->addrs;
     for (size_t i = 0; i < cfg->n_upstreams; i++) {
         char host[256], port[16];
         if (split_url(cfg->upstreams[i], host, sizeof(host), port, sizeof(port)) < 0)
@@ -152,14 +171,14 @@ int ws_resolve_upstreams(struct worker *w, char *err, size_t errlen)
         addrs[i].ok = true;
         freeaddrinfo(res);
     }
-    w->ws_upstreams = addrs;
-    w->n_ws_upstreams = cfg->n_upstreams;
+    upstreams_unref(w->ws_upstreams);
+    w->ws_upstreams = set;
     return 0;
 }
 
 void ws_free_upstreams(struct worker *w)
 {
-    free(w->ws_upstreams);
+    upstreams_unref(w->ws_upstreams);
     w->ws_upstreams = NULL;
     upstream_tls_free(w->ws_tls);
     w->ws_tls = NULL;
@@ -748,7 +767,9 @@ void ws_start(struct request *r)
     if (r->has_ws_rule)
         t->messages = local_limit_create();
     size_t pick = w->upstream_next++ % cfg->n_upstreams;
-    const struct upstream_addr *ua = pick < w->n_ws_upstreams ? &w->ws_upstreams[pick] : NULL;
+    t->resolved = w->ws_upstreams;
+    t->resolved->refs++;
+    const struct upstream_addr *ua = pick < t->resolved->n ? &t->resolved->addrs[pick] : NULL;
     if (t->timer == NULL || (r->has_ws_rule && t->messages == NULL) || ua == NULL || !ua->ok ||
         forward_build_headers(r, true) < 0) {
         fail_handshake(t, MHD_HTTP_BAD_GATEWAY, "upstream_unavailable");
@@ -818,6 +839,7 @@ void ws_release(struct request *r)
     if (t->timer != NULL)
         event_free(t->timer);
     local_limit_destroy(t->messages);
+    upstreams_unref(t->resolved);
     if (t->answer != NULL)
         MHD_destroy_response(t->answer);
     free_headers(t);

@@ -19,8 +19,9 @@ struct worker;
 /* True for a GET that asks to upgrade to websocket. */
 bool ws_is_upgrade(struct MHD_Connection *conn, const char *method);
 
-/* Resolves the worker's upstream addresses for tunnels (once, at start). Returns 0, or a
- * negative errno with a reason in err. */
+/* Resolves w->cfg's upstream addresses for the worker's tunnels: at start, and again after
+ * each reload (a handshake under way keeps the address it started with). Returns 0 (a name
+ * that does not resolve leaves its reason in err), or -ENOMEM, keeping the addresses in use. */
 int ws_resolve_upstreams(struct worker *w, char *err, size_t errlen);
 void ws_free_upstreams(struct worker *w);
 
