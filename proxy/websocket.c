@@ -562,6 +562,27 @@ static int add_header(struct ws_tunnel *t, const char *name, size_t nlen, const 
     return 0;
 }
 
+/* True when a Sec-WebSocket-Extensions value (RFC 6455 9.1: extensions separated by
+ * commas, each a token and its ;parameters) names permessage-deflate. */
+static bool names_permessage_deflate(const char *v, size_t vlen)
+{
+    static const char name[] = "permessage-deflate";
+    const size_t nlen = sizeof(name) - 1;
+    const char *end = v + vlen;
+    for (const char *p = v; p < end;) {
+        while (p < end && (*p == ' ' || *p == '\t' || *p == ','))
+            p++;
+        const char *token = p;
+        while (p < end && *p != ';' && *p != ',' && *p != ' ' && *p != '\t')
+            p++;
+        if ((size_t)(p - token) == nlen && strncasecmp(token, name, nlen) == 0)
+            return true;
+        while (p < end && *p != ',') /* its parameters */
+            p++;
+    }
+    return false;
+}
+
 /* Parses "HTTP/1.1 101 ...\r\nName: value\r\n...\r\n\r\n". Returns 0 or -EINVAL. */
 static int parse_head(struct ws_tunnel *t, char *head, size_t len)
 {
@@ -603,6 +624,10 @@ static int parse_head(struct ws_tunnel *t, char *head, size_t len)
             t->body_need = n;
             continue;
         }
+        /* The upstream accepted compression: the client's compressed frames carry RSV1. */
+        if (status == 101 && nlen == 24 && strncasecmp(line, "sec-websocket-extensions", 24) == 0 &&
+            names_permessage_deflate(v, vlen))
+            t->frames.per_message_deflate = true;
         bool keep = status == 101 ? !(nlen == 10 && strncasecmp(line, "connection", 10) == 0)
                                   : !forward_is_hop_by_hop(line, nlen);
         if (keep && add_header(t, line, nlen, v, vlen) < 0)
