@@ -22,7 +22,7 @@ struct snapshot;
 struct snapshot_watch;
 struct proxy_config;
 struct request;
-struct upstream_addr;
+struct ws_upstreams;
 struct upstream_tls;
 struct intake_conn;
 struct access_log;
