@@ -847,8 +847,11 @@ bool ws_connection_done(struct request *r)
         return false;
     /* When the 101 went out, MHD called on_upgraded first, and calls this only once the
      * tunnel closed its side: still waiting means the upgrade will never come. */
-    if (t->state == TUNNEL_WAIT_UPGRADE)
+    if (t->state == TUNNEL_WAIT_UPGRADE) {
+        r->status = 499; /* logged as nginx does: the client closed before its answer went out */
+        r->decision = "client_closed";
         tunnel_closed(t);
+    }
     return t->state == TUNNEL_OPEN || t->state == TUNNEL_CLOSING;
 }
 
