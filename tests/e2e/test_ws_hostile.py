@@ -157,9 +157,9 @@ def test_50_resets_on_an_exempt_path_leave_no_descriptor(catalog, proxies, ws_up
     assert upstream_side_closed(ws_upstream, "-")
     time.sleep(0.3)
     before = open_fds(p.proc)
-    for _ in range(50):
+    for i in range(50):
         s = connect(p.port)
-        s.sendall(ws_handshake_bytes("/public/delay101/10/ws"))
+        s.sendall(ws_handshake_bytes("/public/delay101/%d/ws" % DELAYS_MS[i % 3]))
         reset(s)
     assert upstream_side_closed(ws_upstream, "-", 10), \
         "%d upstream connections stayed open" % ws_upstream.stat("ws_conns", "-")
