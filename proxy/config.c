@@ -110,7 +110,7 @@ static const struct directive directives[] = {
     {"proxy", "upstream_timeout_ms", D_INT64, OFF(upstream_timeout_ms), 0, 1, MAX_TIMEOUT_MS,
      NULL, 0, "30000", NULL, NULL},
     {"proxy", "websocket_idle_timeout_ms", D_INT64, OFF(websocket_idle_timeout_ms), 0, 0, MAX_TIMEOUT_MS,
-     NULL, 0, "0", NULL, NULL},
+     NULL, 0, "3600000", NULL, NULL},
     {"proxy", "max_body_bytes", D_INT64, OFF(max_body_bytes), 0, 0, INT64_C(1) << 40, NULL, 0,
      "10485760", NULL, NULL},
     {"proxy", "trusted_proxies", D_CIDRS, OFF(trusted_proxies), OFF(n_trusted_proxies), 0, 0,

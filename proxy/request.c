@@ -793,7 +793,7 @@ void request_completed(void *cls, struct MHD_Connection *conn, void **req_cls, e
     *req_cls = NULL;
     r->mhd_done = true;
     forward_abort(r);
-    if (!ws_tunnel_active(r))
+    if (!ws_connection_done(r))
         request_release_slots(r);
     if (r->status != 0)
         account(r);

@@ -74,6 +74,8 @@ struct ws_tunnel {
     /* client-to-upstream message counting */
     struct ws_frame_reader frames;
     struct local_limit *messages;
+
+    struct ws_upstreams *resolved;   /* holds t->upstream while a reload replaces the worker's */
 };
 
 struct upstream_addr {
@@ -84,6 +86,20 @@ struct upstream_addr {
     char host[256];    /* the URL's host: SNI and the name the certificate must carry */
     char url[300];     /* for log lines */
 };
+
+/* One configuration's upstreams, resolved. The worker holds the current set; a handshake
+ * holds the set it picked from until it ends, so a reload can replace the worker's. */
+struct ws_upstreams {
+    unsigned refs;
+    size_t n;
+    struct upstream_addr addrs[];
+};
+
+static void upstreams_unref(struct ws_upstreams *set)
+{
+    if (set != NULL && --set->refs == 0)
+        free(set);
+}
 
 bool ws_is_upgrade(struct MHD_Connection *conn, const char *method)
 {
@@ -131,9 +147,12 @@ static int split_url(const char *url, char *host, size_t hostlen, char *port, si
 int ws_resolve_upstreams(struct worker *w, char *err, size_t errlen)
 {
     const struct proxy_config *cfg = w->cfg;
-    struct upstream_addr *addrs = calloc(cfg->n_upstreams, sizeof(*addrs));
-    if (addrs == NULL)
+    struct ws_upstreams *set = calloc(1, sizeof(*set) + cfg->n_upstreams * sizeof(set->addrs[0]));
+    if (set == NULL)
         return -ENOMEM;
+    set->refs = 1;
+    set->n = cfg->n_upstreams;
+    struct upstream_addr *addrs = set->addrs;
     for (size_t i = 0; i < cfg->n_upstreams; i++) {
         char host[256], port[16];
         if (split_url(cfg->upstreams[i], host, sizeof(host), port, sizeof(port)) < 0)
@@ -152,14 +171,14 @@ int ws_resolve_upstreams(struct worker *w, char *err, size_t errlen)
         addrs[i].ok = true;
         freeaddrinfo(res);
     }
-    w->ws_upstreams = addrs;
-    w->n_ws_upstreams = cfg->n_upstreams;
+    upstreams_unref(w->ws_upstreams);
+    w->ws_upstreams = set;
     return 0;
 }
 
 void ws_free_upstreams(struct worker *w)
 {
-    free(w->ws_upstreams);
+    upstreams_unref(w->ws_upstreams);
     w->ws_upstreams = NULL;
     upstream_tls_free(w->ws_tls);
     w->ws_tls = NULL;
@@ -543,6 +562,27 @@ static int add_header(struct ws_tunnel *t, const char *name, size_t nlen, const 
     return 0;
 }
 
+/* True when a Sec-WebSocket-Extensions value (RFC 6455 9.1: extensions separated by
+ * commas, each a token and its ;parameters) names permessage-deflate. */
+static bool names_permessage_deflate(const char *v, size_t vlen)
+{
+    static const char name[] = "permessage-deflate";
+    const size_t nlen = sizeof(name) - 1;
+    const char *end = v + vlen;
+    for (const char *p = v; p < end;) {
+        while (p < end && (*p == ' ' || *p == '\t' || *p == ','))
+            p++;
+        const char *token = p;
+        while (p < end && *p != ';' && *p != ',' && *p != ' ' && *p != '\t')
+            p++;
+        if ((size_t)(p - token) == nlen && strncasecmp(token, name, nlen) == 0)
+            return true;
+        while (p < end && *p != ',') /* its parameters */
+            p++;
+    }
+    return false;
+}
+
 /* Parses "HTTP/1.1 101 ...\r\nName: value\r\n...\r\n\r\n". Returns 0 or -EINVAL. */
 static int parse_head(struct ws_tunnel *t, char *head, size_t len)
 {
@@ -584,6 +624,10 @@ static int parse_head(struct ws_tunnel *t, char *head, size_t len)
             t->body_need = n;
             continue;
         }
+        /* The upstream accepted compression: the client's compressed frames carry RSV1. */
+        if (status == 101 && nlen == 24 && strncasecmp(line, "sec-websocket-extensions", 24) == 0 &&
+            names_permessage_deflate(v, vlen))
+            t->frames.per_message_deflate = true;
         bool keep = status == 101 ? !(nlen == 10 && strncasecmp(line, "connection", 10) == 0)
                                   : !forward_is_hop_by_hop(line, nlen);
         if (keep && add_header(t, line, nlen, v, vlen) < 0)
@@ -650,6 +694,14 @@ static void on_up_handshake_read(struct bufferevent *bev, void *arg)
     }
     bufferevent_set_timeouts(bev, NULL, NULL);
     t->r->upstream_ms = (store_mono_ns() - t->r->forwarded_ns) / 1000000;
+    if (t->r->client_gone || t->r->pending != NULL) {
+        /* The client left while the upstream answered (its slot is back already, and its
+         * 499 is on the way): nothing is relayed, and the upstream side closes now. */
+        bufferevent_free(t->up);
+        t->up = NULL;
+        t->state = TUNNEL_CLOSED;
+        return;
+    }
     if (t->status != 101) {
         t->state = TUNNEL_REFUSED_BODY;
         on_up_handshake_read(bev, t);
@@ -740,7 +792,9 @@ void ws_start(struct request *r)
     if (r->has_ws_rule)
         t->messages = local_limit_create();
     size_t pick = w->upstream_next++ % cfg->n_upstreams;
-    const struct upstream_addr *ua = pick < w->n_ws_upstreams ? &w->ws_upstreams[pick] : NULL;
+    t->resolved = w->ws_upstreams;
+    t->resolved->refs++;
+    const struct upstream_addr *ua = pick < t->resolved->n ? &t->resolved->addrs[pick] : NULL;
     if (t->timer == NULL || (r->has_ws_rule && t->messages == NULL) || ua == NULL || !ua->ok ||
         forward_build_headers(r, true) < 0) {
         fail_handshake(t, MHD_HTTP_BAD_GATEWAY, "upstream_unavailable");
@@ -786,10 +840,19 @@ void ws_close_all(struct worker *w)
     }
 }
 
-bool ws_tunnel_active(const struct request *r)
+bool ws_connection_done(struct request *r)
 {
-    const struct ws_tunnel *t = r->ws;
-    return t != NULL && (t->state == TUNNEL_WAIT_UPGRADE || t->state == TUNNEL_OPEN || t->state == TUNNEL_CLOSING);
+    struct ws_tunnel *t = r->ws;
+    if (t == NULL)
+        return false;
+    /* When the 101 went out, MHD called on_upgraded first, and calls this only once the
+     * tunnel closed its side: still waiting means the upgrade will never come. */
+    if (t->state == TUNNEL_WAIT_UPGRADE) {
+        r->status = 499; /* logged as nginx does: the client closed before its answer went out */
+        r->decision = "client_closed";
+        tunnel_closed(t);
+    }
+    return t->state == TUNNEL_OPEN || t->state == TUNNEL_CLOSING;
 }
 
 void ws_release(struct request *r)
@@ -804,6 +867,7 @@ void ws_release(struct request *r)
     if (t->timer != NULL)
         event_free(t->timer);
     local_limit_destroy(t->messages);
+    upstreams_unref(t->resolved);
     if (t->answer != NULL)
         MHD_destroy_response(t->answer);
     free_headers(t);

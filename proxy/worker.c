@@ -268,6 +268,9 @@ static void on_reload(evutil_socket_t fd, short what, void *arg)
 {
     struct worker *w = arg;
     w->cfg = w->next_cfg;
+    char resolve_err[256] = "";
+    if (ws_resolve_upstreams(w, resolve_err, sizeof(resolve_err)) == 0 && resolve_err[0] != '\0' && w->index == 0)
+        fprintf(stderr, "tierproxy: SIGHUP: %s\n", resolve_err);
     sem_post(w->reload_done);
 }
 

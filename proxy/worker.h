@@ -22,7 +22,7 @@ struct snapshot;
 struct snapshot_watch;
 struct proxy_config;
 struct request;
-struct upstream_addr;
+struct ws_upstreams;
 struct upstream_tls;
 struct intake_conn;
 struct access_log;
@@ -83,8 +83,7 @@ struct worker {
     CURL *easy_pool[256];           /* reset handles kept for reuse: no per-request setup */
     size_t n_easy_pool;
     unsigned upstream_next;         /* round robin over cfg->upstreams */
-    struct upstream_addr *ws_upstreams; /* resolved once, for WebSocket tunnels */
-    size_t n_ws_upstreams;
+    struct ws_upstreams *ws_upstreams; /* cfg's upstreams resolved for WebSocket tunnels (websocket.c) */
     struct upstream_tls *ws_tls;    /* TLS settings of tunnels to https upstreams (websocket.c) */
     uint64_t lease_seq;
 

@@ -39,7 +39,12 @@ static enum ws_event finish_head(struct ws_frame_reader *fr, struct ws_frame_inf
             return WS_PROTOCOL_ERROR;
     }
     f->payload_len = len;
-    if (h[0] & 0x70) /* RSV bits: no extension is negotiated through us that we know of */
+    /* RSV2 and RSV3 belong to no extension we know of. RSV1 is permessage-deflate's, and
+     * only on the first frame of a data message (RFC 7692 6). */
+    f->compressed = (h[0] & 0x40) != 0;
+    if ((h[0] & 0x30) != 0)
+        return WS_PROTOCOL_ERROR;
+    if (f->compressed && (!fr->per_message_deflate || (f->opcode != WS_TEXT && f->opcode != WS_BINARY)))
         return WS_PROTOCOL_ERROR;
     bool control = (f->opcode & 0x8) != 0;
     switch (f->opcode) {

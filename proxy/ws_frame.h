@@ -22,6 +22,9 @@ struct ws_frame_reader {
     bool in_payload;
     bool in_message;         /* a fragmented data message is open */
     bool failed;
+    /* permessage-deflate was negotiated (RFC 7692): RSV1 marks a compressed message on its
+     * first frame. Set by the caller after init. */
+    bool per_message_deflate;
 };
 
 enum ws_event {
@@ -36,6 +39,7 @@ struct ws_frame_info {
     bool masked;
     uint64_t payload_len;
     bool ends_message;       /* a data frame with FIN: one whole message has passed */
+    bool compressed;         /* RSV1 on a message's first frame (permessage-deflate) */
 };
 
 void ws_frame_reader_init(struct ws_frame_reader *fr);

@@ -23,6 +23,10 @@ HTTP endpoints (any method):
 WebSocket (any path, with Upgrade: websocket):
   /refuse/<status>    answers that status with a JSON body instead of 101
   /greet...           answers 101 and a text frame "hello" in the same write
+  .../delay101/<ms>...  (a segment pair anywhere in the path) waits ms before its 101
+  .../deflate...      (a segment anywhere in the path) answers 101 with
+                      "Sec-WebSocket-Extensions: permessage-deflate"; frames echo with
+                      their RSV bits as they came
   any other path      answers 101, then
   - echoes every data frame (text, binary, continuation) as a frame with the same FIN bit,
     opcode and payload, so fragmentation comes back as sent;
@@ -62,6 +66,8 @@ class Stats:
         self.ws_messages = {}     # user -> complete data messages received
         self.ws_ended = []        # {"user", "how": "close"|"eof", "code", "reason"} per WS end
         self.ws_handshakes = []   # header lists of the last 100 upgrade requests
+        self.ws_conns = {}        # user -> upgrade requests whose connection is still open
+                                  # (from the request, also while its 101 is delayed)
 
     @staticmethod
     def add(d, user, n):
@@ -80,8 +86,8 @@ class Stats:
 STATS = Stats()
 
 
-def encode_frame(opcode, payload, fin=True):
-    b0 = (0x80 if fin else 0) | opcode
+def encode_frame(opcode, payload, fin=True, rsv=0):
+    b0 = (0x80 if fin else 0) | rsv | opcode
     n = len(payload)
     if n < 126:
         head = struct.pack("!BB", b0, n)
@@ -93,10 +99,11 @@ def encode_frame(opcode, payload, fin=True):
 
 
 async def read_frame(reader):
-    """(fin, opcode, payload) of the next frame, unmasked; None at EOF."""
+    """(fin, opcode, payload, rsv) of the next frame, unmasked (rsv: its RSV bits, in
+    place); None at EOF."""
     try:
         h = await reader.readexactly(2)
-        fin, opcode = bool(h[0] & 0x80), h[0] & 0x0F
+        fin, opcode, rsv = bool(h[0] & 0x80), h[0] & 0x0F, h[0] & 0x70
         masked, n = bool(h[1] & 0x80), h[1] & 0x7F
         if n == 126:
             n = struct.unpack("!H", await reader.readexactly(2))[0]
@@ -108,7 +115,7 @@ async def read_frame(reader):
         return None
     if mask:
         data = unmask(data, mask)
-    return fin, opcode, data
+    return fin, opcode, data, rsv
 
 
 def unmask(data, mask):
@@ -254,8 +261,20 @@ async def websocket(reader, writer, headers, user, target):
         writer.write(http_answer(int(parts[1]), b'{"refused_by":"upstream"}'))
         await writer.drain()
         return
+    Stats.add(STATS.ws_conns, user, 1)
+    try:
+        await websocket_accepted(reader, writer, user, parts, accept)
+    finally:
+        Stats.add(STATS.ws_conns, user, -1)
+
+
+async def websocket_accepted(reader, writer, user, parts, accept):
+    if "delay101" in parts[:-1]:
+        await asyncio.sleep(int(parts[parts.index("delay101") + 1]) / 1000.0)
+    extensions = "Sec-WebSocket-Extensions: permessage-deflate\r\n" if "deflate" in parts else ""
     writer.write(("HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\n"
-                  "Connection: Upgrade\r\nSec-WebSocket-Accept: %s\r\n\r\n" % accept).encode()
+                  "Connection: Upgrade\r\nSec-WebSocket-Accept: %s\r\n%s\r\n"
+                  % (accept, extensions)).encode()
                  + (encode_frame(0x1, b"hello") if parts[0] == "greet" else b""))
     STATS.open_add(user, 1)
     v = Stats.add(STATS.ws_open, user, 1)
@@ -269,7 +288,7 @@ async def websocket(reader, writer, headers, user, target):
             f = await read_frame(reader)
             if f is None:
                 break
-            fin, opcode, payload = f
+            fin, opcode, payload, rsv = f
             if opcode == 0x8:
                 code, reason = close_payload_code(payload)
                 end.update(how="close", code=code, reason=reason)
@@ -309,7 +328,7 @@ async def websocket(reader, writer, headers, user, target):
                     except asyncio.TimeoutError:
                         pass
                     break
-            writer.write(encode_frame(opcode, payload, fin))
+            writer.write(encode_frame(opcode, payload, fin, rsv))
             await writer.drain()
     except ConnectionError:
         pass

@@ -89,6 +89,7 @@ static void assert_defaults(const struct proxy_config *c)
     assert_int_equal(c->workers, cores < 1 ? 1 : cores);
     assert_int_equal(c->connect_timeout_ms, 2000);
     assert_int_equal(c->upstream_timeout_ms, 30000);
+    assert_int_equal(c->websocket_idle_timeout_ms, 3600000); /* an hour, as SPEC says */
     assert_int_equal(c->max_body_bytes, 10485760);
     assert_int_equal(c->n_trusted_proxies, 0);
     assert_null(c->trusted_proxies);

@@ -34,10 +34,11 @@ static size_t client_frame(uint8_t *buf, bool fin, uint8_t opcode, size_t len)
 
 /* Feeds data in pieces of `step` bytes; returns the number of messages seen, or -1 on a
  * protocol error. */
-static int count_messages(const uint8_t *data, size_t len, size_t step)
+static int count_messages_deflate(const uint8_t *data, size_t len, size_t step, bool deflate)
 {
     struct ws_frame_reader fr;
     ws_frame_reader_init(&fr);
+    fr.per_message_deflate = deflate;
     int messages = 0;
     for (size_t off = 0; off < len;) {
         size_t piece = len - off < step ? len - off : step;
@@ -55,6 +56,11 @@ static int count_messages(const uint8_t *data, size_t len, size_t step)
         off += piece;
     }
     return messages;
+}
+
+static int count_messages(const uint8_t *data, size_t len, size_t step)
+{
+    return count_messages_deflate(data, len, step, false);
 }
 
 static void messages_counted_in_any_split(void **state)
@@ -95,6 +101,41 @@ static void forbidden_frames_refused(void **state)
     assert_int_equal(count_messages(huge, sizeof(huge), 1), -1);
 }
 
+/* permessage-deflate negotiated: RSV1 on a message's first frame passes and the message
+ * counts; anywhere else, and RSV2/RSV3 always, it is refused. */
+static void compressed_messages_with_deflate(void **state)
+{
+    uint8_t buf[600];
+    size_t n = 0, first;
+    first = n;
+    n += client_frame(buf + n, true, WS_TEXT, 5);
+    buf[first] |= 0x40;                                      /* 1: compressed text */
+    first = n;
+    n += client_frame(buf + n, false, WS_BINARY, 200);
+    buf[first] |= 0x40;                                      /* compressed, fragmented: */
+    n += client_frame(buf + n, true, WS_PING, 3);
+    n += client_frame(buf + n, true, WS_CONTINUATION, 100);  /* 2 */
+    n += client_frame(buf + n, true, WS_TEXT, 4);            /* 3: not compressed */
+    size_t steps[] = { 1, 3, 17, sizeof(buf) };
+    for (size_t i = 0; i < sizeof(steps) / sizeof(steps[0]); i++)
+        assert_int_equal(count_messages_deflate(buf, n, steps[i], true), 3);
+    assert_int_equal(count_messages(buf, n, 1), -1);         /* not negotiated */
+
+    size_t second = client_frame(buf, false, WS_TEXT, 1);
+    n = second + client_frame(buf + second, true, WS_CONTINUATION, 1);
+    buf[second] |= 0x40;                                     /* RSV1 on a continuation */
+    assert_int_equal(count_messages_deflate(buf, n, 1, true), -1);
+    n = client_frame(buf, true, WS_PING, 1);
+    buf[0] |= 0x40;                                          /* RSV1 on a control frame */
+    assert_int_equal(count_messages_deflate(buf, n, 1, true), -1);
+    n = client_frame(buf, true, WS_TEXT, 1);
+    buf[0] |= 0x20;                                          /* RSV2 */
+    assert_int_equal(count_messages_deflate(buf, n, 1, true), -1);
+    n = client_frame(buf, true, WS_TEXT, 1);
+    buf[0] |= 0x10;                                          /* RSV3 */
+    assert_int_equal(count_messages_deflate(buf, n, 1, true), -1);
+}
+
 static void close_frame_layout(void **state)
 {
     uint8_t buf[64];
@@ -112,6 +153,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(messages_counted_in_any_split),
         cmocka_unit_test(forbidden_frames_refused),
+        cmocka_unit_test(compressed_messages_with_deflate),
         cmocka_unit_test(close_frame_layout),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
