@@ -203,16 +203,19 @@ def test_window_names_use_the_largest_exact_unit(catalog, start_proxy):
                       "win-1s": {"q": 9, "w": 1}}, r
 
 
-def test_ietf_route_with_quote_and_backslash_is_a_valid_sf_string(catalog, start_proxy):
+def test_ietf_route_with_a_quote_is_a_valid_sf_string(catalog, start_proxy):
+    # a '"' in a route is escaped in the item name (a backslash, which the name escapes
+    # too, cannot reach a route: a target with one is refused, SPEC "One request model";
+    # test_ratelimit_headers.c covers its escaping)
     catalog.plan("esc", "--rate", "100/min")
-    catalog.limit("esc", "--rate", "4/10s", "--route", 'GET /a"b\\c')
+    catalog.limit("esc", "--rate", "4/10s", "--route", 'GET /a"b')
     _, key = catalog.user_key("esc")
     p = start_proxy(catalog, store="memory", limits={"headers": "ietf"})
-    r = p.get('/a"b\\c/d', key=key)
+    r = p.get('/a"b/d', key=key)
     assert r.status == 200, r
     raw = one_field(r, "RateLimit-Policy")
-    assert '"esc-GET /a\\"b\\\\c-10s"' in raw, raw
-    assert set(dict(parse_sf_items(raw))) == {"esc-1min", 'esc-GET /a"b\\c-10s'}, raw
+    assert '"esc-GET /a\\"b-10s"' in raw, raw
+    assert set(dict(parse_sf_items(raw))) == {"esc-1min", 'esc-GET /a"b-10s'}, raw
 
 
 def test_same_plan_route_and_window_twice_gets_distinct_names(catalog, start_proxy):
