@@ -400,15 +400,16 @@ DENYFILE=$RESULTS_DIR/keys-429.txt       # API keys of plan "bench429" (1/min)
 : >"$KEYFILE"; : >"$DENYFILE"
 if want tierproxy_memory || want tierproxy_redis; then
   log "making the catalog: plan bench ($HIGH_RATE)$([[ $P7 == 1 ]] && echo ", plan bench429 ($DENY_RATE)"), $KEYS users each"
-  "$TIERCTL_BIN" --db "$DB" init >/dev/null
-  "$TIERCTL_BIN" --db "$DB" plan add bench --rate "$HIGH_RATE" --algorithm sliding-log >/dev/null
-  "$TIERCTL_BIN" --db "$DB" plan add bench429 --rate "$DENY_RATE" --algorithm sliding-log >/dev/null
+  # tierctl says each change on stderr: kept in the run dir, not on the terminal
+  "$TIERCTL_BIN" --db "$DB" init >/dev/null 2>>"$RUNDIR/tierctl.log"
+  "$TIERCTL_BIN" --db "$DB" plan add bench --rate "$HIGH_RATE" --algorithm sliding-log >/dev/null 2>>"$RUNDIR/tierctl.log"
+  "$TIERCTL_BIN" --db "$DB" plan add bench429 --rate "$DENY_RATE" --algorithm sliding-log >/dev/null 2>>"$RUNDIR/tierctl.log"
   for i in $(seq 1 "$KEYS"); do
-    "$TIERCTL_BIN" --db "$DB" user add "bench-$i" --plan bench >/dev/null
-    "$TIERCTL_BIN" --db "$DB" key create "bench-$i" | tail -n 1 >>"$KEYFILE"
+    "$TIERCTL_BIN" --db "$DB" user add "bench-$i" --plan bench >/dev/null 2>>"$RUNDIR/tierctl.log"
+    "$TIERCTL_BIN" --db "$DB" key create "bench-$i" >>"$KEYFILE" 2>>"$RUNDIR/tierctl.log"
     if [[ $P7 == 1 ]]; then
-      "$TIERCTL_BIN" --db "$DB" user add "bench429-$i" --plan bench429 >/dev/null
-      "$TIERCTL_BIN" --db "$DB" key create "bench429-$i" | tail -n 1 >>"$DENYFILE"
+      "$TIERCTL_BIN" --db "$DB" user add "bench429-$i" --plan bench429 >/dev/null 2>>"$RUNDIR/tierctl.log"
+      "$TIERCTL_BIN" --db "$DB" key create "bench429-$i" >>"$DENYFILE" 2>>"$RUNDIR/tierctl.log"
     fi
   done
   [[ $(grep -c . "$KEYFILE") == "$KEYS" ]] || die "expected $KEYS keys in $KEYFILE"

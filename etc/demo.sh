@@ -93,7 +93,7 @@ rm -f "$DEMO/plans.db" "$DEMO/plans.db-wal" "$DEMO/plans.db-shm" "$DEMO/plans.db
 for v in $(compgen -e | grep '^TIERPROXY_' || true); do unset "$v"; done
 "$TIERCTL" --db "$DEMO/plans.db" init >/dev/null
 "$TIERCTL" --db "$DEMO/plans.db" user add demo --plan free >/dev/null
-KEY=$("$TIERCTL" --db "$DEMO/plans.db" key create demo --label demo | tail -n 1)
+KEY=$("$TIERCTL" --db "$DEMO/plans.db" key create demo --label demo)
 
 nohup /usr/bin/python3 "$ROOT/tests/e2e/upstream.py" --port $UPSTREAM_PORT \
     >"$DEMO/upstream.log" 2>&1 </dev/null &
