@@ -1077,6 +1077,9 @@ static int cmd_limit_add(struct cli *c)
     int r = add_flag_limits(c, plan_id, true, limits, &n);
     if (r)
         return r;
+    char err[512];
+    if (tier_catalog_check_bounds(c->cat, err, sizeof(err)) != 0)   /* before the ids go out */
+        return fail("%s; nothing was changed", err);
     char text[sizeof(c->note)] = "";
     for (int i = 0; i < n; i++) {
         char one[CATALOG_PREFIX_MAX + 128];

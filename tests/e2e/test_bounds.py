@@ -30,6 +30,7 @@ def test_tierctl_refuses_a_17th_limit_for_one_request(catalog):
     err = cp.stderr.strip()
     assert len(err.splitlines()) == 1, err
     assert "wide" in err and "17" in err and "16" in err, err
+    assert cp.stdout == "", "no limit id for a limit not added: %r" % cp.stdout
     # nothing was added: the plan still has 16 limits
     show = catalog.run("plan", "show", "wide").stdout
     assert show.count("GET /v1") == MAX_RULES - 1, show
