@@ -2,22 +2,24 @@
  * limit_bounds.h. */
 #include "tiers/limit_bounds.h"
 
+#include <ctype.h>
 #include <errno.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
-#include <stdbool.h>
 
 #include "store/limiter.h"
 #include "tiers/request_target.h"
 
-/* Whether s holds "%" followed by the two characters of hex (upper case), in any case. */
+/* Whether s holds "%" followed by the two hex digits of hex (upper case), in any case. */
 static bool has_escape(const char *s, const char *hex)
 {
     for (; (s = strchr(s, '%')) != NULL; s++)
-        if (s[1] && s[2] && (s[1] & ~0x20) == (hex[0] & ~0x20) && (s[2] & ~0x20) == (hex[1] & ~0x20))
+        if (s[1] != '\0' && s[2] != '\0' && toupper((unsigned char)s[1]) == hex[0] &&
+            toupper((unsigned char)s[2]) == hex[1])
             return true;
     return false;
 }
