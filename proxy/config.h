@@ -46,6 +46,7 @@ struct proxy_config {
     bool rate_fail_open;           /* on_store_error = open */
     bool concurrency_fail_open;    /* concurrency_on_store_error = open */
     int64_t lease_ttl_ms;
+    int64_t memory_max_subjects;   /* store = memory: subjects held before the LRU one is evicted */
     unsigned headers;              /* HEADERS_* bits; 0 = off */
     /* [log] */
     char *access_log;              /* NULL = off, "-" = stdout, else a path */

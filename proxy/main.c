@@ -227,6 +227,8 @@ static int serve(struct proxy_config *cfg, int argc, char **argv, char **envp)
         fprintf(stderr, "tierproxy: out of memory\n");
         goto out;
     }
+    if (memory != NULL)
+        memory_store_set_max_subjects(memory, (size_t)cfg->memory_max_subjects);
     rejection_warnings = log_throttle_create(REJECTION_WARNING_KEYS, REJECTION_WARNING_INTERVAL_MS);
     if (rejection_warnings == NULL) {
         fprintf(stderr, "tierproxy: out of memory\n");

@@ -2,13 +2,19 @@
 
 #include <pthread.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-/* Distinct (plan, code) pairs kept per worker; plans are few and codes fewer. */
+/* Distinct (plan, code) and (limit_type, plan) pairs kept per worker, which bounds the
+ * memory and the scrape. Past it nothing is dropped: a pair not yet kept counts under
+ * plan="_other" (no plan name starts with "_"), one series per code or limit type, as a
+ * Prometheus user expects a label's cardinality capped rather than counts lost. */
 #define MAX_SERIES 512
-#define PLAN_NAME_MAX 64
+#define PLAN_NAME_MAX (64 + 1)   /* CATALOG_NAME_MAX and the NUL */
+#define OTHER_PLAN "_other"
+#define MAX_CODE 999             /* a status code has three digits */
 
 static const double bucket_bounds[] = { 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10 };
 #define N_BUCKETS (sizeof(bucket_bounds) / sizeof(bucket_bounds[0]))
@@ -35,6 +41,8 @@ struct metrics {
     size_t n_requests;
     struct series hits[MAX_SERIES];
     size_t n_hits;
+    uint64_t other_requests[MAX_CODE + 1];   /* by code: pairs past MAX_SERIES */
+    uint64_t other_hits[N_LIMIT_TYPES];      /* by limit type: pairs past MAX_SERIES */
     uint64_t store_errors;
     struct histogram store, upstream;
     int64_t connections, websockets;
@@ -56,36 +64,43 @@ void metrics_destroy(struct metrics *m)
     free(m);
 }
 
-static void bump(struct series *s, size_t *pn, const char *plan, unsigned code, unsigned type)
+/* Counts one (plan, code, type); returns false when the table is full and the pair new. */
+static bool bump(struct series *s, size_t *pn, const char *plan, unsigned code, unsigned type)
 {
     if (plan == NULL)
         plan = "";
     for (size_t i = 0; i < *pn; i++) {
         if (s[i].code == code && s[i].limit_type == type && strcmp(s[i].plan, plan) == 0) {
             s[i].value++;
-            return;
+            return true;
         }
     }
     if (*pn == MAX_SERIES)
-        return;
+        return false;
     struct series *fresh = &s[(*pn)++];
     snprintf(fresh->plan, sizeof(fresh->plan), "%s", plan);
     fresh->code = code;
     fresh->limit_type = type;
     fresh->value = 1;
+    return true;
 }
 
 void metrics_count_request(struct metrics *m, const char *plan, unsigned code)
 {
     pthread_mutex_lock(&m->lock);
-    bump(m->requests, &m->n_requests, plan, code, 0);
+    if (code > MAX_CODE)
+        code = MAX_CODE;
+    if (!bump(m->requests, &m->n_requests, plan, code, 0))
+        m->other_requests[code]++;
     pthread_mutex_unlock(&m->lock);
 }
 
 void metrics_count_limit_hit(struct metrics *m, enum limit_type type, const char *plan)
 {
     pthread_mutex_lock(&m->lock);
-    bump(m->hits, &m->n_hits, plan, 0, (unsigned)type);
+    unsigned t = (unsigned)type < N_LIMIT_TYPES ? (unsigned)type : 0;
+    if (!bump(m->hits, &m->n_hits, plan, 0, t))
+        m->other_hits[t]++;
     pthread_mutex_unlock(&m->lock);
 }
 
@@ -189,6 +204,7 @@ static void label_value(char *out, size_t outlen, const char *in)
     out[o] = '\0';
 }
 
+/* Adds from[0, n) into `into`, which has room for every worker's series. */
 static void merge(struct series *into, size_t *pn, const struct series *from, size_t n)
 {
     for (size_t i = 0; i < n; i++) {
@@ -197,8 +213,6 @@ static void merge(struct series *into, size_t *pn, const struct series *from, si
                             strcmp(into[j].plan, from[i].plan) == 0))
             j++;
         if (j == *pn) {
-            if (*pn == MAX_SERIES)
-                continue;
             into[(*pn)++] = from[i];
         } else {
             into[j].value += from[i].value;
@@ -221,13 +235,25 @@ static void render_histogram(struct text *t, const char *name, const char *help,
 char *metrics_render(struct metrics *const *all, size_t n)
 {
     struct metrics *sum = metrics_create();
-    if (sum == NULL)
+    /* the union of the workers' series: up to MAX_SERIES from each */
+    struct series *requests = calloc(n * MAX_SERIES + 1, sizeof(*requests));
+    struct series *hits = calloc(n * MAX_SERIES + 1, sizeof(*hits));
+    size_t n_requests = 0, n_hits = 0;
+    if (sum == NULL || requests == NULL || hits == NULL) {
+        metrics_destroy(sum);
+        free(requests);
+        free(hits);
         return NULL;
+    }
     for (size_t i = 0; i < n; i++) {
         struct metrics *m = all[i];
         pthread_mutex_lock(&m->lock);
-        merge(sum->requests, &sum->n_requests, m->requests, m->n_requests);
-        merge(sum->hits, &sum->n_hits, m->hits, m->n_hits);
+        merge(requests, &n_requests, m->requests, m->n_requests);
+        merge(hits, &n_hits, m->hits, m->n_hits);
+        for (size_t c = 0; c <= MAX_CODE; c++)
+            sum->other_requests[c] += m->other_requests[c];
+        for (size_t k = 0; k < N_LIMIT_TYPES; k++)
+            sum->other_hits[k] += m->other_hits[k];
         sum->store_errors += m->store_errors;
         for (size_t b = 0; b < N_BUCKETS; b++) {
             sum->store.buckets[b] += m->store.buckets[b];
@@ -246,19 +272,27 @@ char *metrics_render(struct metrics *const *all, size_t n)
     char plan[2 * PLAN_NAME_MAX];
     text_printf(&t, "# HELP tierproxy_requests_total Requests answered, by plan and status code.\n"
                     "# TYPE tierproxy_requests_total counter\n");
-    for (size_t i = 0; i < sum->n_requests; i++) {
-        label_value(plan, sizeof(plan), sum->requests[i].plan);
-        text_printf(&t, "tierproxy_requests_total{plan=\"%s\",code=\"%u\"} %llu\n", plan, sum->requests[i].code,
-                    (unsigned long long)sum->requests[i].value);
+    for (size_t i = 0; i < n_requests; i++) {
+        label_value(plan, sizeof(plan), requests[i].plan);
+        text_printf(&t, "tierproxy_requests_total{plan=\"%s\",code=\"%u\"} %llu\n", plan, requests[i].code,
+                    (unsigned long long)requests[i].value);
     }
+    for (unsigned c = 0; c <= MAX_CODE; c++)
+        if (sum->other_requests[c] > 0)
+            text_printf(&t, "tierproxy_requests_total{plan=\"" OTHER_PLAN "\",code=\"%u\"} %llu\n", c,
+                        (unsigned long long)sum->other_requests[c]);
     text_printf(&t, "# HELP tierproxy_rate_limit_hits_total Requests and connections refused by a limit.\n"
                     "# TYPE tierproxy_rate_limit_hits_total counter\n");
-    for (size_t i = 0; i < sum->n_hits; i++) {
-        label_value(plan, sizeof(plan), sum->hits[i].plan);
-        unsigned type = sum->hits[i].limit_type < N_LIMIT_TYPES ? sum->hits[i].limit_type : 0;
+    for (size_t i = 0; i < n_hits; i++) {
+        label_value(plan, sizeof(plan), hits[i].plan);
+        unsigned type = hits[i].limit_type < N_LIMIT_TYPES ? hits[i].limit_type : 0;
         text_printf(&t, "tierproxy_rate_limit_hits_total{limit_type=\"%s\",plan=\"%s\"} %llu\n",
-                    limit_type_names[type], plan, (unsigned long long)sum->hits[i].value);
+                    limit_type_names[type], plan, (unsigned long long)hits[i].value);
     }
+    for (unsigned k = 0; k < N_LIMIT_TYPES; k++)
+        if (sum->other_hits[k] > 0)
+            text_printf(&t, "tierproxy_rate_limit_hits_total{limit_type=\"%s\",plan=\"" OTHER_PLAN "\"} %llu\n",
+                        limit_type_names[k], (unsigned long long)sum->other_hits[k]);
     text_printf(&t, "# HELP tierproxy_store_errors_total Limiter store calls that failed or found it down.\n"
                     "# TYPE tierproxy_store_errors_total counter\ntierproxy_store_errors_total %llu\n",
                 (unsigned long long)sum->store_errors);
@@ -272,6 +306,8 @@ char *metrics_render(struct metrics *const *all, size_t n)
                     "tierproxy_websockets %lld\n",
                 (long long)sum->websockets);
     metrics_destroy(sum);
+    free(requests);
+    free(hits);
     if (t.failed) {
         free(t.data);
         return NULL;

@@ -46,6 +46,12 @@ struct redis_store_options {
 struct memory_store *memory_store_create(void);
 void memory_store_destroy(struct memory_store *store);
 
+/* The most subjects the store holds ([limits] memory_max_subjects; 1000000 until set, 0
+ * counts as 1). Past it, a check that adds a subject evicts the least recently checked
+ * subject that holds no concurrency lease (its counts are forgotten). Set it before the
+ * store is shared. */
+void memory_store_set_max_subjects(struct memory_store *store, size_t max_subjects);
+
 /* A limiter over a shared memory store; done is called before limiter_check returns.
  * Does not take ownership of `store`, which must outlive the limiter. */
 struct limiter *limiter_memory_create(struct memory_store *store);

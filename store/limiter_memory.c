@@ -9,7 +9,14 @@
  * all (algo_dead_ms). One window after that it is dropped -- the extra window keeps a clock
  * that steps back by less than a window clamped, as Redis keeps a key for its TTL -- when
  * its chain is walked; each check also sweeps one more bucket of its stripe, so idle
- * subjects go away as traffic flows.
+ * subjects go away as traffic flows. On top of that the store holds at most max_subjects
+ * subjects ([limits] memory_max_subjects): a check that adds one past it evicts the least
+ * recently checked subject that holds no concurrency lease (forgetting its counts, as
+ * Redis's allkeys-lru would; evicting a lease holder would hand out its slots again).
+ * Each stripe keeps its subjects in last-use order; the eviction compares the stripes'
+ * oldest ones by a store-wide use counter, taking one stripe lock at a time. With several
+ * threads the store may hold a few more subjects than the cap for a moment (one per
+ * concurrent insert) and the one evicted may be not quite the oldest.
  *
  * Concurrency rules (LIMIT_CONCURRENCY) are a count of leases per (subject, rule) in the
  * same slots, taken in the same locked step as the rate rules. The lease ids are tracked
@@ -20,6 +27,7 @@
 
 #include <errno.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -29,6 +37,7 @@
 
 #define STRIPES 64            /* power of two */
 #define INITIAL_BUCKETS 16    /* per stripe, power of two */
+#define DEFAULT_MAX_SUBJECTS 1000000
 
 struct mem_slot {
     int64_t id;
@@ -38,6 +47,8 @@ struct mem_slot {
 
 struct mem_entry {
     struct mem_entry *next;
+    struct mem_entry *older, *newer;   /* the stripe's last-use order */
+    uint64_t used;                     /* store-wide use counter at the last check */
     uint64_t hash;
     int64_t evict_ms;         /* max over slots */
     uint32_t nslots, cap;
@@ -52,10 +63,14 @@ struct mem_stripe {
     size_t nbuckets;
     size_t count;
     size_t sweep;             /* next bucket the incremental sweep visits */
+    struct mem_entry *oldest, *newest;
 } __attribute__((aligned(64)));
 
 struct memory_store {
     struct mem_stripe stripes[STRIPES];
+    size_t max_subjects;
+    atomic_size_t subjects;   /* sum of the stripes' counts */
+    atomic_uint_fast64_t uses;
 };
 
 struct memory_limiter {
@@ -68,6 +83,35 @@ static uint64_t hash_subject(const char *s, size_t len)
     return hash_mix(hash_fnv1a(HASH_FNV_BASIS, s, len));
 }
 
+static void lru_unlink(struct mem_stripe *st, struct mem_entry *e)
+{
+    if (e->older)
+        e->older->newer = e->newer;
+    else
+        st->oldest = e->newer;
+    if (e->newer)
+        e->newer->older = e->older;
+    else
+        st->newest = e->older;
+    e->older = e->newer = NULL;
+}
+
+/* Makes e the stripe's most recently used entry. */
+static void lru_touch(struct memory_store *store, struct mem_stripe *st, struct mem_entry *e)
+{
+    if (st->newest != e) {
+        if (e->older || e->newer || st->oldest == e)
+            lru_unlink(st, e);
+        e->older = st->newest;
+        if (st->newest)
+            st->newest->newer = e;
+        else
+            st->oldest = e;
+        st->newest = e;
+    }
+    e->used = atomic_fetch_add_explicit(&store->uses, 1, memory_order_relaxed);
+}
+
 static void entry_free(struct mem_entry *e)
 {
     for (uint32_t i = 0; i < e->nslots; i++)
@@ -76,15 +120,24 @@ static void entry_free(struct mem_entry *e)
     free(e);
 }
 
+/* Takes *pp (an entry of st) out of its chain and the use order and frees it. */
+static void entry_drop(struct memory_store *store, struct mem_stripe *st, struct mem_entry **pp)
+{
+    struct mem_entry *e = *pp;
+    *pp = e->next;
+    lru_unlink(st, e);
+    entry_free(e);
+    st->count--;
+    atomic_fetch_sub_explicit(&store->subjects, 1, memory_order_relaxed);
+}
+
 /* Drops the dead entries of one chain. */
-static void sweep_chain(struct mem_stripe *st, struct mem_entry **pp, int64_t now)
+static void sweep_chain(struct memory_store *store, struct mem_stripe *st, struct mem_entry **pp, int64_t now)
 {
     while (*pp != NULL) {
         struct mem_entry *e = *pp;
         if (e->evict_ms <= now) {
-            *pp = e->next;
-            entry_free(e);
-            st->count--;
+            entry_drop(store, st, pp);
         } else {
             pp = &e->next;
         }
@@ -97,12 +150,12 @@ static size_t bucket_of(const struct mem_stripe *st, uint64_t hash)
 }
 
 /* Doubles the table when it got crowded (after a full sweep did not help). Best effort. */
-static void maybe_grow(struct mem_stripe *st, int64_t now)
+static void maybe_grow(struct memory_store *store, struct mem_stripe *st, int64_t now)
 {
     if (st->count <= st->nbuckets * 2)
         return;
     for (size_t i = 0; i < st->nbuckets; i++)
-        sweep_chain(st, &st->buckets[i], now);
+        sweep_chain(store, st, &st->buckets[i], now);
     if (st->count <= st->nbuckets)
         return;
     size_t nb = st->nbuckets * 2;
@@ -145,7 +198,15 @@ struct memory_store *memory_store_create(void)
         }
         st->nbuckets = INITIAL_BUCKETS;
     }
+    store->max_subjects = DEFAULT_MAX_SUBJECTS;
+    atomic_init(&store->subjects, 0);
+    atomic_init(&store->uses, 0);
     return store;
+}
+
+void memory_store_set_max_subjects(struct memory_store *store, size_t max_subjects)
+{
+    store->max_subjects = max_subjects > 0 ? max_subjects : 1;
 }
 
 void memory_store_destroy(struct memory_store *store)
@@ -225,7 +286,8 @@ static void prune_slots(struct mem_entry *e, int64_t now)
 /* Makes sure the subject has an entry with a slot for every rule. Returns the entry or
  * NULL (-ENOMEM); on failure nothing that matters changed (at most an empty entry/slot was
  * added, which is equivalent to none). */
-static struct mem_entry *ensure_slots(struct mem_stripe *st, struct mem_entry *e, uint64_t hash,
+static struct mem_entry *ensure_slots(struct memory_store *store, struct mem_stripe *st, struct mem_entry *e,
+                                      uint64_t hash,
                                       const char *subject, size_t subject_len,
                                       const struct limit_rule *rules, size_t n)
 {
@@ -241,6 +303,7 @@ static struct mem_entry *ensure_slots(struct mem_stripe *st, struct mem_entry *e
         e->next = st->buckets[b];
         st->buckets[b] = e;
         st->count++;
+        atomic_fetch_add_explicit(&store->subjects, 1, memory_order_relaxed);
     }
     for (size_t i = 0; i < n; i++) {
         if (find_slot(e, rules[i].id) != NULL)
@@ -275,6 +338,56 @@ static void keep_grown_log(struct mem_entry *e, struct mem_slot *slot, const str
         slot->evict_ms = evict;
     if (evict > e->evict_ms)
         e->evict_ms = evict;
+}
+
+static bool entry_holds_leases(const struct mem_entry *e)
+{
+    for (uint32_t i = 0; i < e->nslots; i++)
+        if (e->slots[i].st.algorithm == LIMIT_CONCURRENCY && e->slots[i].st.u.cc.held > 0)
+            return true;
+    return false;
+}
+
+/* The stripe's least recently used entry that holds no lease, or NULL. */
+static struct mem_entry *oldest_evictable(const struct mem_stripe *st)
+{
+    struct mem_entry *e = st->oldest;
+    while (e != NULL && entry_holds_leases(e))
+        e = e->newer;
+    return e;
+}
+
+/* While the store holds more than max_subjects subjects, forgets the least recently used
+ * one without leases: the oldest of the stripes' oldest. One stripe lock at a time, so it
+ * runs after the check let go of its own. Stops when only lease holders are left. */
+static void evict_over_cap(struct memory_store *store)
+{
+    while (atomic_load_explicit(&store->subjects, memory_order_relaxed) > store->max_subjects) {
+        size_t pick = STRIPES;
+        uint64_t pick_used = UINT64_MAX;
+        for (size_t i = 0; i < STRIPES; i++) {
+            struct mem_stripe *st = &store->stripes[i];
+            pthread_mutex_lock(&st->lock);
+            const struct mem_entry *e = oldest_evictable(st);
+            if (e != NULL && e->used < pick_used) {
+                pick = i;
+                pick_used = e->used;
+            }
+            pthread_mutex_unlock(&st->lock);
+        }
+        if (pick == STRIPES)
+            return;   /* every subject holds leases: they go when released */
+        struct mem_stripe *st = &store->stripes[pick];
+        pthread_mutex_lock(&st->lock);
+        struct mem_entry *e = oldest_evictable(st);
+        if (e != NULL && atomic_load_explicit(&store->subjects, memory_order_relaxed) > store->max_subjects) {
+            struct mem_entry **pp = &st->buckets[bucket_of(st, e->hash)];
+            while (*pp != e)
+                pp = &(*pp)->next;
+            entry_drop(store, st, pp);
+        }
+        pthread_mutex_unlock(&st->lock);
+    }
 }
 
 /* Removes the leases a check added to the table before it was decided. */
@@ -326,13 +439,15 @@ static int memory_check(struct limiter *limiter, const char *subject, size_t sub
     pthread_mutex_lock(&st->lock);
 
     /* Incremental sweep of one other bucket, then the subject's own chain. */
-    sweep_chain(st, &st->buckets[st->sweep], now);
+    sweep_chain(ml->store, st, &st->buckets[st->sweep], now);
     st->sweep = (st->sweep + 1) & (st->nbuckets - 1);
     size_t b = bucket_of(st, hash);
-    sweep_chain(st, &st->buckets[b], now);
+    sweep_chain(ml->store, st, &st->buckets[b], now);
     struct mem_entry *e = find_entry(st, b, hash, subject, subject_len);
-    if (e != NULL)
+    if (e != NULL) {
         prune_slots(e, now);
+        lru_touch(ml->store, st, e);   /* a check is a use, allowed or not */
+    }
 
     bool all = true;
     for (size_t i = 0; i < n; i++) {
@@ -342,9 +457,12 @@ static int memory_check(struct limiter *limiter, const char *subject, size_t sub
     }
 
     if (all) {
-        if (e == NULL)
-            maybe_grow(st, now);
-        e = ensure_slots(st, e, hash, subject, subject_len, rules, n);
+        bool fresh = e == NULL;
+        if (fresh)
+            maybe_grow(ml->store, st, now);
+        e = ensure_slots(ml->store, st, e, hash, subject, subject_len, rules, n);
+        if (fresh && e != NULL)
+            lru_touch(ml->store, st, e);
         for (size_t i = 0; e != NULL && i < n; i++) {
             r = algo_reserve(&find_slot(e, rules[i].id)->st, &rules[i], &ev[i]);
             if (r != 0)
@@ -380,6 +498,7 @@ static int memory_check(struct limiter *limiter, const char *subject, size_t sub
     pthread_mutex_unlock(&st->lock);
     if (!all && lease_id != NULL)
         untrack(limiter, subject, subject_len, rules, n, lease_id, lease_id_len);
+    evict_over_cap(ml->store);
 
     result.allowed = all;
     done(arg, &result);

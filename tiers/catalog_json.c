@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "tiers/apikey.h"
+#include "tiers/limit_bounds.h"
 
 /* ---- records ---- */
 
@@ -304,7 +305,10 @@ static int parse_limit(struct import *im, json_t *o, int64_t plan_id, struct imp
         l->route_method = il->method;
         l->route_prefix = il->prefix;
     }
-    return check_catalog(im, catalog_check_limit(l, im->msg, sizeof(im->msg)));
+    r = check_catalog(im, catalog_check_limit(l, im->msg, sizeof(im->msg)));
+    if (r == 0 && l->route_prefix && tier_route_prefix_check(l->route_prefix, im->msg, sizeof(im->msg)))
+        r = bad(im, "%s", im->msg);
+    return r;
 }
 
 static int find_plan(const struct import *im, const char *name, int64_t *pid)

@@ -13,8 +13,9 @@
 /* Selects the limits of `plan` for METHOD PATH (PATH as request_target.h matches it, routes
  * compared ignoring ASCII case when ignore_case; tier_plan_select_case) and
  * makes the limiter's rules of them: a rate limit as it is, a concurrency limit as a
- * LIMIT_CONCURRENCY rule with burst 0 and window lease_ttl_ms. Rules past
- * LIMITER_MAX_RULES are left out. rules and checked (the limit of each rule) hold
+ * LIMIT_CONCURRENCY rule with burst 0 and window lease_ttl_ms. A snapshot never holds a
+ * plan where one request meets more than LIMITER_MAX_RULES (limit_bounds.h); the cap here
+ * only keeps the arrays safe. rules and checked (the limit of each rule) hold
  * LIMITER_MAX_RULES entries. *pws (may be NULL) receives the first --ws-messages limit,
  * which is no limiter rule, or NULL. Returns the number of rules written. */
 size_t tier_plan_rules(const struct tier_plan *plan, const char *method, const char *path, size_t path_len,

@@ -18,7 +18,9 @@
 #include <string.h>
 
 #include "store/catalog.h"
+#include "store/limiter.h"
 #include "tiers/apikey.h"
+#include "tiers/limit_bounds.h"
 #include "tiers/request_target.h"
 
 struct arena_block {
@@ -273,6 +275,36 @@ static int name_plan_limits(struct snapshot *snap, const struct tier_plan *plan,
     return rc;
 }
 
+/* A plan where one request could meet more limits than the limiter checks at once is
+ * refused, as nginx refuses a configuration: served, some limits would go unchecked.
+ * tierctl refuses to write one; this catches a catalog written before or by hand (start,
+ * --check; a reload keeps the previous snapshot). Returns 0, -EINVAL or -ENOMEM. */
+static int check_rules_per_request(const struct tier_plan *plan, char *err, size_t errlen)
+{
+    struct tier_route_ref *refs = plan->n_limits ? malloc(plan->n_limits * sizeof(*refs)) : NULL;
+    if (plan->n_limits && refs == NULL)
+        return -ENOMEM;
+    size_t plan_wide = 0, n = 0;
+    for (size_t i = 0; i < plan->n_limits; i++) {
+        const struct tier_limit *l = &plan->limits[i];
+        if (l->kind == TIER_LIMIT_WS_MESSAGES)
+            continue;
+        if (!l->has_route)
+            plan_wide++;
+        else
+            refs[n++] = (struct tier_route_ref){l->route_method, l->route_prefix};
+    }
+    size_t worst = tier_worst_rules(plan_wide, refs, n);
+    free(refs);
+    if (worst <= LIMITER_MAX_RULES)
+        return 0;
+    snprintf(err, errlen,
+             "plan \"%s\": one request could meet %zu limits (%zu plan-wide and %zu on one route),"
+             " at most %d are supported; remove some with tierctl limit remove",
+             plan->name, worst, plan_wide, worst - plan_wide, LIMITER_MAX_RULES);
+    return -EINVAL;
+}
+
 /* Gives each plan its slice of the limits and each limit its name. */
 static int attach_limits(struct build *b)
 {
@@ -289,6 +321,8 @@ static int attach_limits(struct build *b)
         plan->limits = snap->limits + start;
         plan->n_limits = j - start;
         int rc = name_plan_limits(snap, plan, snap->limits + start, j - start);
+        if (rc == 0)
+            rc = check_rules_per_request(plan, b->err, b->errlen);
         if (rc)
             return rc;
     }

@@ -32,6 +32,7 @@
 #include "store/limit.h"
 #include "tiers/apikey.h"
 #include "tiers/catalog_json.h"
+#include "tiers/limit_bounds.h"
 #include "tiers/simulate.h"
 
 #define EXIT_REFUSED 1
@@ -331,6 +332,9 @@ static int parse_limit_flags(struct cli *c)
         snprintf(c->route_prefix, sizeof(c->route_prefix), "%s", prefix);
         if (catalog_check_route(c->route_method, c->route_prefix, msg, sizeof(msg)) != 0)
             return usage_error(c->cmd, "%s", msg);
+        /* a route the proxy's request targets can never meet is a mistake, not a limit */
+        if (tier_route_prefix_check(c->route_prefix, msg, sizeof(msg)) != 0)
+            return fail("%s", msg);
     }
     return 0;
 }
@@ -1073,6 +1077,9 @@ static int cmd_limit_add(struct cli *c)
     int r = add_flag_limits(c, plan_id, true, limits, &n);
     if (r)
         return r;
+    char err[512];
+    if (tier_catalog_check_bounds(c->cat, err, sizeof(err)) != 0)   /* before the ids go out */
+        return fail("%s; nothing was changed", err);
     char text[sizeof(c->note)] = "";
     for (int i = 0; i < n; i++) {
         char one[CATALOG_PREFIX_MAX + 128];
@@ -1619,6 +1626,12 @@ int main(int argc, char **argv)
         goto out;
     }
     status = c.cmd->run(&c);
+    if (status == 0 && c.cmd->access != ACCESS_READ) {
+        /* every change (limit add/set, plan set, import, ...) leaves no request meeting more
+         * limits than the proxy checks at once (limit_bounds.h) */
+        if (tier_catalog_check_bounds(c.cat, err, sizeof(err)) != 0)
+            status = fail("%s; nothing was changed", err);
+    }
     if (status == 0 && (fflush(stdout) != 0 || ferror(stdout)))
         status = fail("cannot write the output: %s; nothing was changed", strerror(errno));
     if (status) {

@@ -715,6 +715,66 @@ static void test_threads_fixed_clock(void **state)
     run_hammer(*state, 123456789);
 }
 
+/* ---- [limits] memory_max_subjects ---- */
+
+static bool admitted(struct limiter *l, const char *subject, const struct limit_rule *r, int64_t now)
+{
+    return check(l, subject, r, 1, now).allowed;
+}
+
+static void test_max_subjects_evicts_least_recently_used(void **state)
+{
+    struct memory_store *store = *state;
+    memory_store_set_max_subjects(store, 3);
+    struct limiter *l = limiter_memory_create(store);
+    struct limit_rule r = {.id = 1, .algorithm = LIMIT_SLIDING_LOG, .rate = 1, .window_ms = 3600000};
+    int64_t t = 1000000;
+    assert_true(admitted(l, "A", &r, t));
+    assert_true(admitted(l, "B", &r, t));
+    assert_true(admitted(l, "C", &r, t));
+    assert_false(admitted(l, "A", &r, t));   /* a check is a use, refused or not: B is now the oldest */
+    assert_true(admitted(l, "D", &r, t));    /* a fourth: B is forgotten */
+    assert_int_equal(memory_store_subjects(store), 3);
+    assert_false(admitted(l, "A", &r, t));   /* A, C and D kept their counts */
+    assert_false(admitted(l, "D", &r, t));
+    assert_true(admitted(l, "B", &r, t));    /* B starts over, and C (now the oldest) goes */
+    assert_int_equal(memory_store_subjects(store), 3);
+    assert_true(admitted(l, "C", &r, t));
+    /* driven far past the cap, it stays at the cap and keeps the most recent */
+    char name[32];
+    for (int i = 0; i < 5000; i++) {
+        snprintf(name, sizeof(name), "s%d", i);
+        assert_true(admitted(l, name, &r, t));
+        assert_true(memory_store_subjects(store) <= 3);
+    }
+    assert_false(admitted(l, "s4999", &r, t));
+    assert_false(admitted(l, "s4998", &r, t));
+    assert_true(admitted(l, "s0", &r, t));
+    limiter_destroy(l);
+}
+
+static void test_max_subjects_keeps_lease_holders(void **state)
+{
+    struct memory_store *store = *state;
+    memory_store_set_max_subjects(store, 2);
+    struct limiter *l = limiter_memory_create(store);
+    struct limit_rule cc = {.id = 7, .algorithm = LIMIT_CONCURRENCY, .rate = 1, .window_ms = 30000};
+    struct limit_rule r = {.id = 1, .algorithm = LIMIT_SLIDING_LOG, .rate = 5, .window_ms = 60000};
+    assert_true(check_leased(l, "holder", &cc, 1, 1000, "h:1").allowed);   /* the oldest subject */
+    char name[32];
+    for (int i = 0; i < 100; i++) {
+        snprintf(name, sizeof(name), "s%d", i);
+        assert_true(admitted(l, name, &r, 2000));
+        assert_int_equal(memory_store_subjects(store), 2);
+    }
+    /* its slot still taken: evicting it would have let a second connection in */
+    assert_false(check_leased(l, "holder", &cc, 1, 3000, "h:2").allowed);
+    limiter_release(l, "holder", 6, &cc, 1, "h:1");
+    assert_true(admitted(l, "s100", &r, 4000));   /* released, it is evictable like any other */
+    assert_int_equal(memory_store_subjects(store), 2);
+    limiter_destroy(l);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -737,6 +797,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_concurrency_arguments, setup_store, teardown_store),
         cmocka_unit_test_setup_teardown(test_concurrency_eviction, setup_store, teardown_store),
         cmocka_unit_test_setup_teardown(test_concurrency_threads, setup_store, teardown_store),
+        cmocka_unit_test_setup_teardown(test_max_subjects_evicts_least_recently_used, setup_store, teardown_store),
+        cmocka_unit_test_setup_teardown(test_max_subjects_keeps_lease_holders, setup_store, teardown_store),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,0 +1,34 @@
+/* What a catalog must hold for the proxy to serve every request of it as written (SPEC "One
+ * request model"): route prefixes a request can match, and no request that meets more limits
+ * than the limiter checks in one step (LIMITER_MAX_RULES). tierctl refuses a change that
+ * breaks either; the snapshot refuses a catalog over the limit count, so the proxy (start,
+ * --check, reload) never serves a request with some of its limits left out. */
+#pragma once
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "store/catalog.h"
+
+/* 0 when some request target, as request_target.h normalises it, can start with prefix (a
+ * route prefix catalog_check_route accepted); else -1 with a one-line reason in err: a
+ * backslash, "%00", "%2F" or "%5C", "//", a "." or ".." segment, or a percent-encoded
+ * letter, digit or -._~ (requests are matched with those decoded). */
+int tier_route_prefix_check(const char *prefix, char *err, size_t errlen);
+
+/* One route limit that is a limiter rule (rate or concurrency, not ws-messages). */
+struct tier_route_ref {
+    const char *method;   /* "*" or an upper-case method */
+    const char *prefix;
+};
+
+/* The most limiter rules one request of a plan can meet: its plan_wide rate and
+ * concurrency limits plus the largest set of refs[0, n) sharing one method and prefix
+ * (prefixes compared ignoring ASCII case, as [proxy] path_case = insensitive may), which is
+ * the most tier_plan_select can pick. ws-messages limits are no limiter rule and are left
+ * out by the caller. Sorts refs. */
+size_t tier_worst_rules(size_t plan_wide, struct tier_route_ref *refs, size_t n);
+
+/* Checks every plan of the catalog (in the caller's transaction) against
+ * LIMITER_MAX_RULES. Returns 0, CATALOG_INVALID with `plan "NAME": one request can meet N
+ * limits, at most 16 ...` in err, or another catalog.h code / -ENOMEM. */
+int tier_catalog_check_bounds(struct catalog *cat, char *err, size_t errlen);
