@@ -13,7 +13,6 @@
 #include <event2/event_struct.h>
 
 #include "proxy/config.h"
-#include "proxy/field_name.h"
 #include "proxy/head_screen.h"
 #include "proxy/metrics.h"
 #include "proxy/netaddr.h"
@@ -260,16 +259,6 @@ static void arm_upstream_timer(struct request *r)
     evtimer_add(&r->upstream_timer, &tv);
 }
 
-/* Response headers that describe the upstream connection, not the message. */
-bool forward_is_hop_by_hop(const char *name, size_t len)
-{
-    static const char *const hop[] = { "connection", "keep-alive", "proxy-connection", "proxy-authenticate",
-                                       "proxy-authorization", "te", "trailer", "transfer-encoding", "upgrade" };
-    for (size_t i = 0; i < sizeof(hop) / sizeof(hop[0]); i++)
-        if (strlen(hop[i]) == len && strncasecmp(hop[i], name, len) == 0)
-            return true;
-    return false;
-}
 
 static int add_resp_header(struct request *r, const char *name, size_t name_len, const char *value, size_t value_len)
 {
@@ -380,7 +369,7 @@ static size_t on_upstream_header(char *line, size_t size, size_t nitems, void *u
         value++;
         value_len--;
     }
-    if (forward_is_hop_by_hop(line, name_len))
+    if (gate_is_hop_by_hop(line, name_len))
         return size * nitems;
     if (name_len == 14 && strncasecmp(line, "content-length", 14) == 0) {
         char buf[32];
@@ -520,38 +509,6 @@ void forward_respond(struct request *r)
     }
 }
 
-/* Request headers that must not travel on to the upstream. */
-struct header_filter {
-    struct request *r;
-    const char *key_header;       /* NULL when the key is forwarded */
-    const char *connection_tokens;
-    bool trusted_peer;
-    bool underscores_forward;     /* [proxy] underscores_in_headers = forward */
-    const char *authority;        /* an absolute-form target's: it replaces Host (RFC 9112 3.2.2) */
-    bool saw_accept, saw_content_type;
-    bool kept_xf_proto, kept_xf_host; /* a trusted peer's own X-Forwarded-Proto/-Host */
-    const char *host;
-    int failed;
-};
-
-static bool named_in_connection(const char *tokens, const char *name)
-{
-    if (tokens == NULL)
-        return false;
-    size_t name_len = strlen(name);
-    const char *p = tokens;
-    while (*p != '\0') {
-        while (*p == ' ' || *p == '\t' || *p == ',')
-            p++;
-        const char *start = p;
-        while (*p != '\0' && *p != ',' && *p != ' ' && *p != '\t')
-            p++;
-        if ((size_t)(p - start) == name_len && strncasecmp(start, name, name_len) == 0)
-            return true;
-    }
-    return false;
-}
-
 /* curl only reads the list, so its nodes and lines are the request's scratch: no
  * curl_slist_append (two allocations a line) and no formatting. */
 static int append_line(struct request *r, char *line)
@@ -569,10 +526,16 @@ static int append_line(struct request *r, char *line)
     return 0;
 }
 
-static int append_header(struct request *r, const char *name, const char *value)
+/* Collects the gate's upstream fields as curl lines, noting the ones curl would invent. */
+struct curl_lines {
+    struct request *r;
+    bool saw_accept, saw_content_type;
+};
+
+static int append_header(void *ctx, const char *name, size_t name_len, const char *value, size_t value_len)
 {
-    size_t name_len = strlen(name), value_len = strlen(value);
-    char *line = scratch_alloc(&r->scratch, name_len + value_len + 3);
+    struct curl_lines *c = ctx;
+    char *line = scratch_alloc(&c->r->scratch, name_len + value_len + 3);
     if (line == NULL)
         return -ENOMEM;
     memcpy(line, name, name_len);
@@ -581,9 +544,18 @@ static int append_header(struct request *r, const char *name, const char *value)
         memcpy(line + name_len, ";", 2);
     } else {
         memcpy(line + name_len, ": ", 2);
-        memcpy(line + name_len + 2, value, value_len + 1);
+        memcpy(line + name_len + 2, value, value_len);
+        line[name_len + 2 + value_len] = '\0';
     }
-    return append_line(r, line);
+    c->saw_accept |= name_len == 6 && strncasecmp(name, "Accept", 6) == 0;
+    c->saw_content_type |= name_len == 12 && strncasecmp(name, "Content-Type", 12) == 0;
+    return append_line(c->r, line);
+}
+
+static void *scratch_for_headers(void *ctx, size_t n)
+{
+    struct curl_lines *c = ctx;
+    return scratch_alloc(&c->r->scratch, n);
 }
 
 /* "Name:": curl leaves out the header it would have added itself. */
@@ -592,122 +564,21 @@ static int append_removal(struct request *r, const char *line)
     return append_line(r, (char *)line);
 }
 
-static enum MHD_Result copy_request_header(void *cls, enum MHD_ValueKind kind, const char *name, const char *value)
-{
-    struct header_filter *f = cls;
-    size_t len = strlen(name);
-    if (forward_is_hop_by_hop(name, len) || named_in_connection(f->connection_tokens, name))
-        return MHD_YES;
-    if (strcasecmp(name, "Content-Length") == 0 || strcasecmp(name, "Expect") == 0)
-        return MHD_YES;
-    /* Applications behind CGI-like stacks read "_" as "-": an underscored name is dropped,
-       or, when forwarded, never one that spells a header the proxy sets, strips or trusts. */
-    bool underscored = field_name_has_underscore(name, len);
-    if (underscored && !f->underscores_forward)
-        return MHD_YES;
-    if (field_name_has_prefix_folded(name, len, "X-Tier-"))
-        return MHD_YES;
-    if (f->key_header != NULL && field_name_equal_folded(name, len, f->key_header))
-        return MHD_YES;
-    if (underscored && (field_name_equal_folded(name, len, "X-Forwarded-For") ||
-                        field_name_equal_folded(name, len, "X-Forwarded-Proto") ||
-                        field_name_equal_folded(name, len, "X-Forwarded-Host") ||
-                        field_name_equal_folded(name, len, "Host")))
-        return MHD_YES;
-    if (strcasecmp(name, "X-Forwarded-For") == 0)
-        return MHD_YES; /* every field of it is one list, sent once below */
-    if (strcasecmp(name, "X-Forwarded-Proto") == 0) {
-        if (!f->trusted_peer)
-            return MHD_YES;
-        f->kept_xf_proto = true;
-    } else if (strcasecmp(name, "X-Forwarded-Host") == 0) {
-        if (!f->trusted_peer)
-            return MHD_YES;
-        f->kept_xf_host = true;
-    } else if (strcasecmp(name, "Host") == 0) {
-        if (f->authority != NULL)
-            value = f->authority;
-        f->host = value;
-    }
-    if (strcasecmp(name, "Accept") == 0)
-        f->saw_accept = true;
-    if (strcasecmp(name, "Content-Type") == 0)
-        f->saw_content_type = true;
-    if (append_header(f->r, name, value ? value : "") < 0)
-        f->failed = 1;
-    return MHD_YES;
-}
-
 int forward_build_headers(struct request *r, bool websocket)
 {
-    const struct proxy_config *cfg = r->w->cfg;
-    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(r->conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
-    const struct sockaddr *peer = ci != NULL ? ci->client_addr : NULL;
-    char peer_text[64] = "";
-    if (peer != NULL)
-        sockaddr_to_text(peer, peer_text, sizeof(peer_text));
-
-    struct header_filter f = {
-        .r = r,
-        .key_header = cfg->forward_key ? NULL : cfg->key_header,
-        .connection_tokens = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "Connection"),
-        .trusted_peer = peer != NULL && cidr_match_sockaddr(cfg->trusted_proxies, cfg->n_trusted_proxies, peer),
-        .underscores_forward = cfg->underscores_forward,
-    };
-    if (r->target.authority != NULL) {
-        char *authority = scratch_strndup(&r->scratch, r->target.authority, r->target.authority_len);
-        if (authority == NULL)
-            return -ENOMEM;
-        f.authority = authority;
-    }
-    MHD_get_connection_values(r->conn, MHD_HEADER_KIND, copy_request_header, &f);
-    if (f.failed)
-        return -ENOMEM;
-    int rc = 0;
-    if (f.host == NULL && f.authority != NULL) { /* an HTTP/1.0 request without Host */
-        f.host = f.authority;
-        rc = append_header(r, "Host", f.authority);
-    }
-
-    /* A trusted peer's whole list, every field in order, then the peer: uncut (the head
-       that carried it is capped, so the list is too). */
-    const char *chain = f.trusted_peer ? request_forwarded_for(r) : "";
-    size_t chain_len = strlen(chain), peer_len = strlen(peer_text);
-    char *xff = scratch_alloc(&r->scratch, chain_len + peer_len + 3);
-    if (xff == NULL)
-        return -ENOMEM;
-    if (chain_len > 0) {
-        memcpy(xff, chain, chain_len);
-        memcpy(xff + chain_len, ", ", 2);
-        chain_len += 2;
-    }
-    memcpy(xff + chain_len, peer_text, peer_len + 1);
-    if (rc == 0)
-        rc = append_header(r, "X-Forwarded-For", xff);
-    if (rc == 0 && !f.kept_xf_proto)
-        rc = append_header(r, "X-Forwarded-Proto", "http");
-    if (rc == 0 && f.host != NULL && !f.kept_xf_host)
-        rc = append_header(r, "X-Forwarded-Host", f.host);
-    if (rc == 0 && r->plan != NULL) {
-        rc = append_header(r, "X-Tier-User", r->user_id);
-        if (rc == 0)
-            rc = append_header(r, "X-Tier-Plan", r->plan->name);
-    }
-    if (websocket) {
-        /* The upgrade is the one hop-by-hop exchange a tunnel must pass on. */
-        const char *upgrade = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "Upgrade");
-        if (rc == 0)
-            rc = append_header(r, "Connection", "Upgrade");
-        if (rc == 0)
-            rc = append_header(r, "Upgrade", upgrade != NULL ? upgrade : "websocket");
+    struct gate_request model;
+    request_model(r, &model);
+    model.websocket = websocket;
+    struct curl_lines lines = { .r = r };
+    struct gate_header_sink sink = { .emit = append_header, .alloc = scratch_for_headers, .ctx = &lines };
+    int rc = gate_upstream_headers(&model, r->plan != NULL ? &r->gate : NULL, &sink);
+    if (rc < 0 || websocket)
         return rc;
-    }
     /* Keep curl from adding headers the client did not send. */
-    if (rc == 0)
-        rc = append_removal(r, "Expect:");
-    if (rc == 0 && !f.saw_accept)
+    rc = append_removal(r, "Expect:");
+    if (rc == 0 && !lines.saw_accept)
         rc = append_removal(r, "Accept:");
-    if (rc == 0 && !f.saw_content_type)
+    if (rc == 0 && !lines.saw_content_type)
         rc = append_removal(r, "Content-Type:");
     return rc;
 }

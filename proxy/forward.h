@@ -26,14 +26,11 @@ void forward_abort(struct request *r);
 /* Frees the upstream side of r (headers, buffers, timer). */
 void forward_release(struct request *r);
 
-/* Builds r->upstream_headers: the client's headers minus hop-by-hop ones, the key and
- * X-Tier-*, plus X-Forwarded-* and X-Tier-User/-Plan. For curl (websocket false) it adds
- * the lines that keep curl from inventing headers; for a WebSocket handshake it adds
- * Connection: Upgrade and the client's Upgrade. Returns 0 or -ENOMEM. */
+/* Builds r->upstream_headers from what gate_upstream_headers says the upstream receives
+ * (gate.h). For curl (websocket false) it adds the lines that keep curl from inventing
+ * headers. Returns 0 or -ENOMEM. */
 int forward_build_headers(struct request *r, bool websocket);
 
-/* True for headers that describe one connection, not the message (RFC 9110 7.6.1). */
-bool forward_is_hop_by_hop(const char *name, size_t len);
 
 /* Called when MHD asks for r's response after its upstream head is in: makes it r->pending
  * (the whole body at once when it has all arrived, else streamed), or r->stashed when a

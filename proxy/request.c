@@ -14,13 +14,13 @@
 #include "proxy/config.h"
 #include "proxy/metrics.h"
 #include "proxy/forward.h"
+#include "proxy/gate.h"
 #include "proxy/head_screen.h"
 #include "proxy/netaddr.h"
 #include "proxy/respond.h"
 #include "proxy/websocket.h"
 #include "proxy/worker.h"
 #include "store/clock.h"
-#include "tiers/plan_rules.h"
 
 /* A suspension shorter than this ends before a departed client could matter; watching
  * every request's socket would cost two epoll_ctl calls each. */
@@ -117,7 +117,7 @@ void request_pool_free(struct worker *w)
     w->n_request_pool = 0;
 }
 
-void *request_uri_logger(void *cls, const char *uri, struct MHD_Connection *conn)
+void *request_begin(void *cls, const char *uri, struct MHD_Connection *conn)
 {
     struct worker *w = cls;
     struct request *r = request_take(w);
@@ -161,7 +161,7 @@ void request_release_then(struct request *r, void (*then)(struct request *r))
     r->release_in_flight = true;
     r->after_release = then;
     r->refs++; /* until on_released */
-    limiter_release_notify(r->w->limiter, r->subject, strlen(r->subject), r->rules, r->n_checked, r->lease_id,
+    limiter_release_notify(r->w->limiter, r->gate.subject, strlen(r->gate.subject), r->gate.rules, r->gate.n, r->lease_id,
                            on_released, r);
 }
 
@@ -175,7 +175,7 @@ void request_release_slots(struct request *r)
     if (!r->lease_held)
         return;
     r->lease_held = false;
-    limiter_release(r->w->limiter, r->subject, strlen(r->subject), r->rules, r->n_checked, r->lease_id);
+    limiter_release(r->w->limiter, r->gate.subject, strlen(r->gate.subject), r->gate.rules, r->gate.n, r->lease_id);
 }
 
 void request_unref(struct request *r)
@@ -298,99 +298,60 @@ static enum MHD_Result queue_now(struct request *r, unsigned status, struct MHD_
     return queue_pending(r);
 }
 
-static enum MHD_Result reject_unauthorized(struct request *r, const char *code)
-{
-    r->decision = "unauthenticated";
-    struct MHD_Response *resp = respond_error(r, code);
-    if (resp != NULL)
-        MHD_add_response_header(resp, MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer");
-    return queue_now(r, MHD_HTTP_UNAUTHORIZED, resp);
-}
-
-/* The API key the client presented, or NULL. */
-static const char *presented_key(struct request *r, size_t *plen)
-{
-    const struct proxy_config *cfg = r->w->cfg;
-    const char *value = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, cfg->key_header);
-    if (value == NULL)
-        return NULL;
-    if (strcasecmp(cfg->key_header, "Authorization") == 0) {
-        if (strncasecmp(value, "Bearer", 6) != 0 || (value[6] != ' ' && value[6] != '\t'))
-            return NULL;
-        value += 6;
-    }
-    while (*value == ' ' || *value == '\t')
-        value++;
-    size_t len = strlen(value);
-    while (len > 0 && (value[len - 1] == ' ' || value[len - 1] == '\t'))
-        len--;
-    if (len == 0)
-        return NULL;
-    *plen = len;
-    return value;
-}
-
-/* X-Forwarded-For fields, joined in order into one list (RFC 9110 5.3): a first pass
- * measures (list == NULL), a second copies, so the list takes one allocation however
- * many fields there are. */
-struct xff_join {
-    char *list;
-    size_t len, cap;
+/* Every header field of the request in order, as the gate reads them: two passes (count,
+ * then copy the pointers), so the list takes one allocation however many fields there are.
+ * Names and values stay MHD's, valid until the request completes. */
+struct header_gather {
+    struct gate_header *fields;
+    size_t n, cap;
 };
 
-static enum MHD_Result join_xff_field(void *cls, enum MHD_ValueKind kind, const char *name, size_t name_size,
-                                      const char *value, size_t value_size)
+static enum MHD_Result gather_field(void *cls, enum MHD_ValueKind kind, const char *name, size_t name_size,
+                                    const char *value, size_t value_size)
 {
-    struct xff_join *j = cls;
+    struct header_gather *g = cls;
     (void)kind;
-    (void)name_size;
-    if (value == NULL || strcasecmp(name, "X-Forwarded-For") != 0)
-        return MHD_YES;
-    size_t separator = j->len > 0 ? 2 : 0;
-    if (j->list != NULL && j->len + separator + value_size > j->cap)
-        return MHD_NO; /* the head changed between the passes: it cannot, but never overrun */
-    if (j->list != NULL && separator > 0)
-        memcpy(j->list + j->len, ", ", 2);
-    j->len += separator;
-    if (j->list != NULL)
-        memcpy(j->list + j->len, value, value_size);
-    j->len += value_size;
+    if (g->fields != NULL) {
+        if (g->n == g->cap)
+            return MHD_NO; /* the head changed between the passes: it cannot, but never overrun */
+        g->fields[g->n] = (struct gate_header){
+            .name = name, .name_len = name_size,
+            .value = value != NULL ? value : "", .value_len = value != NULL ? value_size : 0,
+        };
+    }
+    g->n++;
     return MHD_YES;
 }
 
-const char *request_forwarded_for(struct request *r)
+/* Fills r->headers. False when memory runs out. */
+static bool gather_headers(struct request *r)
 {
-    if (r->forwarded_for != NULL)
-        return r->forwarded_for;
-    r->forwarded_for = "";
-    /* Bounded by the head, which MHD caps: no cut of its own. */
-    struct xff_join measure = { 0 };
-    MHD_get_connection_values_n(r->conn, MHD_HEADER_KIND, join_xff_field, &measure);
-    if (measure.len == 0)
-        return r->forwarded_for;
-    struct xff_join copy = { .list = scratch_alloc(&r->scratch, measure.len + 1), .cap = measure.len };
-    if (copy.list == NULL)
-        return r->forwarded_for;
-    MHD_get_connection_values_n(r->conn, MHD_HEADER_KIND, join_xff_field, &copy);
-    copy.list[copy.len] = '\0';
-    r->forwarded_for = copy.list;
-    return r->forwarded_for;
+    struct header_gather count = { 0 };
+    MHD_get_connection_values_n(r->conn, MHD_HEADER_KIND, gather_field, &count);
+    if (count.n == 0)
+        return true;
+    struct header_gather copy = { .fields = scratch_alloc(&r->scratch, count.n * sizeof(struct gate_header)),
+                                  .cap = count.n };
+    if (copy.fields == NULL)
+        return false;
+    MHD_get_connection_values_n(r->conn, MHD_HEADER_KIND, gather_field, &copy);
+    r->headers = copy.fields;
+    r->n_headers = copy.n;
+    return true;
 }
 
-/* The client's address: the peer, or, when the peer is a trusted proxy, the right-most
- * address of X-Forwarded-For (all its fields, one list) that is not itself a trusted proxy. */
-static void client_address(struct request *r, char *buf, size_t buflen)
+void request_model(const struct request *r, struct gate_request *out)
 {
-    const struct proxy_config *cfg = r->w->cfg;
     const union MHD_ConnectionInfo *ci = MHD_get_connection_info(r->conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
-    buf[0] = '\0';
-    if (ci == NULL || ci->client_addr == NULL)
-        return;
-    sockaddr_to_text(ci->client_addr, buf, buflen);
-    if (!cidr_match_sockaddr(cfg->trusted_proxies, cfg->n_trusted_proxies, ci->client_addr))
-        return;
-    const char *xff = request_forwarded_for(r);
-    xff_client_address(xff, strlen(xff), cfg->trusted_proxies, cfg->n_trusted_proxies, buf, buflen);
+    *out = (struct gate_request){
+        .method = r->method,
+        .target = &r->target,
+        .headers = r->headers,
+        .n_headers = r->n_headers,
+        .peer = ci != NULL ? ci->client_addr : NULL,
+        .websocket = r->ws_upgrade,
+        .cfg = r->w->cfg,
+    };
 }
 
 /* The limit closest to running out, by the one rule the headers and the access log share:
@@ -418,57 +379,46 @@ static void admit(struct request *r)
     request_wake(r);
 }
 
+/* The store's answer (or its failure) made into the request's fate by gate_verdict; here
+ * only what the gate cannot do: metrics, the rejection log, the response. */
 static void apply_verdict(struct request *r, const struct limiter_result *result)
 {
     struct worker *w = r->w;
-    const struct proxy_config *cfg = w->cfg;
     if (r->store_started_ns > 0 && !result->remembered)
         metrics_observe_store(w->metrics, store_mono_ns() - r->store_started_ns);
-    if (result->status != LIMITER_DECIDED) {
+    struct gate_outcome out;
+    gate_verdict(&r->gate, r->ws_upgrade, result, w->cfg, &out);
+    r->decision = out.decision;
+    if (out.store_error) {
         metrics_count_store_error(w->metrics);
-        r->decision = "store_unavailable";
-        bool has_rate = false;
-        for (size_t i = 0; i < r->n_checked; i++)
-            has_rate |= r->rules[i].algorithm != LIMIT_CONCURRENCY;
-        bool open = (!has_rate || cfg->rate_fail_open) && (!r->has_concurrency || cfg->concurrency_fail_open);
-        if (open)
-            admit(r);
-        else
-            request_set_pending(r, MHD_HTTP_SERVICE_UNAVAILABLE, respond_error(r, "limiter_unavailable"));
-        return;
+    } else {
+        r->verdict = *result;
+        r->have_verdict = true;
+        r->lease_held = out.lease_held;
     }
-    r->verdict = *result;
-    r->have_verdict = true;
-    if (result->allowed) {
-        r->lease_held = r->has_concurrency;
-        r->decision = "allowed";
+    if (out.over_limit) {
+        const struct limit_verdict *over = rejecting_verdict(r);
+        r->limit_type = out.limit_type_name;
+        metrics_count_limit_hit(w->metrics, out.limit_type, r->plan->name);
+        if (w->shared->log_warnings)
+            log_rejection(w->shared->rejection_warnings, r->user_id, r->plan->name, r->limit_type,
+                          r->gate.rules[over - r->verdict.verdicts].id, over->limit - over->remaining, over->limit);
+    }
+    switch (out.action) {
+    case GATE_FORWARD:
         admit(r);
-        return;
+        break;
+    case GATE_UNAVAILABLE:
+        request_set_pending(r, MHD_HTTP_SERVICE_UNAVAILABLE, respond_error(r, out.error_code));
+        break;
+    case GATE_LIMITED: {
+        struct MHD_Response *resp = respond_limited(r, out.error_code, out.retry_after_s);
+        if (resp != NULL)
+            respond_add_ratelimit_headers(r, resp);
+        request_set_pending(r, MHD_HTTP_TOO_MANY_REQUESTS, resp);
+        break;
     }
-    const struct limit_verdict *over = rejecting_verdict(r);
-    bool rate_rejected = false;
-    for (size_t i = 0; i < result->n; i++)
-        rate_rejected |= !result->verdicts[i].allowed && r->rules[i].algorithm != LIMIT_CONCURRENCY;
-    enum limit_type type = rate_rejected ? LIMIT_TYPE_HTTP
-                           : r->ws_upgrade ? LIMIT_TYPE_WS_CONNECTION
-                                           : LIMIT_TYPE_CONCURRENCY;
-    static const char *const type_names[] = { "http", "concurrency", "ws_connection", "ws_message" };
-    r->limit_type = type_names[type];
-    metrics_count_limit_hit(w->metrics, type, r->plan->name);
-    if (w->shared->log_warnings)
-        log_rejection(w->shared->rejection_warnings, r->user_id, r->plan->name, r->limit_type,
-                      r->rules[over - r->verdict.verdicts].id, over->limit - over->remaining, over->limit);
-    if (r->plan->shadow) {
-        r->decision = "shadow";
-        admit(r);
-        return;
     }
-    r->decision = "rejected";
-    struct MHD_Response *resp = respond_limited(r, rate_rejected ? "rate_limit_exceeded" : "concurrency_limit_exceeded",
-                                                respond_retry_after_s(r));
-    if (resp != NULL)
-        respond_add_ratelimit_headers(r, resp);
-    request_set_pending(r, MHD_HTTP_TOO_MANY_REQUESTS, resp);
 }
 
 static void on_verdict(void *arg, const struct limiter_result *result)
@@ -476,21 +426,12 @@ static void on_verdict(void *arg, const struct limiter_result *result)
     struct request *r = arg;
     if (!r->mhd_done && !r->client_gone) {
         apply_verdict(r, result);
-    } else if (result->status == LIMITER_DECIDED && result->allowed && r->has_concurrency) {
+    } else if (result->status == LIMITER_DECIDED && result->allowed && r->gate.has_concurrency) {
         /* The client left while the store decided: the slot it was given goes back. */
         r->lease_held = true;
         request_release_slots(r);
     }
     request_unref(r);
-}
-
-static bool is_exempt(const struct proxy_config *cfg, const struct request_target *t)
-{
-    for (size_t i = 0; i < cfg->n_exempt_paths; i++)
-        if (request_target_has_prefix(t->match, t->match_len, cfg->exempt_paths[i], strlen(cfg->exempt_paths[i]),
-                                      cfg->path_case_insensitive))
-            return true;
-    return false;
 }
 
 /* Where a first call (or its repetition after the store answered) leaves the request. */
@@ -516,86 +457,70 @@ static bool parse_target(struct request *r)
     return out != NULL && request_target_parse(r->method, r->raw_uri, raw_len, out, size, &r->target) == 0;
 }
 
-/* The head is in, no body byte read: authenticate and check the limits. A refusal is
- * queued on this first call, so MHD sends it with Connection: close and never reads the
- * body; an admitted request goes on to PHASE_BODY. When the store has to be asked, the
- * connection is suspended here and MHD repeats the first call once it is woken. */
-static enum MHD_Result decide(struct request *r)
+/* The head is in, no body byte read: the gate authenticates and picks the limits, the
+ * store checks them. A refusal is queued on this first call, so MHD sends it with
+ * Connection: close and never reads the body; an admitted request goes on to PHASE_BODY.
+ * When the store has to be asked, the connection is suspended here and MHD repeats the
+ * first call once it is woken. */
+static enum MHD_Result admit_or_refuse_head(struct request *r)
 {
     struct worker *w = r->w;
-    const struct proxy_config *cfg = w->cfg;
     r->ws_upgrade = ws_is_upgrade(r->conn, r->method);
     if (!parse_target(r)) {
         r->decision = "malformed";
         return queue_now(r, MHD_HTTP_BAD_REQUEST, respond_error(r, "bad_request_target"));
     }
+    if (!gather_headers(r))
+        return MHD_NO;
 
-    if (is_exempt(cfg, &r->target)) {
+    struct gate_request model;
+    request_model(r, &model);
+    struct snapshot *snap = worker_snapshot(w);
+    struct gate_admission adm;
+    switch (gate_admit(&model, snap, &adm)) {
+    case GATE_EXEMPT:
         r->exempt = true;
         r->decision = "exempt";
         r->admitted = true;
-        goto decided;
+        return after_decision(r);
+    case GATE_REFUSE: {
+        r->decision = adm.refusal.decision;
+        struct MHD_Response *resp = respond_error(r, adm.refusal.error_code);
+        if (resp != NULL && adm.refusal.www_authenticate)
+            MHD_add_response_header(resp, MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer");
+        return queue_now(r, adm.refusal.status, resp);
     }
-
-    struct snapshot *snap = worker_snapshot(w);
-    if (snap == NULL)
-        return queue_now(r, MHD_HTTP_SERVICE_UNAVAILABLE, respond_error(r, "catalog_unavailable"));
-    r->snap = snapshot_ref(snap);
-
-    size_t key_len = 0;
-    const char *key = presented_key(r, &key_len);
-    if (key != NULL) {
-        const struct tier_user *user = snapshot_find_key(r->snap, key, key_len);
-        if (user == NULL)
-            return reject_unauthorized(r, "invalid_api_key");
-        r->plan = user->plan;
-        r->user_id = user->id;
-        snprintf(r->subject, sizeof(r->subject), "u:%s", user->id);
-    } else if (cfg->anonymous_plan != NULL) {
-        r->plan = snapshot_find_plan(r->snap, cfg->anonymous_plan);
-        if (r->plan == NULL)
-            return reject_unauthorized(r, "missing_api_key");
-        char addr[64];
-        client_address(r, addr, sizeof(addr));
-        r->user_id = "anonymous";
-        snprintf(r->subject, sizeof(r->subject), "ip:%s", addr);
-    } else {
-        return reject_unauthorized(r, "missing_api_key");
+    case GATE_UNLIMITED:
+    case GATE_CHECK:
+        break;
     }
-
-    const struct tier_limit *ws = NULL;
-    r->n_checked = tier_plan_rules(r->plan, r->method, r->target.match, r->target.match_len, cfg->path_case_insensitive,
-                                   cfg->lease_ttl_ms, r->rules, r->checked, &ws);
-    if (ws != NULL && r->ws_upgrade) {
-        r->has_ws_rule = true;
-        r->ws_rule = ws->rule;
-    }
-    for (size_t i = 0; i < r->n_checked; i++)
-        r->has_concurrency |= r->rules[i].algorithm == LIMIT_CONCURRENCY;
-    if (r->n_checked == 0) {
+    r->snap = snapshot_ref(snap); /* the plan and user names live in it */
+    r->gate = adm.check;
+    r->plan = r->gate.plan;
+    r->user_id = r->gate.user_id;
+    if (adm.action == GATE_UNLIMITED) {
         r->decision = "allowed";
         r->admitted = true;
-        goto decided;
+        return after_decision(r);
     }
 
     r->phase = PHASE_CHECKING;
     r->refs++; /* the limiter's, until on_verdict */
     r->store_started_ns = store_mono_ns();
     int rc;
-    if (r->has_concurrency) {
+    if (r->gate.has_concurrency) {
         snprintf(r->lease_id, sizeof(r->lease_id), "%s:%d:%llu", w->shared->instance_id, w->index,
                  (unsigned long long)++w->lease_seq);
-        rc = limiter_check_leased(w->limiter, r->subject, strlen(r->subject), r->rules, r->n_checked, -1, r->lease_id,
+        rc = limiter_check_leased(w->limiter, r->gate.subject, strlen(r->gate.subject), r->gate.rules, r->gate.n, -1, r->lease_id,
                                   on_verdict, r);
     } else {
-        rc = limiter_check(w->limiter, r->subject, strlen(r->subject), r->rules, r->n_checked, -1, on_verdict, r);
+        rc = limiter_check(w->limiter, r->gate.subject, strlen(r->gate.subject), r->gate.rules, r->gate.n, -1, on_verdict, r);
     }
     if (rc < 0) {
         r->refs--;
         struct limiter_result unavailable = { .status = LIMITER_UNAVAILABLE };
         apply_verdict(r, &unavailable);
     }
-decided:
     return after_decision(r);
 }
 
@@ -701,7 +626,7 @@ enum MHD_Result request_handle(void *cls, struct MHD_Connection *conn, const cha
                 /* Answered before the body is read; MHD closes the connection after. */
                 return queue_now(r, MHD_HTTP_CONTENT_TOO_LARGE, respond_error(r, "request_too_large"));
         }
-        return decide(r);
+        return admit_or_refuse_head(r);
     }
     case PHASE_CHECKING:
         /* The first call again, after the store answered (or a spurious wake-up). */
@@ -746,7 +671,7 @@ enum MHD_Result request_handle(void *cls, struct MHD_Connection *conn, const cha
 }
 
 /* Metrics and the access log line, once the request is over. */
-static void account(struct request *r)
+static void count_and_log(struct request *r)
 {
     struct worker *w = r->w;
     const char *plan = r->plan != NULL ? r->plan->name : NULL;
@@ -796,6 +721,6 @@ void request_completed(void *cls, struct MHD_Connection *conn, void **req_cls, e
     if (!ws_connection_done(r))
         request_release_slots(r);
     if (r->status != 0)
-        account(r);
+        count_and_log(r);
     request_unref(r);
 }

@@ -12,6 +12,7 @@
 #include <event2/event_struct.h>
 #include <microhttpd.h>
 
+#include "proxy/gate.h"
 #include "tiers/request_target.h"
 #include "proxy/scratch.h"
 #include "store/limiter.h"
@@ -60,7 +61,8 @@ struct request {
     char *raw_uri;                /* exactly as the client sent it: path and query (scratch) */
     size_t head_bytes;            /* what the request head takes of MHD's connection pool */
     struct request_target target; /* raw_uri normalised: what is matched and forwarded (request_target.h) */
-    const char *forwarded_for;    /* every X-Forwarded-For field joined in order; NULL until asked (scratch) */
+    struct gate_header *headers;  /* every field in order (the array in scratch, the bytes MHD's) */
+    size_t n_headers;
     const char *method;           /* owned by MHD, valid until completion */
     int64_t started_ms;
 
@@ -74,17 +76,11 @@ struct request {
     const struct tier_plan *plan; /* NULL for exempt paths */
     const char *user_id;          /* for X-Tier-User */
     bool exempt;
-    char subject[160];            /* limiter subject: "u:<id>" or "ip:<addr>" */
-    const struct tier_limit *checked[LIMITER_MAX_RULES]; /* the limits sent to the store */
-    struct limit_rule rules[LIMITER_MAX_RULES];          /* ... as the store sees them */
-    size_t n_checked;
-    bool has_concurrency;
+    struct gate_check gate;       /* who is calling and the limits the store checks (gate.h) */
     char lease_id[64];
     bool lease_held;              /* concurrency slots taken; given back exactly once */
     bool release_in_flight;       /* given back, the store's acknowledgement not yet in */
     void (*after_release)(struct request *r);
-    bool has_ws_rule;             /* --ws-messages for a WebSocket */
-    struct limit_rule ws_rule;
     struct ws_tunnel *ws;         /* when the request is a WebSocket handshake */
     struct event *close_watch;    /* notices a client that leaves while suspended */
     struct event close_watch_delay; /* arms close_watch once a suspension lasts */
@@ -130,7 +126,9 @@ struct request {
 };
 
 /* libmicrohttpd callbacks, registered by the worker. */
-void *request_uri_logger(void *cls, const char *uri, struct MHD_Connection *conn);
+/* The first thing MHD calls for a request (its URI log callback): makes the request,
+ * keeping the target exactly as sent. */
+void *request_begin(void *cls, const char *uri, struct MHD_Connection *conn);
 enum MHD_Result request_handle(void *cls, struct MHD_Connection *conn, const char *url,
                                const char *method, const char *version, const char *upload_data,
                                size_t *upload_data_size, void **req_cls);
@@ -151,9 +149,8 @@ bool request_release_pending(const struct request *r);
 /* Gives back r's concurrency slots, if it holds any (idempotent). */
 void request_release_slots(struct request *r);
 
-/* Every X-Forwarded-For field of the request, joined in order with ", " into one list;
- * "" when there is none. Kept in the request's scratch after the first call. */
-const char *request_forwarded_for(struct request *r);
+/* The request model the gate reads (gate.h), from r's head and connection. */
+void request_model(const struct request *r, struct gate_request *out);
 
 /* Drops one reference; frees the request when none is left. */
 void request_unref(struct request *r);

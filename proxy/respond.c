@@ -77,15 +77,15 @@ static size_t ratelimit_items(const struct request *r, struct ratelimit_item *it
     size_t n = 0;
     if (!r->have_verdict || r->verdict.status != LIMITER_DECIDED)
         return 0;
-    for (size_t i = 0; i < r->verdict.n && i < r->n_checked; i++) {
+    for (size_t i = 0; i < r->verdict.n && i < r->gate.n; i++) {
         const struct limit_verdict *v = &r->verdict.verdicts[i];
-        bool concurrency = r->checked[i]->kind == TIER_LIMIT_CONCURRENCY;
+        bool concurrency = r->gate.checked[i]->kind == TIER_LIMIT_CONCURRENCY;
         items[n++] = (struct ratelimit_item){
-            .name = r->checked[i]->name,
+            .name = r->gate.checked[i]->name,
             .limit = v->limit,
             .remaining = v->remaining,
             .reset_ms = v->reset_ms,
-            .window_ms = concurrency ? 0 : r->checked[i]->rule.window_ms,
+            .window_ms = concurrency ? 0 : r->gate.checked[i]->rule.window_ms,
             .concurrency = concurrency,
             .rejected = !v->allowed,
         };
@@ -106,15 +106,4 @@ const struct limit_verdict *respond_closest_verdict(const struct request *r)
     struct ratelimit_item items[LIMITER_MAX_RULES];
     size_t n = ratelimit_items(r, items);
     return n > 0 ? &r->verdict.verdicts[ratelimit_closest(items, n)] : NULL;
-}
-
-int64_t respond_retry_after_s(const struct request *r)
-{
-    int64_t wait_ms = 0;
-    for (size_t i = 0; i < r->verdict.n; i++) {
-        const struct limit_verdict *v = &r->verdict.verdicts[i];
-        if (!v->allowed && v->reset_ms > wait_ms)
-            wait_ms = v->reset_ms;
-    }
-    return ratelimit_retry_after_s(wait_ms);
 }

@@ -32,5 +32,3 @@ void respond_add_ratelimit_headers(const struct request *r, struct MHD_Response 
  * one that refused it. NULL when r has no decided check. Points into r->verdict. */
 const struct limit_verdict *respond_closest_verdict(const struct request *r);
 
-/* Whole seconds until every rejecting rule of r's verdict has a slot free. */
-int64_t respond_retry_after_s(const struct request *r);

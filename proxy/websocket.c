@@ -316,7 +316,7 @@ static void refuse_message(struct ws_tunnel *t)
     metrics_count_limit_hit(t->w->metrics, LIMIT_TYPE_WS_MESSAGE, t->r->plan != NULL ? t->r->plan->name : NULL);
     if (t->w->shared->log_warnings && t->r->plan != NULL)
         log_rejection(t->w->shared->rejection_warnings, t->r->user_id, t->r->plan->name, "ws_message",
-                      t->r->ws_rule.id, t->r->ws_rule.rate, t->r->ws_rule.rate);
+                      t->r->gate.ws_rule.id, t->r->gate.ws_rule.rate, t->r->gate.ws_rule.rate);
     if (t->r->plan != NULL && t->r->plan->shadow)
         return; /* counted and reported; a shadow plan refuses nothing */
     close_client_with(t, 1008, "message rate limit exceeded");
@@ -360,7 +360,7 @@ static void pump_client(struct ws_tunnel *t, struct evbuffer *in)
             return;
         }
         if (f.ends_message && t->messages != NULL &&
-            !local_limit_check(t->messages, &t->r->ws_rule, store_realtime_ms(), NULL)) {
+            !local_limit_check(t->messages, &t->r->gate.ws_rule, store_realtime_ms(), NULL)) {
             refuse_message(t);
             if (t->state != TUNNEL_OPEN)
                 return;
@@ -629,7 +629,7 @@ static int parse_head(struct ws_tunnel *t, char *head, size_t len)
             names_permessage_deflate(v, vlen))
             t->frames.per_message_deflate = true;
         bool keep = status == 101 ? !(nlen == 10 && strncasecmp(line, "connection", 10) == 0)
-                                  : !forward_is_hop_by_hop(line, nlen);
+                                  : !gate_is_hop_by_hop(line, nlen);
         if (keep && add_header(t, line, nlen, v, vlen) < 0)
             return -ENOMEM;
     }
@@ -789,13 +789,13 @@ void ws_start(struct request *r)
     r->forwarded_ns = store_mono_ns();
     ws_frame_reader_init(&t->frames);
     t->timer = evtimer_new(w->base, on_timer, t);
-    if (r->has_ws_rule)
+    if (r->gate.has_ws_rule)
         t->messages = local_limit_create();
     size_t pick = w->upstream_next++ % cfg->n_upstreams;
     t->resolved = w->ws_upstreams;
     t->resolved->refs++;
     const struct upstream_addr *ua = pick < t->resolved->n ? &t->resolved->addrs[pick] : NULL;
-    if (t->timer == NULL || (r->has_ws_rule && t->messages == NULL) || ua == NULL || !ua->ok ||
+    if (t->timer == NULL || (r->gate.has_ws_rule && t->messages == NULL) || ua == NULL || !ua->ok ||
         forward_build_headers(r, true) < 0) {
         fail_handshake(t, MHD_HTTP_BAD_GATEWAY, "upstream_unavailable");
         return;

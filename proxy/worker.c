@@ -359,7 +359,7 @@ int worker_init(struct worker *w, int index, const struct proxy_shared *shared, 
     /* No listening socket of MHD's own: accept_connections hands it every connection. */
     unsigned flags = MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME | MHD_ALLOW_UPGRADE | MHD_USE_NO_LISTEN_SOCKET;
     w->daemon = MHD_start_daemon(flags, 0, NULL, NULL, request_handle, w,
-                                 MHD_OPTION_URI_LOG_CALLBACK, request_uri_logger, (void *)w,
+                                 MHD_OPTION_URI_LOG_CALLBACK, request_begin, (void *)w,
                                  MHD_OPTION_NOTIFY_COMPLETED, request_completed, (void *)w,
                                  MHD_OPTION_NOTIFY_CONNECTION, on_connection, (void *)w,
                                  MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)75,

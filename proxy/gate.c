@@ -1,0 +1,356 @@
+#include "proxy/gate.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+#include <strings.h>
+
+#include "proxy/field_name.h"
+#include "proxy/netaddr.h"
+#include "proxy/ratelimit_headers.h"
+#include "tiers/plan_rules.h"
+
+static bool name_is(const struct gate_header *h, const char *name)
+{
+    size_t len = strlen(name);
+    return h->name_len == len && strncasecmp(h->name, name, len) == 0;
+}
+
+/* The first field called name, as a lookup on the connection finds it, or NULL. */
+static const struct gate_header *first_field(const struct gate_request *req, const char *name)
+{
+    for (size_t i = 0; i < req->n_headers; i++)
+        if (name_is(&req->headers[i], name))
+            return &req->headers[i];
+    return NULL;
+}
+
+bool gate_is_hop_by_hop(const char *name, size_t len)
+{
+    static const char *const hop[] = { "connection", "keep-alive", "proxy-connection", "proxy-authenticate",
+                                       "proxy-authorization", "te", "trailer", "transfer-encoding", "upgrade" };
+    for (size_t i = 0; i < sizeof(hop) / sizeof(hop[0]); i++)
+        if (strlen(hop[i]) == len && strncasecmp(hop[i], name, len) == 0)
+            return true;
+    return false;
+}
+
+static bool is_space(char c)
+{
+    return c == ' ' || c == '\t';
+}
+
+/* The API key the client presented (value[0, *plen)), or NULL: the bare value of
+ * key_header, or after "Bearer " when key_header is Authorization. */
+static const char *presented_key(const struct gate_request *req, size_t *plen)
+{
+    const char *key_header = req->cfg->key_header;
+    const struct gate_header *h = first_field(req, key_header);
+    if (h == NULL)
+        return NULL;
+    const char *value = h->value, *end = h->value + h->value_len;
+    if (strcasecmp(key_header, "Authorization") == 0) {
+        if (h->value_len < 7 || strncasecmp(value, "Bearer", 6) != 0 || !is_space(value[6]))
+            return NULL;
+        value += 6;
+    }
+    while (value < end && is_space(*value))
+        value++;
+    while (end > value && is_space(end[-1]))
+        end--;
+    /* A key never holds a NUL: what a C string of the value would show stops there. */
+    const char *nul = memchr(value, '\0', (size_t)(end - value));
+    if (nul != NULL)
+        end = nul;
+    while (end > value && is_space(end[-1]))
+        end--;
+    if (end == value)
+        return NULL;
+    *plen = (size_t)(end - value);
+    return value;
+}
+
+void gate_client_address(const struct gate_request *req, char *buf, size_t buflen)
+{
+    const struct proxy_config *cfg = req->cfg;
+    buf[0] = '\0';
+    if (req->peer == NULL || buflen == 0)
+        return;
+    sockaddr_to_text(req->peer, buf, buflen);
+    if (!cidr_match_sockaddr(cfg->trusted_proxies, cfg->n_trusted_proxies, req->peer))
+        return;
+    /* Every X-Forwarded-For field is one list (RFC 9110 5.3): the fields are walked from
+       the last, each from its right; the first untrusted address wins, and when all are
+       trusted the left-most of the earliest field that has one does. */
+    for (size_t i = req->n_headers; i-- > 0;) {
+        const struct gate_header *h = &req->headers[i];
+        if (!name_is(h, "X-Forwarded-For"))
+            continue;
+        char found[64];
+        size_t value_len = h->value_len;
+        const char *nul = memchr(h->value, '\0', value_len);
+        if (nul != NULL)
+            value_len = (size_t)(nul - h->value);
+        if (!xff_client_address(h->value, value_len, cfg->trusted_proxies, cfg->n_trusted_proxies, found,
+                                sizeof(found) < buflen ? sizeof(found) : buflen))
+            continue;
+        snprintf(buf, buflen, "%s", found);
+        if (!cidr_match_text(cfg->trusted_proxies, cfg->n_trusted_proxies, found, strlen(found)))
+            return;
+    }
+}
+
+static bool is_exempt(const struct proxy_config *cfg, const struct request_target *t)
+{
+    for (size_t i = 0; i < cfg->n_exempt_paths; i++)
+        if (request_target_has_prefix(t->match, t->match_len, cfg->exempt_paths[i], strlen(cfg->exempt_paths[i]),
+                                      cfg->path_case_insensitive))
+            return true;
+    return false;
+}
+
+static enum gate_action refuse(struct gate_admission *out, unsigned status, const char *error_code)
+{
+    out->action = GATE_REFUSE;
+    out->refusal.status = status;
+    out->refusal.error_code = error_code;
+    out->refusal.www_authenticate = status == 401;
+    out->refusal.decision = status == 401 ? "unauthenticated" : NULL;
+    return out->action;
+}
+
+enum gate_action gate_admit(const struct gate_request *req, const struct snapshot *snap, struct gate_admission *out)
+{
+    const struct proxy_config *cfg = req->cfg;
+    memset(out, 0, sizeof(*out));
+    if (is_exempt(cfg, req->target)) {
+        out->action = GATE_EXEMPT;
+        return out->action;
+    }
+    if (snap == NULL)
+        return refuse(out, 503, "catalog_unavailable");
+
+    struct gate_check *c = &out->check;
+    size_t key_len = 0;
+    const char *key = presented_key(req, &key_len);
+    if (key != NULL) {
+        const struct tier_user *user = snapshot_find_key(snap, key, key_len);
+        if (user == NULL)
+            return refuse(out, 401, "invalid_api_key");
+        c->plan = user->plan;
+        c->user_id = user->id;
+        snprintf(c->subject, sizeof(c->subject), "u:%s", user->id);
+    } else if (cfg->anonymous_plan != NULL) {
+        c->plan = snapshot_find_plan(snap, cfg->anonymous_plan);
+        if (c->plan == NULL)
+            return refuse(out, 401, "missing_api_key");
+        char addr[64];
+        gate_client_address(req, addr, sizeof(addr));
+        c->user_id = "anonymous";
+        snprintf(c->subject, sizeof(c->subject), "ip:%s", addr);
+    } else {
+        return refuse(out, 401, "missing_api_key");
+    }
+
+    const struct tier_limit *ws = NULL;
+    c->n = tier_plan_rules(c->plan, req->method, req->target->match, req->target->match_len,
+                           cfg->path_case_insensitive, cfg->lease_ttl_ms, c->rules, c->checked, &ws);
+    if (ws != NULL && req->websocket) {
+        c->has_ws_rule = true;
+        c->ws_rule = ws->rule;
+    }
+    for (size_t i = 0; i < c->n; i++)
+        c->has_concurrency |= c->rules[i].algorithm == LIMIT_CONCURRENCY;
+    out->action = c->n == 0 ? GATE_UNLIMITED : GATE_CHECK;
+    return out->action;
+}
+
+void gate_verdict(const struct gate_check *check, bool websocket, const struct limiter_result *result,
+                  const struct proxy_config *cfg, struct gate_outcome *out)
+{
+    memset(out, 0, sizeof(*out));
+    if (result->status != LIMITER_DECIDED) {
+        out->store_error = true;
+        out->decision = "store_unavailable";
+        bool has_rate = false;
+        for (size_t i = 0; i < check->n; i++)
+            has_rate |= check->rules[i].algorithm != LIMIT_CONCURRENCY;
+        bool open = (!has_rate || cfg->rate_fail_open) && (!check->has_concurrency || cfg->concurrency_fail_open);
+        if (open) {
+            out->action = GATE_FORWARD;
+        } else {
+            out->action = GATE_UNAVAILABLE;
+            out->error_code = "limiter_unavailable";
+        }
+        return;
+    }
+    if (result->allowed) {
+        out->action = GATE_FORWARD;
+        out->decision = "allowed";
+        out->lease_held = check->has_concurrency;
+        return;
+    }
+    bool rate_rejected = false;
+    int64_t wait_ms = 0;
+    for (size_t i = 0; i < result->n && i < check->n; i++) {
+        const struct limit_verdict *v = &result->verdicts[i];
+        if (v->allowed)
+            continue;
+        rate_rejected |= check->rules[i].algorithm != LIMIT_CONCURRENCY;
+        if (v->reset_ms > wait_ms)
+            wait_ms = v->reset_ms;
+    }
+    static const char *const type_names[] = { "http", "concurrency", "ws_connection", "ws_message" };
+    out->over_limit = true;
+    out->limit_type = rate_rejected ? LIMIT_TYPE_HTTP : websocket ? LIMIT_TYPE_WS_CONNECTION : LIMIT_TYPE_CONCURRENCY;
+    out->limit_type_name = type_names[out->limit_type];
+    if (check->plan != NULL && check->plan->shadow) {
+        out->action = GATE_FORWARD;
+        out->decision = "shadow";
+        return;
+    }
+    out->action = GATE_LIMITED;
+    out->decision = "rejected";
+    out->error_code = rate_rejected ? "rate_limit_exceeded" : "concurrency_limit_exceeded";
+    out->retry_after_s = ratelimit_retry_after_s(wait_ms);
+}
+
+/* Whether name[0, len) is one of the comma-separated tokens of a Connection field. */
+static bool named_in_connection(const struct gate_header *connection, const char *name, size_t name_len)
+{
+    if (connection == NULL)
+        return false;
+    const char *p = connection->value, *end = connection->value + connection->value_len;
+    while (p < end) {
+        while (p < end && (*p == ' ' || *p == '\t' || *p == ','))
+            p++;
+        const char *start = p;
+        while (p < end && *p != ',' && *p != ' ' && *p != '\t')
+            p++;
+        if ((size_t)(p - start) == name_len && name_len > 0 && strncasecmp(start, name, name_len) == 0)
+            return true;
+    }
+    return false;
+}
+
+static int emit(const struct gate_header_sink *sink, const char *name, const char *value, size_t value_len)
+{
+    return sink->emit(sink->ctx, name, strlen(name), value, value_len);
+}
+
+int gate_upstream_headers(const struct gate_request *req, const struct gate_check *check,
+                          const struct gate_header_sink *sink)
+{
+    const struct proxy_config *cfg = req->cfg;
+    const char *key_header = cfg->forward_key ? NULL : cfg->key_header;
+    const struct gate_header *connection = first_field(req, "Connection");
+    bool trusted_peer = req->peer != NULL && cidr_match_sockaddr(cfg->trusted_proxies, cfg->n_trusted_proxies, req->peer);
+    const char *authority = req->target->authority;
+    size_t authority_len = req->target->authority_len;
+    const char *host = NULL;
+    size_t host_len = 0;
+    bool kept_xf_proto = false, kept_xf_host = false;
+    size_t chain_len = 0; /* of a trusted peer's X-Forwarded-For fields joined with ", " */
+
+    for (size_t i = 0; i < req->n_headers; i++) {
+        const struct gate_header *h = &req->headers[i];
+        const char *name = h->name, *value = h->value;
+        size_t len = h->name_len, value_len = h->value_len;
+        if (gate_is_hop_by_hop(name, len) || named_in_connection(connection, name, len))
+            continue;
+        if (name_is(h, "Content-Length") || name_is(h, "Expect"))
+            continue;
+        /* Applications behind CGI-like stacks read "_" as "-": an underscored name is
+           dropped, or, when forwarded, never one that spells a header the proxy sets,
+           strips or trusts. */
+        bool underscored = field_name_has_underscore(name, len);
+        if (underscored && !cfg->underscores_forward)
+            continue;
+        if (field_name_has_prefix_folded(name, len, "X-Tier-"))
+            continue;
+        if (key_header != NULL && field_name_equal_folded(name, len, key_header))
+            continue;
+        if (underscored && (field_name_equal_folded(name, len, "X-Forwarded-For") ||
+                            field_name_equal_folded(name, len, "X-Forwarded-Proto") ||
+                            field_name_equal_folded(name, len, "X-Forwarded-Host") ||
+                            field_name_equal_folded(name, len, "Host")))
+            continue;
+        if (name_is(h, "X-Forwarded-For"))
+            continue; /* every field of it is one list, sent once below */
+        if (name_is(h, "X-Forwarded-Proto")) {
+            if (!trusted_peer)
+                continue;
+            kept_xf_proto = true;
+        } else if (name_is(h, "X-Forwarded-Host")) {
+            if (!trusted_peer)
+                continue;
+            kept_xf_host = true;
+        } else if (name_is(h, "Host")) {
+            if (authority != NULL) {
+                value = authority;
+                value_len = authority_len;
+            }
+            host = value;
+            host_len = value_len;
+        }
+        if (sink->emit(sink->ctx, name, len, value, value_len) < 0)
+            return -ENOMEM;
+    }
+    if (host == NULL && authority != NULL) { /* an HTTP/1.0 request without Host */
+        host = authority;
+        host_len = authority_len;
+        if (emit(sink, "Host", authority, authority_len) < 0)
+            return -ENOMEM;
+    }
+
+    /* A trusted peer's whole list, every field in order, then the peer: uncut (the head
+       that carried it is capped, so the list is too). */
+    char peer_text[64] = "";
+    if (req->peer != NULL)
+        sockaddr_to_text(req->peer, peer_text, sizeof(peer_text));
+    size_t peer_len = strlen(peer_text);
+    for (size_t i = 0; trusted_peer && i < req->n_headers; i++)
+        if (name_is(&req->headers[i], "X-Forwarded-For"))
+            chain_len += (chain_len > 0 ? 2 : 0) + req->headers[i].value_len;
+    char *xff = sink->alloc(sink->ctx, chain_len + peer_len + 3);
+    if (xff == NULL)
+        return -ENOMEM;
+    size_t at = 0;
+    for (size_t i = 0; trusted_peer && i < req->n_headers; i++) {
+        const struct gate_header *h = &req->headers[i];
+        if (!name_is(h, "X-Forwarded-For"))
+            continue;
+        if (at > 0) {
+            memcpy(xff + at, ", ", 2);
+            at += 2;
+        }
+        memcpy(xff + at, h->value, h->value_len);
+        at += h->value_len;
+    }
+    if (at > 0) {
+        memcpy(xff + at, ", ", 2);
+        at += 2;
+    }
+    memcpy(xff + at, peer_text, peer_len + 1);
+    at += peer_len;
+    if (emit(sink, "X-Forwarded-For", xff, at) < 0)
+        return -ENOMEM;
+    if (!kept_xf_proto && emit(sink, "X-Forwarded-Proto", "http", 4) < 0)
+        return -ENOMEM;
+    if (host != NULL && !kept_xf_host && emit(sink, "X-Forwarded-Host", host, host_len) < 0)
+        return -ENOMEM;
+    if (check != NULL && check->plan != NULL) {
+        if (emit(sink, "X-Tier-User", check->user_id, strlen(check->user_id)) < 0 ||
+            emit(sink, "X-Tier-Plan", check->plan->name, strlen(check->plan->name)) < 0)
+            return -ENOMEM;
+    }
+    if (req->websocket) {
+        /* The upgrade is the one hop-by-hop exchange a tunnel must pass on. */
+        const struct gate_header *upgrade = first_field(req, "Upgrade");
+        if (emit(sink, "Connection", "Upgrade", 7) < 0 ||
+            (upgrade != NULL ? emit(sink, "Upgrade", upgrade->value, upgrade->value_len)
+                             : emit(sink, "Upgrade", "websocket", 9)) < 0)
+            return -ENOMEM;
+    }
+    return 0;
+}

@@ -1,0 +1,135 @@
+/* The admission step of a request, pure: from one request model (method, normalised
+ * target, header fields in order, peer address, configuration) to who is calling, what
+ * applies and what the upstream receives (SPEC "One request model"; STYLE "decide once, on
+ * one model, then hand off").
+ *
+ * No libmicrohttpd, libcurl, hiredis or libevent here: request.c gathers the model from
+ * the connection, asks gate_admit, asks the store when the gate says so, and hands the
+ * store's answer to gate_verdict; forward.c and websocket.c send what
+ * gate_upstream_headers emits. Unit tests and the fuzzer drive it with plain structs. */
+#pragma once
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/socket.h>
+
+#include "proxy/config.h"
+#include "proxy/metrics.h"
+#include "store/limiter.h"
+#include "tiers/request_target.h"
+#include "tiers/snapshot.h"
+
+/* One header field as the client sent it; value "" when it had none. Neither needs a NUL. */
+struct gate_header {
+    const char *name;
+    size_t name_len;
+    const char *value;
+    size_t value_len;
+};
+
+/* The request model. Everything it points to outlives the gate's answers. */
+struct gate_request {
+    const char *method;
+    const struct request_target *target;  /* request_target_parse's, already accepted */
+    const struct gate_header *headers;    /* every field, in the order sent */
+    size_t n_headers;
+    const struct sockaddr *peer;          /* the connection's peer; NULL when unknown */
+    bool websocket;                       /* a WebSocket handshake (GET with Upgrade: websocket) */
+    const struct proxy_config *cfg;       /* key_header, anonymous_plan, forward_key, exempt_paths,
+                                             path_case, trusted_proxies, underscores_in_headers,
+                                             lease_ttl, on_store_error */
+};
+
+enum gate_action {
+    GATE_EXEMPT,     /* an exempt path: forwarded, no plan, no limits */
+    GATE_REFUSE,     /* answered here: gate_admission.refusal */
+    GATE_UNLIMITED,  /* a plan applies but none of its limits meets this request: forwarded */
+    GATE_CHECK,      /* the store decides: gate_admission.check */
+};
+
+struct gate_refusal {
+    unsigned status;           /* 401 or 503 */
+    const char *error_code;    /* "missing_api_key", "invalid_api_key", "catalog_unavailable" */
+    const char *decision;      /* for the access log; NULL when none fits ("error") */
+    bool www_authenticate;     /* add WWW-Authenticate: Bearer */
+};
+
+/* Who is calling and which limits the store checks. */
+struct gate_check {
+    const struct tier_plan *plan;
+    const char *user_id;       /* the user's id, or "anonymous" */
+    char subject[160];         /* limiter subject: "u:<id>" (keys of one user share it) or "ip:<addr>" */
+    struct limit_rule rules[LIMITER_MAX_RULES];
+    const struct tier_limit *checked[LIMITER_MAX_RULES]; /* the limit each rule came from */
+    size_t n;
+    bool has_concurrency;
+    bool has_ws_rule;          /* a --ws-messages limit for this WebSocket */
+    struct limit_rule ws_rule;
+};
+
+struct gate_admission {
+    enum gate_action action;
+    struct gate_refusal refusal;  /* GATE_REFUSE */
+    struct gate_check check;      /* GATE_UNLIMITED and GATE_CHECK */
+};
+
+/* Step 1, before the store: exempt paths, then the key (or the anonymous plan per client
+ * address), then the plan's rules for this method and path. snap may be NULL (no catalog
+ * loaded yet): only exempt paths pass then. Fills *out and returns out->action. */
+enum gate_action gate_admit(const struct gate_request *req, const struct snapshot *snap,
+                            struct gate_admission *out);
+
+enum gate_outcome_action {
+    GATE_FORWARD,      /* admitted (allowed, shadow, or the store failed open) */
+    GATE_LIMITED,      /* 429 */
+    GATE_UNAVAILABLE,  /* 503 limiter_unavailable: the store failed closed */
+};
+
+struct gate_outcome {
+    enum gate_outcome_action action;
+    const char *decision;      /* "allowed", "shadow", "rejected", "store_unavailable" */
+    bool store_error;          /* the store did not decide */
+    bool lease_held;           /* concurrency slots were taken and must be given back */
+    bool over_limit;           /* some limit refused (a shadow plan forwards anyway) */
+    enum limit_type limit_type;       /* when over_limit: what refused */
+    const char *limit_type_name;      /* ... as the access log and the body name it */
+    const char *error_code;    /* GATE_LIMITED: "rate_limit_exceeded" or "concurrency_limit_exceeded";
+                                  GATE_UNAVAILABLE: "limiter_unavailable" */
+    int64_t retry_after_s;     /* GATE_LIMITED: until every refusing limit has room */
+};
+
+/* Step 2, once the store answered (or failed: result->status != LIMITER_DECIDED): the
+ * outcome of check for a request (websocket: a handshake). on_store_error comes from
+ * cfg (rate_fail_open, concurrency_fail_open). */
+void gate_verdict(const struct gate_check *check, bool websocket, const struct limiter_result *result,
+                  const struct proxy_config *cfg, struct gate_outcome *out);
+
+/* The client's address for per-IP limits: the peer, or, when the peer is a trusted proxy,
+ * the right-most X-Forwarded-For address (every field, one list) that is not itself
+ * trusted (the left-most when all are). "" when the peer is unknown. */
+void gate_client_address(const struct gate_request *req, char *buf, size_t buflen);
+
+/* Where the upstream header list goes: emit gets each field in order (name and value are
+ * not NUL-terminated); alloc gives memory that lives as long as the list is used. Both
+ * return 0 / non-NULL, or the build stops with -ENOMEM. */
+struct gate_header_sink {
+    int (*emit)(void *ctx, const char *name, size_t name_len, const char *value, size_t value_len);
+    void *(*alloc)(void *ctx, size_t n);
+    void *ctx;
+};
+
+/* What the upstream receives (SPEC "What the upstream receives"): the client's fields in
+ * order minus hop-by-hop ones (and those Connection names), Content-Length and Expect
+ * (the proxy frames the body itself), the key unless forward_key, every X-Tier-* field and
+ * the X-Forwarded-* fields of an untrusted peer; underscored names dropped unless
+ * underscores_in_headers = forward, and then never one that spells a header the proxy sets,
+ * strips or trusts; Host replaced by an absolute-form target's authority. Then
+ * X-Forwarded-For (a trusted peer's list, then the peer), X-Forwarded-Proto and
+ * X-Forwarded-Host (unless a trusted peer sent them), X-Tier-User and X-Tier-Plan when check
+ * is not NULL, and for a WebSocket handshake Connection: Upgrade and the client's Upgrade.
+ * Returns 0 or -ENOMEM. */
+int gate_upstream_headers(const struct gate_request *req, const struct gate_check *check,
+                          const struct gate_header_sink *sink);
+
+/* True for fields that describe one connection, not the message (RFC 9110 7.6.1). */
+bool gate_is_hop_by_hop(const char *name, size_t len);
