@@ -298,8 +298,8 @@ static enum MHD_Result queue_now(struct request *r, unsigned status, struct MHD_
     return queue_pending(r);
 }
 
-/* Every header field of the request in order, as the gate reads them: two passes (count,
- * then copy the pointers), so the list takes one allocation however many fields there are.
+/* Every header field of the request in order, as the gate reads them: one pass copying the
+ * pointers into one allocation sized by the screening pass's count (check_header).
  * Names and values stay MHD's, valid until the request completes. */
 struct header_gather {
     struct gate_header *fields;
@@ -311,27 +311,23 @@ static enum MHD_Result gather_field(void *cls, enum MHD_ValueKind kind, const ch
 {
     struct header_gather *g = cls;
     (void)kind;
-    if (g->fields != NULL) {
-        if (g->n == g->cap)
-            return MHD_NO; /* the head changed between the passes: it cannot, but never overrun */
-        g->fields[g->n] = (struct gate_header){
-            .name = name, .name_len = name_size,
-            .value = value != NULL ? value : "", .value_len = value != NULL ? value_size : 0,
-        };
-    }
-    g->n++;
+    if (g->n == g->cap)
+        return MHD_NO; /* the head changed between the passes: it cannot, but never overrun */
+    g->fields[g->n++] = (struct gate_header){
+        .name = name, .name_len = name_size,
+        .value = value != NULL ? value : "", .value_len = value != NULL ? value_size : 0,
+    };
     return MHD_YES;
 }
 
-/* Fills r->headers. False when memory runs out. */
-static bool gather_headers(struct request *r)
+/* Fills r->headers with the n_fields fields the screening pass counted. False when memory
+ * runs out. */
+static bool gather_headers(struct request *r, size_t n_fields)
 {
-    struct header_gather count = { 0 };
-    MHD_get_connection_values_n(r->conn, MHD_HEADER_KIND, gather_field, &count);
-    if (count.n == 0)
+    if (n_fields == 0)
         return true;
-    struct header_gather copy = { .fields = scratch_alloc(&r->scratch, count.n * sizeof(struct gate_header)),
-                                  .cap = count.n };
+    struct header_gather copy = { .fields = scratch_alloc(&r->scratch, n_fields * sizeof(struct gate_header)),
+                                  .cap = n_fields };
     if (copy.fields == NULL)
         return false;
     MHD_get_connection_values_n(r->conn, MHD_HEADER_KIND, gather_field, &copy);
@@ -462,7 +458,7 @@ static bool parse_target(struct request *r)
  * Connection: close and never reads the body; an admitted request goes on to PHASE_BODY.
  * When the store has to be asked, the connection is suspended here and MHD repeats the
  * first call once it is woken. */
-static enum MHD_Result admit_or_refuse_head(struct request *r)
+static enum MHD_Result admit_or_refuse_head(struct request *r, size_t n_fields)
 {
     struct worker *w = r->w;
     r->ws_upgrade = ws_is_upgrade(r->conn, r->method);
@@ -470,7 +466,7 @@ static enum MHD_Result admit_or_refuse_head(struct request *r)
         r->decision = "malformed";
         return queue_now(r, MHD_HTTP_BAD_REQUEST, respond_error(r, "bad_request_target"));
     }
-    if (!gather_headers(r))
+    if (!gather_headers(r, n_fields))
         return MHD_NO;
 
     struct gate_request model;
@@ -626,7 +622,7 @@ enum MHD_Result request_handle(void *cls, struct MHD_Connection *conn, const cha
                 /* Answered before the body is read; MHD closes the connection after. */
                 return queue_now(r, MHD_HTTP_CONTENT_TOO_LARGE, respond_error(r, "request_too_large"));
         }
-        return admit_or_refuse_head(r);
+        return admit_or_refuse_head(r, hc.fields);
     }
     case PHASE_CHECKING:
         /* The first call again, after the store answered (or a spurious wake-up). */

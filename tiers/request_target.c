@@ -30,26 +30,14 @@ static bool authority_char(unsigned char c)
     return strchr("!$&'()*+,;=:[]%", c) != NULL && c != '\0';
 }
 
-static bool ascii_lower_equal(unsigned char a, unsigned char b)
-{
-    if (a >= 'A' && a <= 'Z')
-        a = (unsigned char)(a - 'A' + 'a');
-    if (b >= 'A' && b <= 'Z')
-        b = (unsigned char)(b - 'A' + 'a');
-    return a == b;
-}
-
 bool request_target_has_prefix(const char *path, size_t path_len, const char *prefix, size_t prefix_len,
                                bool ignore_case)
 {
     if (prefix_len > path_len)
         return false;
-    if (!ignore_case)
-        return memcmp(path, prefix, prefix_len) == 0;
-    for (size_t i = 0; i < prefix_len; i++)
-        if (!ascii_lower_equal((unsigned char)path[i], (unsigned char)prefix[i]))
-            return false;
-    return true;
+    /* strncasecmp folds ASCII letters only: the proxy never calls setlocale, so it runs in
+       the C locale (and neither string holds a NUL before prefix_len). */
+    return ignore_case ? strncasecmp(path, prefix, prefix_len) == 0 : memcmp(path, prefix, prefix_len) == 0;
 }
 
 /* A path being written twice, as forwarded (fwd) and as matched (match). */
