@@ -291,24 +291,6 @@ static void clear_resp_headers(struct request *r)
     r->resp_content_length = -1;
 }
 
-/* "HTTP/1.x SP 3DIGIT [SP reason]" (RFC 9112 4), CRLF already cut off: the status, or 0. */
-static long parse_status_line(const char *line, size_t len)
-{
-    if (len < 12 || memcmp(line, "HTTP/1.", 7) != 0 || (line[7] != '0' && line[7] != '1') || line[8] != ' ')
-        return 0;
-    long status = 0;
-    for (int i = 9; i < 12; i++) {
-        if (line[i] < '0' || line[i] > '9')
-            return 0;
-        status = status * 10 + (line[i] - '0');
-    }
-    if (len > 12 && line[12] != ' ')
-        return 0;
-    if (!head_screen_value_ok(line + 12, len - 12))
-        return 0;
-    return status >= 100 && status <= 599 ? status : 0;
-}
-
 /* The upstream's head is too big or malformed: curl stops (0 is a write error) and the
  * client gets 502 bad_upstream_response. */
 static size_t refuse_upstream_head(struct request *r)
@@ -334,7 +316,7 @@ static size_t on_upstream_header(char *line, size_t size, size_t nitems, void *u
         size_t line_len = len;
         while (line_len > 0 && (line[line_len - 1] == '\r' || line[line_len - 1] == '\n'))
             line_len--;
-        long status = parse_status_line(line, line_len);
+        long status = head_screen_status_line(line, line_len);
         if (status == 0)
             return refuse_upstream_head(r);
         r->upstream_status = status;

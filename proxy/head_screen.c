@@ -2,6 +2,7 @@
 
 #include <stdbool.h>
 #include <stdint.h>
+#include <string.h>
 #include <strings.h>
 
 #include "proxy/http_token.h"
@@ -78,6 +79,23 @@ bool head_screen_value_ok(const char *value, size_t len)
         if (!value_char((unsigned char)value[i]))
             return false;
     return true;
+}
+
+long head_screen_status_line(const char *line, size_t len)
+{
+    if (len < 12 || memcmp(line, "HTTP/1.", 7) != 0 || (line[7] != '0' && line[7] != '1') || line[8] != ' ')
+        return 0;
+    long status = 0;
+    for (int i = 9; i < 12; i++) {
+        if (line[i] < '0' || line[i] > '9')
+            return 0;
+        status = status * 10 + (line[i] - '0');
+    }
+    if (len > 12 && line[12] != ' ')
+        return 0;
+    if (!head_screen_value_ok(line + 12, len - 12))
+        return 0;
+    return status >= 100 && status <= 599 ? status : 0;
 }
 
 bool head_screen_single_field(const char *name, size_t len)

@@ -19,6 +19,7 @@
 #include "proxy/access_log.h"
 #include "proxy/config.h"
 #include "proxy/forward.h"
+#include "proxy/head_screen.h"
 #include "proxy/metrics.h"
 #include "proxy/request.h"
 #include "proxy/respond.h"
@@ -588,14 +589,9 @@ static int parse_head(struct ws_tunnel *t, char *head, size_t len)
 {
     char *line = head, *end = head + len;
     char *eol = memmem(line, (size_t)(end - line), "\r\n", 2);
-    if (eol == NULL || eol - line < 12 || memcmp(line, "HTTP/1.", 7) != 0)
+    long status = eol != NULL ? head_screen_status_line(line, (size_t)(eol - line)) : 0;
+    if (status == 0)
         return -EINVAL;
-    long status = 0;
-    for (int i = 9; i < 12; i++) {
-        if (line[i] < '0' || line[i] > '9')
-            return -EINVAL;
-        status = status * 10 + (line[i] - '0');
-    }
     t->status = status;
     t->body_need = -1;
     for (line = eol + 2; line < end; line = eol + 2) {
