@@ -13,13 +13,28 @@
 #include <event2/event_struct.h>
 
 #include "proxy/config.h"
-#include "proxy/head_screen.h"
+#include "proxy/http1.h"
 #include "proxy/metrics.h"
-#include "proxy/netaddr.h"
-#include "proxy/respond.h"
 #include "proxy/upstream_tls.h"
-#include "proxy/worker.h"
 #include "store/clock.h"
+
+/* Reset easy handles kept for reuse: no per-request setup. */
+#define EASY_POOL_MAX 256
+
+struct forwarder {
+    struct event_base *base;
+    const struct proxy_config *cfg;
+    struct metrics *metrics;
+    bool log_warnings;
+    bool closing;
+    CURLM *multi;
+    struct event *timer;
+    CURLSH *share;                      /* DNS cache for the upstream names */
+    char curl_error[CURL_ERROR_SIZE];   /* every easy handle's CURLOPT_ERRORBUFFER */
+    CURL *easy_pool[EASY_POOL_MAX];
+    size_t n_easy_pool;
+    unsigned next;                      /* round robin over cfg->upstreams */
+};
 
 /* Upstream bytes held per request before curl is paused until the client reads. */
 #define RESP_BUFFER_HIGH (256 * 1024)
@@ -30,7 +45,7 @@
  * forgets a socket between two transfers on one kept-alive connection; keeping its event
  * registered meanwhile ("parked") saves an epoll_ctl DEL and ADD per request. */
 struct curl_sock {
-    struct worker *w;
+    struct forwarder *f;
     struct event ev;
     short kind;        /* what ev is registered for; 0 when it is not */
     bool parked;       /* the connection idles in curl's cache */
@@ -52,7 +67,7 @@ static void sock_table_init(void)
     sock_table_size = sock_table != NULL ? n : 0;
 }
 
-static void check_finished(struct worker *w);
+static void check_finished(struct forwarder *f);
 
 static void sock_unregister(struct curl_sock *cs)
 {
@@ -64,7 +79,7 @@ static void sock_unregister(struct curl_sock *cs)
 static void on_curl_event(evutil_socket_t fd, short what, void *arg)
 {
     struct curl_sock *cs = arg;
-    struct worker *w = cs->w;
+    struct forwarder *f = cs->f;
     if (cs->parked) {
         /* An idle connection closed or spoke out of turn: curl finds it dead when it next
            looks at it; until then it must not wake the loop. */
@@ -73,13 +88,13 @@ static void on_curl_event(evutil_socket_t fd, short what, void *arg)
     }
     int action = ((what & EV_READ) ? CURL_CSELECT_IN : 0) | ((what & EV_WRITE) ? CURL_CSELECT_OUT : 0);
     int running;
-    curl_multi_socket_action(w->multi, fd, action, &running);
-    check_finished(w);
+    curl_multi_socket_action(f->multi, fd, action, &running);
+    check_finished(f);
 }
 
 static int on_curl_socket(CURL *easy, curl_socket_t fd, int what, void *userp, void *socketp)
 {
-    struct worker *w = userp;
+    struct forwarder *f = userp;
     (void)easy;
     (void)socketp;
     if (fd < 0 || (size_t)fd >= sock_table_size)
@@ -97,7 +112,7 @@ static int on_curl_socket(CURL *easy, curl_socket_t fd, int what, void *userp, v
         cs = calloc(1, sizeof(*cs));
         if (cs == NULL)
             return -1;
-        cs->w = w;
+        cs->f = f;
         sock_table[fd] = cs;
     }
     cs->parked = false;
@@ -105,7 +120,7 @@ static int on_curl_socket(CURL *easy, curl_socket_t fd, int what, void *userp, v
     if (kind == cs->kind)
         return 0;
     sock_unregister(cs);
-    event_assign(&cs->ev, w->base, fd, kind, on_curl_event, cs);
+    event_assign(&cs->ev, f->base, fd, kind, on_curl_event, cs);
     if (event_add(&cs->ev, NULL) < 0)
         return -1;
     cs->kind = kind;
@@ -126,95 +141,93 @@ static int on_curl_close(void *clientp, curl_socket_t fd)
 
 static void on_curl_timer(evutil_socket_t fd, short what, void *arg)
 {
-    struct worker *w = arg;
+    struct forwarder *f = arg;
     int running;
-    curl_multi_socket_action(w->multi, CURL_SOCKET_TIMEOUT, 0, &running);
-    check_finished(w);
+    curl_multi_socket_action(f->multi, CURL_SOCKET_TIMEOUT, 0, &running);
+    check_finished(f);
 }
 
 static int on_curl_timer_set(CURLM *multi, long timeout_ms, void *userp)
 {
-    struct worker *w = userp;
+    struct forwarder *f = userp;
+    (void)multi;
     if (timeout_ms < 0) {
-        evtimer_del(w->curl_timer);
+        evtimer_del(f->timer);
         return 0;
     }
     struct timeval tv = store_ms_to_timeval(timeout_ms);
-    evtimer_add(w->curl_timer, &tv);
+    evtimer_add(f->timer, &tv);
     return 0;
 }
 
-int forward_init(struct worker *w)
+struct forwarder *forwarder_create(struct event_base *base, const struct proxy_config *cfg, struct metrics *metrics,
+                                   bool log_warnings)
 {
     pthread_once(&sock_table_once, sock_table_init);
     if (sock_table == NULL)
-        return -ENOMEM;
-    w->multi = curl_multi_init();
-    w->curl_timer = evtimer_new(w->base, on_curl_timer, w);
-    w->curl_share = curl_share_init();
-    if (w->multi == NULL || w->curl_timer == NULL || w->curl_share == NULL)
-        return -ENOMEM;
-    curl_share_setopt(w->curl_share, CURLSHOPT_SHARE, CURL_LOCK_DATA_DNS);
-    curl_multi_setopt(w->multi, CURLMOPT_SOCKETFUNCTION, on_curl_socket);
-    curl_multi_setopt(w->multi, CURLMOPT_SOCKETDATA, w);
-    curl_multi_setopt(w->multi, CURLMOPT_TIMERFUNCTION, on_curl_timer_set);
-    curl_multi_setopt(w->multi, CURLMOPT_TIMERDATA, w);
+        return NULL;
+    struct forwarder *f = calloc(1, sizeof(*f));
+    if (f == NULL)
+        return NULL;
+    f->base = base;
+    f->cfg = cfg;
+    f->metrics = metrics;
+    f->log_warnings = log_warnings;
+    f->multi = curl_multi_init();
+    f->timer = evtimer_new(base, on_curl_timer, f);
+    f->share = curl_share_init();
+    if (f->multi == NULL || f->timer == NULL || f->share == NULL) {
+        forwarder_destroy(f);
+        return NULL;
+    }
+    curl_share_setopt(f->share, CURLSHOPT_SHARE, CURL_LOCK_DATA_DNS);
+    curl_multi_setopt(f->multi, CURLMOPT_SOCKETFUNCTION, on_curl_socket);
+    curl_multi_setopt(f->multi, CURLMOPT_SOCKETDATA, f);
+    curl_multi_setopt(f->multi, CURLMOPT_TIMERFUNCTION, on_curl_timer_set);
+    curl_multi_setopt(f->multi, CURLMOPT_TIMERDATA, f);
     /* Keep enough idle upstream connections for every client connection's reuse. */
-    curl_multi_setopt(w->multi, CURLMOPT_MAXCONNECTS, 1024L);
-    return 0;
+    curl_multi_setopt(f->multi, CURLMOPT_MAXCONNECTS, 1024L);
+    return f;
 }
 
-void forward_destroy(struct worker *w)
+void forwarder_set_config(struct forwarder *f, const struct proxy_config *cfg)
 {
-    while (w->n_easy_pool > 0)
-        curl_easy_cleanup(w->easy_pool[--w->n_easy_pool]);
-    if (w->multi != NULL)
-        curl_multi_cleanup(w->multi);
-    if (w->curl_share != NULL)
-        curl_share_cleanup(w->curl_share);
-    if (w->curl_timer != NULL)
-        event_free(w->curl_timer);
-    w->multi = NULL;
-    w->curl_share = NULL;
-    w->curl_timer = NULL;
+    f->cfg = cfg;
 }
 
-/* The upstream part is over and the slots are given back: the client side may end. */
-static void finish_client_side(struct request *r)
+void forwarder_close(struct forwarder *f)
 {
-    if (r->mhd_done)
-        return;
-    if (r->stashed != NULL) {
-        struct MHD_Response *resp = r->stashed;
-        r->stashed = NULL;
-        request_set_pending(r, (unsigned)r->upstream_status, resp);
-        return;
-    }
-    /* curl refuses some malformed heads itself (a field line without a colon) */
-    if (r->bad_upstream_head || (!r->upstream_head_done && r->upstream_result == CURLE_WEIRD_SERVER_REPLY)) {
-        request_set_pending(r, MHD_HTTP_BAD_GATEWAY, respond_error(r, "bad_upstream_response"));
-    } else if (!r->upstream_head_done) {
-        bool slow = r->timed_out || r->upstream_result == CURLE_OPERATION_TIMEDOUT;
-        request_set_pending(r, slow ? MHD_HTTP_GATEWAY_TIMEOUT : MHD_HTTP_BAD_GATEWAY,
-                            respond_error(r, slow ? "upstream_timeout" : "upstream_unavailable"));
-    } else if (r->reader_waiting) {
-        request_wake(r);
-    }
+    if (f != NULL)
+        f->closing = true;
 }
 
-/* The transfer is over (finished, failed or cut short): give the slots back, then tell
- * the client side. */
-static void upstream_finished(struct request *r, CURLcode result)
+void forwarder_destroy(struct forwarder *f)
 {
-    r->upstream_done = true;
-    r->upstream_result = result;
-    evtimer_del(&r->upstream_timer);
-    if (r->mhd_done)
+    if (f == NULL)
         return;
-    request_release_then(r, finish_client_side);
+    while (f->n_easy_pool > 0)
+        curl_easy_cleanup(f->easy_pool[--f->n_easy_pool]);
+    if (f->multi != NULL)
+        curl_multi_cleanup(f->multi);
+    if (f->share != NULL)
+        curl_share_cleanup(f->share);
+    if (f->timer != NULL)
+        event_free(f->timer);
+    free(f);
 }
 
-static void check_finished(struct worker *w)
+/* The transfer is over (finished, failed or cut short): the owner decides what the client
+ * gets. */
+static void upstream_finished(struct upstream *u, CURLcode result)
+{
+    u->done = true;
+    u->result = result;
+    evtimer_del(&u->timer);
+    if (!u->abandoned)
+        u->hooks->finished(u->owner);
+}
+
+static void check_finished(struct forwarder *f)
 {
     /* Handles are removed after the info_read loop, never inside curl's callbacks. */
     CURL *done[64];
@@ -224,7 +237,7 @@ static void check_finished(struct worker *w)
         n = 0;
         CURLMsg *msg;
         int left;
-        while (n < 64 && (msg = curl_multi_info_read(w->multi, &left)) != NULL) {
+        while (n < 64 && (msg = curl_multi_info_read(f->multi, &left)) != NULL) {
             if (msg->msg != CURLMSG_DONE)
                 continue;
             done[n] = msg->easy_handle;
@@ -232,189 +245,163 @@ static void check_finished(struct worker *w)
             n++;
         }
         for (size_t i = 0; i < n; i++) {
-            struct request *r = NULL;
-            curl_easy_getinfo(done[i], CURLINFO_PRIVATE, (char **)&r);
-            curl_multi_remove_handle(w->multi, done[i]);
-            if (w->shared->log_warnings)
-                upstream_tls_log_failure(done[i], results[i], w->curl_error);
-            upstream_finished(r, results[i]);
+            struct upstream *u = NULL;
+            curl_easy_getinfo(done[i], CURLINFO_PRIVATE, (char **)&u);
+            curl_multi_remove_handle(f->multi, done[i]);
+            if (f->log_warnings)
+                upstream_tls_log_failure(done[i], results[i], f->curl_error);
+            upstream_finished(u, results[i]);
         }
     } while (n == 64);
 }
 
 static void on_upstream_timeout(evutil_socket_t fd, short what, void *arg)
 {
-    struct request *r = arg;
-    if (r->upstream_done)
+    struct upstream *u = arg;
+    (void)fd;
+    (void)what;
+    if (u->done)
         return;
-    r->timed_out = true;
-    curl_multi_remove_handle(r->w->multi, r->easy);
-    upstream_finished(r, CURLE_OPERATION_TIMEDOUT);
+    u->timed_out = true;
+    curl_multi_remove_handle(u->f->multi, u->easy);
+    upstream_finished(u, CURLE_OPERATION_TIMEDOUT);
 }
 
-static void arm_upstream_timer(struct request *r)
+static void arm_upstream_timer(struct upstream *u)
 {
-    int64_t ms = r->w->cfg->upstream_timeout_ms;
-    struct timeval tv = store_ms_to_timeval(ms);
-    evtimer_add(&r->upstream_timer, &tv);
+    struct timeval tv = store_ms_to_timeval(u->f->cfg->upstream_timeout_ms);
+    evtimer_add(&u->timer, &tv);
 }
 
-
-static int add_resp_header(struct request *r, const char *name, size_t name_len, const char *value, size_t value_len)
+static int add_field(struct upstream *u, const struct http1_field *field)
 {
-    if (r->n_resp_headers == r->cap_resp_headers) {
-        size_t cap = r->cap_resp_headers ? r->cap_resp_headers * 2 : 16;
+    if (u->n_fields == u->cap_fields) {
+        size_t cap = u->cap_fields ? u->cap_fields * 2 : 16;
         if (cap > 512)
             return -E2BIG;
         /* The old array stays in scratch until the request ends: 16 KiB at most, all told. */
-        struct response_header *grown = scratch_alloc(&r->scratch, cap * sizeof(*grown));
+        struct upstream_field *grown = scratch_alloc(u->scratch, cap * sizeof(*grown));
         if (grown == NULL)
             return -ENOMEM;
-        if (r->n_resp_headers > 0)
-            memcpy(grown, r->resp_headers, r->n_resp_headers * sizeof(*grown));
-        r->resp_headers = grown;
-        r->cap_resp_headers = cap;
+        if (u->n_fields > 0)
+            memcpy(grown, u->fields, u->n_fields * sizeof(*grown));
+        u->fields = grown;
+        u->cap_fields = cap;
     }
-    char *n = scratch_strndup(&r->scratch, name, name_len);
-    char *v = scratch_strndup(&r->scratch, value, value_len);
+    char *n = scratch_strndup(u->scratch, field->name, field->name_len);
+    char *v = scratch_strndup(u->scratch, field->value, field->value_len);
     if (n == NULL || v == NULL)
         return -ENOMEM;
-    r->resp_headers[r->n_resp_headers].name = n;
-    r->resp_headers[r->n_resp_headers].value = v;
-    r->n_resp_headers++;
+    u->fields[u->n_fields++] = (struct upstream_field){ .name = n, .value = v };
     return 0;
 }
 
-static void clear_resp_headers(struct request *r)
-{
-    r->n_resp_headers = 0;
-    r->resp_content_length = -1;
-}
-
 /* The upstream's head is too big or malformed: curl stops (0 is a write error) and the
- * client gets 502 bad_upstream_response. */
-static size_t refuse_upstream_head(struct request *r)
+ * owner answers 502 bad_upstream_response. */
+static size_t refuse_upstream_head(struct upstream *u)
 {
-    r->bad_upstream_head = true;
+    u->bad_head = true;
     return 0;
 }
 
 static size_t on_upstream_header(char *line, size_t size, size_t nitems, void *userdata)
 {
-    struct request *r = userdata;
-    size_t len = size * nitems;
-    if (r->mhd_done)
+    struct upstream *u = userdata;
+    size_t taken = size * nitems, len = taken;
+    if (u->abandoned)
         return 0;
-    if (!r->upstream_head_done) {
-        r->upstream_head_bytes += len;
-        if (r->upstream_head_bytes > FORWARD_UPSTREAM_HEAD_MAX)
-            return refuse_upstream_head(r);
-    }
-    if (len >= 5 && memcmp(line, "HTTP/", 5) == 0) {
-        /* A new response head: an interim 1xx may come before the final one. */
-        clear_resp_headers(r);
-        size_t line_len = len;
-        while (line_len > 0 && (line[line_len - 1] == '\r' || line[line_len - 1] == '\n'))
-            line_len--;
-        long status = head_screen_status_line(line, line_len);
-        if (status == 0)
-            return refuse_upstream_head(r);
-        r->upstream_status = status;
-        return len;
+    if (!u->head_done) {
+        u->head_bytes += len;
+        if (u->head_bytes > FORWARD_UPSTREAM_HEAD_MAX)
+            return refuse_upstream_head(u);
     }
     while (len > 0 && (line[len - 1] == '\r' || line[len - 1] == '\n'))
         len--;
+    if (len >= 5 && memcmp(line, "HTTP/", 5) == 0) {
+        /* A new response head: an interim 1xx may come before the final one. */
+        u->n_fields = 0;
+        u->content_length = -1;
+        u->status = http1_status_line(line, len);
+        return u->status != 0 ? taken : refuse_upstream_head(u);
+    }
     if (len == 0) {
-        if (r->upstream_status >= 200 && !r->upstream_head_done) {
-            r->upstream_head_done = true;
-            int64_t waited_ns = store_mono_ns() - r->forwarded_ns;
-            r->upstream_ms = waited_ns / 1000000;
-            metrics_observe_upstream(r->w->metrics, waited_ns);
-            arm_upstream_timer(r);
-            /* MHD asks for the response on its next turn (forward_respond): by then a small
-               body has usually arrived too, and head and body leave in one write. */
-            request_wake(r);
+        if (u->status >= 200 && !u->head_done) {
+            u->head_done = true;
+            int64_t waited_ns = store_mono_ns() - u->started_ns;
+            u->waited_ms = waited_ns / 1000000;
+            metrics_observe_upstream(u->f->metrics, waited_ns);
+            arm_upstream_timer(u);
+            /* libmicrohttpd asks for the response on its next turn: by then a small body
+               has usually arrived too, and head and body leave in one write. */
+            u->hooks->head_in(u->owner);
         }
-        return size * nitems;
+        return taken;
     }
     if (line[0] == ' ' || line[0] == '\t')
-        return size * nitems; /* obsolete line folding: dropped, as RFC 9112 allows */
-    const char *colon = memchr(line, ':', len);
-    if (colon == NULL || !head_screen_name_ok(line, (size_t)(colon - line)))
-        return refuse_upstream_head(r);
-    size_t name_len = (size_t)(colon - line);
-    const char *value = colon + 1;
-    size_t value_len = len - name_len - 1;
-    if (!head_screen_value_ok(value, value_len))
-        return refuse_upstream_head(r);
-    while (value_len > 0 && (*value == ' ' || *value == '\t')) {
-        value++;
-        value_len--;
+        return taken; /* obsolete line folding: dropped, as RFC 9112 allows */
+    struct http1_field field;
+    if (http1_field_line(line, len, &field) < 0)
+        return refuse_upstream_head(u);
+    if (http1_is_hop_by_hop(field.name, field.name_len))
+        return taken;
+    if (http1_name_is(field.name, field.name_len, "Content-Length")) {
+        int64_t n;
+        if (http1_content_length(field.value, field.value_len, &n) < 0)
+            return refuse_upstream_head(u);
+        u->content_length = n;
+        return taken;
     }
-    if (gate_is_hop_by_hop(line, name_len))
-        return size * nitems;
-    if (name_len == 14 && strncasecmp(line, "content-length", 14) == 0) {
-        char buf[32];
-        if (value_len == 0 || value_len >= sizeof(buf))
-            return 0;
-        memcpy(buf, value, value_len);
-        buf[value_len] = '\0';
-        char *end;
-        errno = 0;
-        long long n = strtoll(buf, &end, 10);
-        if (errno != 0 || *end != '\0' || n < 0)
-            return 0;
-        r->resp_content_length = n;
-        return size * nitems;
-    }
-    if (add_resp_header(r, line, name_len, value, value_len) < 0)
-        return 0;
-    return size * nitems;
+    return add_field(u, &field) == 0 ? taken : 0;
 }
 
 static size_t on_upstream_body(char *data, size_t size, size_t nmemb, void *userdata)
 {
-    struct request *r = userdata;
+    struct upstream *u = userdata;
     size_t len = size * nmemb;
-    if (r->mhd_done)
+    if (u->abandoned)
         return 0;
-    if (r->resp_body.len >= RESP_BUFFER_HIGH) {
-        r->curl_paused = true;
+    if (u->body.len >= RESP_BUFFER_HIGH) {
+        u->curl_paused = true;
         return CURL_WRITEFUNC_PAUSE;
     }
-    if (bytebuf_append(&r->resp_body, data, len) < 0)
+    if (bytebuf_append(&u->body, data, len) < 0)
         return 0;
-    arm_upstream_timer(r);
-    if (r->reader_waiting)
-        request_wake(r);
+    arm_upstream_timer(u);
+    if (u->reader_waiting) {
+        u->reader_waiting = false;
+        u->hooks->body_in(u->owner);
+    }
     return len;
 }
 
 static ssize_t read_response_body(void *cls, uint64_t pos, char *buf, size_t max)
 {
-    struct request *r = cls;
-    if (r->w->closing)
+    struct upstream *u = cls;
+    (void)pos;
+    u->reader_waiting = false;
+    if (u->f->closing)
         return MHD_CONTENT_READER_END_WITH_ERROR;
-    size_t avail = r->resp_body.len;
-    if (avail > 0 && r->resp_content_length >= 0 && request_release_pending(r) &&
-        r->bytes_sent + avail >= (uint64_t)r->resp_content_length)
+    bool slots_pending = u->hooks->slots_pending(u->owner);
+    size_t avail = u->body.len;
+    if (avail > 0 && u->content_length >= 0 && slots_pending &&
+        *u->bytes_sent + avail >= (uint64_t)u->content_length)
         avail--; /* the last byte ends the response: it waits for the slots to be given back */
     if (avail > 0) {
         size_t n = avail < max ? avail : max;
-        memcpy(buf, r->resp_body.data + r->resp_body.off, n);
-        bytebuf_consume(&r->resp_body, n);
-        r->bytes_sent += n;
-        if (r->curl_paused && r->resp_body.len < RESP_BUFFER_LOW && !r->upstream_done) {
-            r->curl_paused = false;
-            curl_easy_pause(r->easy, CURLPAUSE_CONT);
+        memcpy(buf, u->body.data + u->body.off, n);
+        bytebuf_consume(&u->body, n);
+        *u->bytes_sent += n;
+        if (u->curl_paused && u->body.len < RESP_BUFFER_LOW && !u->done) {
+            u->curl_paused = false;
+            curl_easy_pause(u->easy, CURLPAUSE_CONT);
         }
         return (ssize_t)n;
     }
-    if (r->upstream_done && !request_release_pending(r) && r->resp_body.len == 0)
-        return r->upstream_result == CURLE_OK ? MHD_CONTENT_READER_END_OF_STREAM : MHD_CONTENT_READER_END_WITH_ERROR;
+    if (u->done && !slots_pending && u->body.len == 0)
+        return u->result == CURLE_OK ? MHD_CONTENT_READER_END_OF_STREAM : MHD_CONTENT_READER_END_WITH_ERROR;
     /* Nothing to send yet: sleep until curl brings more, instead of being polled. */
-    r->reader_waiting = true;
-    request_suspend(r);
+    u->reader_waiting = true;
+    u->hooks->starved(u->owner);
     return 0;
 }
 
@@ -425,33 +412,31 @@ static size_t response_block_size(uint64_t size)
     return size < largest ? (size_t)size : largest;
 }
 
-static struct MHD_Response *make_response(struct request *r)
+struct MHD_Response *upstream_response(struct upstream *u, bool head_request, bool *bodiless)
 {
-    bool bodiless = strcmp(r->method, "HEAD") == 0 || r->upstream_status == 204 || r->upstream_status == 304 ||
-                    r->resp_content_length == 0;
-    r->resp_bodiless = bodiless;
-    uint64_t size = r->resp_content_length >= 0 ? (uint64_t)r->resp_content_length : MHD_SIZE_UNKNOWN;
+    bool none = head_request || u->status == 204 || u->status == 304 || u->content_length == 0;
+    *bodiless = none;
+    uint64_t size = u->content_length >= 0 ? (uint64_t)u->content_length : MHD_SIZE_UNKNOWN;
     struct MHD_Response *resp;
-    if (bodiless && (size == MHD_SIZE_UNKNOWN || size == 0)) {
+    if (none && (size == MHD_SIZE_UNKNOWN || size == 0)) {
         resp = MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT);
-    } else if (!bodiless && r->upstream_done && r->upstream_result == CURLE_OK && !request_release_pending(r)) {
+    } else if (!none && u->done && u->result == CURLE_OK && !u->hooks->slots_pending(u->owner)) {
         /* The whole body is in: MHD takes the buffer and sends it with the head. */
-        struct bytebuf *b = &r->resp_body;
+        struct bytebuf *b = &u->body;
         size_t len = b->len;
         resp = MHD_create_response_from_buffer_with_free_callback_cls(len, len > 0 ? b->data + b->off : (void *)"",
                                                                       free, b->data);
         if (resp != NULL) {
             memset(b, 0, sizeof(*b));
-            r->bytes_sent = len;
+            *u->bytes_sent = len;
         }
     } else {
-        resp = MHD_create_response_from_callback(size, response_block_size(size), read_response_body, r, NULL);
+        resp = MHD_create_response_from_callback(size, response_block_size(size), read_response_body, u, NULL);
     }
     if (resp == NULL)
         return NULL;
-    for (size_t i = 0; i < r->n_resp_headers; i++)
-        MHD_add_response_header(resp, r->resp_headers[i].name, r->resp_headers[i].value);
-    respond_add_ratelimit_headers(r, resp);
+    for (size_t i = 0; i < u->n_fields; i++)
+        MHD_add_response_header(resp, u->fields[i].name, u->fields[i].value);
     return resp;
 }
 
@@ -461,63 +446,41 @@ static struct MHD_Response *make_response(struct request *r)
  * the RateLimit headers take. */
 #define MHD_OWN_LINES_BYTES 512
 
-static bool response_head_fits(const struct request *r)
+bool upstream_head_fits(const struct upstream *u, size_t client_head_bytes)
 {
-    size_t bytes = r->head_bytes + MHD_OWN_LINES_BYTES;
-    for (size_t i = 0; i < r->n_resp_headers; i++)
-        bytes += strlen(r->resp_headers[i].name) + strlen(r->resp_headers[i].value) + 4;
+    size_t bytes = client_head_bytes + MHD_OWN_LINES_BYTES;
+    for (size_t i = 0; i < u->n_fields; i++)
+        bytes += strlen(u->fields[i].name) + strlen(u->fields[i].value) + 4;
     return bytes <= FORWARD_CLIENT_POOL_BYTES;
-}
-
-void forward_respond(struct request *r)
-{
-    r->response_made = true;
-    if (!response_head_fits(r)) {
-        forward_abort(r);
-        r->pending = respond_error(r, "bad_upstream_response");
-        r->pending_status = MHD_HTTP_BAD_GATEWAY;
-        return;
-    }
-    struct MHD_Response *resp = make_response(r);
-    if (resp == NULL) {
-        forward_abort(r);
-        r->pending = respond_error(r, "upstream_unavailable");
-        r->pending_status = MHD_HTTP_BAD_GATEWAY;
-    } else if (r->resp_bodiless && request_release_pending(r)) {
-        r->stashed = resp; /* complete as soon as sent: it waits for the release */
-    } else {
-        r->pending = resp;
-        r->pending_status = (unsigned)r->upstream_status;
-    }
 }
 
 /* curl only reads the list, so its nodes and lines are the request's scratch: no
  * curl_slist_append (two allocations a line) and no formatting. */
-static int append_line(struct request *r, char *line)
+static int append_line(struct upstream *u, char *line)
 {
-    struct curl_slist *node = scratch_alloc(&r->scratch, sizeof(*node));
+    struct curl_slist *node = scratch_alloc(u->scratch, sizeof(*node));
     if (node == NULL)
         return -ENOMEM;
     node->data = line;
     node->next = NULL;
-    if (r->upstream_headers_last != NULL)
-        r->upstream_headers_last->next = node;
+    if (u->lines_last != NULL)
+        u->lines_last->next = node;
     else
-        r->upstream_headers = node;
-    r->upstream_headers_last = node;
+        u->lines = node;
+    u->lines_last = node;
     return 0;
 }
 
 /* Collects the gate's upstream fields as curl lines, noting the ones curl would invent. */
 struct curl_lines {
-    struct request *r;
+    struct upstream *u;
     bool saw_accept, saw_content_type;
 };
 
 static int append_header(void *ctx, const char *name, size_t name_len, const char *value, size_t value_len)
 {
     struct curl_lines *c = ctx;
-    char *line = scratch_alloc(&c->r->scratch, name_len + value_len + 3);
+    char *line = scratch_alloc(c->u->scratch, name_len + value_len + 3);
     if (line == NULL)
         return -ENOMEM;
     memcpy(line, name, name_len);
@@ -529,46 +492,37 @@ static int append_header(void *ctx, const char *name, size_t name_len, const cha
         memcpy(line + name_len + 2, value, value_len);
         line[name_len + 2 + value_len] = '\0';
     }
-    c->saw_accept |= name_len == 6 && strncasecmp(name, "Accept", 6) == 0;
-    c->saw_content_type |= name_len == 12 && strncasecmp(name, "Content-Type", 12) == 0;
-    return append_line(c->r, line);
+    c->saw_accept |= http1_name_is(name, name_len, "Accept");
+    c->saw_content_type |= http1_name_is(name, name_len, "Content-Type");
+    return append_line(c->u, line);
 }
 
 static void *scratch_for_headers(void *ctx, size_t n)
 {
     struct curl_lines *c = ctx;
-    return scratch_alloc(&c->r->scratch, n);
+    return scratch_alloc(c->u->scratch, n);
 }
 
-/* "Name:": curl leaves out the header it would have added itself. */
-static int append_removal(struct request *r, const char *line)
+/* The upstream's header lines: what gate_upstream_headers says it receives, and "Name:"
+ * lines that keep curl from adding headers the client did not send. */
+static int build_lines(struct upstream *u, const struct upstream_request *req)
 {
-    return append_line(r, (char *)line);
-}
-
-int forward_build_headers(struct request *r, bool websocket)
-{
-    struct gate_request model;
-    request_model(r, &model);
-    model.websocket = websocket;
-    struct curl_lines lines = { .r = r };
+    struct curl_lines lines = { .u = u };
     struct gate_header_sink sink = { .emit = append_header, .alloc = scratch_for_headers, .ctx = &lines };
-    int rc = gate_upstream_headers(&model, r->plan != NULL ? &r->gate : NULL, &sink);
-    if (rc < 0 || websocket)
-        return rc;
-    /* Keep curl from adding headers the client did not send. */
-    rc = append_removal(r, "Expect:");
+    int rc = gate_upstream_headers(req->model, req->check, &sink);
+    if (rc == 0)
+        rc = append_line(u, (char *)"Expect:");
     if (rc == 0 && !lines.saw_accept)
-        rc = append_removal(r, "Accept:");
+        rc = append_line(u, (char *)"Accept:");
     if (rc == 0 && !lines.saw_content_type)
-        rc = append_removal(r, "Content-Type:");
+        rc = append_line(u, (char *)"Content-Type:");
     return rc;
 }
 
 /* A new easy handle with the options every transfer shares. A handle goes back to the
- * worker's pool with them still set: no curl_easy_reset, which frees and re-copies every
- * option, and a few fewer option strings to copy each request. */
-static CURL *new_easy(struct worker *w)
+ * forwarder's pool with them still set: no curl_easy_reset, which frees and re-copies
+ * every option, and a few fewer option strings to copy each request. */
+static CURL *new_easy(struct forwarder *f)
 {
     CURL *e = curl_easy_init();
     if (e == NULL)
@@ -576,13 +530,13 @@ static CURL *new_easy(struct worker *w)
     curl_easy_setopt(e, CURLOPT_PATH_AS_IS, 1L);
     curl_easy_setopt(e, CURLOPT_HTTP_VERSION, (long)CURL_HTTP_VERSION_1_1);
     curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
-    curl_easy_setopt(e, CURLOPT_SHARE, w->curl_share);
+    curl_easy_setopt(e, CURLOPT_SHARE, f->share);
     curl_easy_setopt(e, CURLOPT_HEADERFUNCTION, on_upstream_header);
     curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, on_upstream_body);
     curl_easy_setopt(e, CURLOPT_CLOSESOCKETFUNCTION, on_curl_close);
-    /* Why a transfer failed, for the TLS failure log (one buffer per worker: the text of
-       the latest failure, read right after curl_multi_socket_action returns). */
-    curl_easy_setopt(e, CURLOPT_ERRORBUFFER, w->curl_error);
+    /* Why a transfer failed, for the TLS failure log (one buffer per forwarder: the text
+       of the latest failure, read right after curl_multi_socket_action returns). */
+    curl_easy_setopt(e, CURLOPT_ERRORBUFFER, f->curl_error);
     /* The upstream is the configured address, never an http_proxy from the environment
      * (nginx and HAProxy do not read one either); this also spares curl five getenv()s. */
     curl_easy_setopt(e, CURLOPT_NOPROXY, "*");
@@ -591,22 +545,24 @@ static CURL *new_easy(struct worker *w)
 
 /* Sets what differs between transfers, every one of them, over what the handle's last
  * transfer left. */
-static void set_transfer_options(CURL *e, struct request *r, const char *upstream)
+static void set_transfer_options(struct upstream *u, const struct upstream_request *req, const char *upstream)
 {
+    CURL *e = u->easy;
+    const struct proxy_config *cfg = u->f->cfg;
     curl_easy_setopt(e, CURLOPT_URL, upstream);
-    curl_easy_setopt(e, CURLOPT_REQUEST_TARGET, r->target.forward);
-    curl_easy_setopt(e, CURLOPT_PRIVATE, r);
-    curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, (long)r->w->cfg->connect_timeout_ms);
-    curl_easy_setopt(e, CURLOPT_HEADERDATA, r);
-    curl_easy_setopt(e, CURLOPT_WRITEDATA, r);
-    curl_easy_setopt(e, CURLOPT_HTTPHEADER, r->upstream_headers);
+    curl_easy_setopt(e, CURLOPT_REQUEST_TARGET, req->model->target->forward);
+    curl_easy_setopt(e, CURLOPT_PRIVATE, u);
+    curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, (long)cfg->connect_timeout_ms);
+    curl_easy_setopt(e, CURLOPT_HEADERDATA, u);
+    curl_easy_setopt(e, CURLOPT_WRITEDATA, u);
+    curl_easy_setopt(e, CURLOPT_HTTPHEADER, u->lines);
     /* Set for every https transfer (so a reload reaches pooled handles); http ones ignore them. */
     if (upstream_is_https(upstream))
-        upstream_tls_curl_options(e, r->w->cfg);
+        upstream_tls_curl_options(e, cfg);
 
-    const char *m = r->method;
+    const char *m = req->model->method;
     bool head = strcmp(m, "HEAD") == 0;
-    bool has_body = !head && (r->body.len > 0 || strcmp(m, "POST") == 0 || strcmp(m, "PUT") == 0 ||
+    bool has_body = !head && (req->body_len > 0 || strcmp(m, "POST") == 0 || strcmp(m, "PUT") == 0 ||
                               strcmp(m, "PATCH") == 0);
     /* HTTPGET starts from a plain GET: no body, no upload, NOBODY off. */
     curl_easy_setopt(e, CURLOPT_POSTFIELDS, NULL);
@@ -614,64 +570,75 @@ static void set_transfer_options(CURL *e, struct request *r, const char *upstrea
     if (head) {
         curl_easy_setopt(e, CURLOPT_NOBODY, 1L);
     } else if (has_body) {
-        curl_easy_setopt(e, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)r->body.len);
-        curl_easy_setopt(e, CURLOPT_POSTFIELDS, r->body.len > 0 ? r->body.data + r->body.off : "");
+        curl_easy_setopt(e, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)req->body_len);
+        curl_easy_setopt(e, CURLOPT_POSTFIELDS, req->body_len > 0 ? req->body : "");
     }
     /* curl says GET, HEAD and POST-with-a-body by itself */
     bool curl_names_it = head || (has_body ? strcmp(m, "POST") == 0 : strcmp(m, "GET") == 0);
     curl_easy_setopt(e, CURLOPT_CUSTOMREQUEST, curl_names_it ? NULL : m);
 }
 
-void forward_start(struct request *r)
+void upstream_init(struct upstream *u, struct forwarder *f, struct scratch *scratch, const struct upstream_hooks *hooks,
+                   void *owner, uint64_t *bytes_sent)
 {
-    struct worker *w = r->w;
-    const struct proxy_config *cfg = w->cfg;
-    const char *upstream = cfg->upstreams[w->upstream_next++ % cfg->n_upstreams];
-
-    r->resp_content_length = -1;
-    evtimer_assign(&r->upstream_timer, w->base, on_upstream_timeout, r);
-    r->easy = w->n_easy_pool > 0 ? w->easy_pool[--w->n_easy_pool] : new_easy(w);
-    if (r->easy == NULL || forward_build_headers(r, false) < 0)
-        goto fail;
-
-    CURL *e = r->easy;
-    set_transfer_options(e, r, upstream);
-
-    arm_upstream_timer(r);
-    r->phase = PHASE_FORWARDING;
-    r->forwarded_ns = store_mono_ns();
-    if (curl_multi_add_handle(w->multi, e) != CURLM_OK)
-        goto fail;
-    return;
-fail:
-    request_set_pending(r, MHD_HTTP_BAD_GATEWAY, respond_error(r, "upstream_unavailable"));
+    memset(u, 0, sizeof(*u));
+    u->f = f;
+    u->scratch = scratch;
+    u->hooks = hooks;
+    u->owner = owner;
+    u->bytes_sent = bytes_sent;
+    u->content_length = -1;
+    u->waited_ms = -1;
 }
 
-void forward_abort(struct request *r)
+int upstream_start(struct upstream *u, const struct upstream_request *req)
 {
-    if (r->easy != NULL && !r->upstream_done && r->phase >= PHASE_FORWARDING) {
-        curl_multi_remove_handle(r->w->multi, r->easy);
-        r->upstream_done = true;
-        r->upstream_result = CURLE_ABORTED_BY_CALLBACK;
+    struct forwarder *f = u->f;
+    const struct proxy_config *cfg = f->cfg;
+    const char *upstream = cfg->upstreams[f->next++ % cfg->n_upstreams];
+    evtimer_assign(&u->timer, f->base, on_upstream_timeout, u);
+    u->easy = f->n_easy_pool > 0 ? f->easy_pool[--f->n_easy_pool] : new_easy(f);
+    if (u->easy == NULL || build_lines(u, req) < 0)
+        return -ENOMEM;
+    set_transfer_options(u, req, upstream);
+    arm_upstream_timer(u);
+    u->started_ns = store_mono_ns();
+    if (curl_multi_add_handle(f->multi, u->easy) != CURLM_OK) {
+        evtimer_del(&u->timer);
+        return -EIO;
+    }
+    u->started = true;
+    return 0;
+}
+
+void upstream_abort(struct upstream *u)
+{
+    u->abandoned = true;
+    if (u->started && !u->done) {
+        curl_multi_remove_handle(u->f->multi, u->easy);
+        u->done = true;
+        u->result = CURLE_ABORTED_BY_CALLBACK;
     }
 }
 
-void forward_release(struct request *r)
+void upstream_release(struct upstream *u)
 {
-    forward_abort(r);
-    if (r->easy != NULL) {
-        struct worker *w = r->w;
-        if (w->n_easy_pool < sizeof(w->easy_pool) / sizeof(w->easy_pool[0]) && w->multi != NULL) {
-            /* The options naming r stay until set_transfer_options sets every one of them
+    if (u->f == NULL)
+        return; /* never initialised */
+    upstream_abort(u);
+    struct forwarder *f = u->f;
+    if (u->easy != NULL) {
+        if (f->n_easy_pool < EASY_POOL_MAX) {
+            /* The options naming u stay until set_transfer_options sets every one of them
                for the handle's next transfer; curl does not look at an idle handle. */
-            w->easy_pool[w->n_easy_pool++] = r->easy;
+            f->easy_pool[f->n_easy_pool++] = u->easy;
         } else {
-            curl_easy_cleanup(r->easy);
+            curl_easy_cleanup(u->easy);
         }
     }
-    r->easy = NULL;
-    /* The header lists are in r's scratch, which goes with r. */
-    bytebuf_free(&r->resp_body);
-    if (event_initialized(&r->upstream_timer))
-        evtimer_del(&r->upstream_timer);
+    u->easy = NULL;
+    /* The header lines are in the owner's scratch, which goes with it. */
+    bytebuf_free(&u->body);
+    if (event_initialized(&u->timer))
+        evtimer_del(&u->timer);
 }

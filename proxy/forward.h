@@ -1,9 +1,28 @@
-/* Forwarding a request to the upstream with libcurl's multi interface on the worker's
- * loop, and streaming the response back through libmicrohttpd. */
+/* The upstream side of a request: one libcurl transfer on the worker's loop (curl's multi
+ * interface), and the client's response made from its answer. forward.c owns two things:
+ * the forwarder, one per worker (the multi handle, its timer and socket events, the DNS
+ * cache, reusable easy handles, the round robin over the upstreams), and the upstream,
+ * one per forwarded request (as nginx's r->upstream): the easy handle, the header lines
+ * sent, the response head and the body on its way. Only forward.c writes an upstream; the
+ * request that owns it reads its outcome and is told of progress through its hooks. No
+ * request or worker type is known here. */
 #pragma once
-#include "proxy/request.h"
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
 
-struct worker;
+#include <curl/curl.h>
+#include <event2/event_struct.h>
+#include <microhttpd.h>
+
+#include "proxy/bytebuf.h"
+#include "proxy/gate.h"
+#include "proxy/scratch.h"
+
+struct event_base;
+struct metrics;
+struct proxy_config;
+struct forwarder;
 
 /* The largest upstream response head taken (SPEC: over it, 502 bad_upstream_response). */
 #define FORWARD_UPSTREAM_HEAD_MAX (64 * 1024)
@@ -13,26 +32,94 @@ struct worker;
  * together, or MHD drops the connection without an answer. */
 #define FORWARD_CLIENT_POOL_BYTES (32 * 1024)
 
-/* Sets up the worker's curl multi handle on its event loop. Returns 0 or -ENOMEM. */
-int forward_init(struct worker *w);
-void forward_destroy(struct worker *w);
+/* One per worker. log_warnings: TLS failures are logged. NULL when curl cannot be set up. */
+struct forwarder *forwarder_create(struct event_base *base, const struct proxy_config *cfg, struct metrics *metrics,
+                                   bool log_warnings);
+/* The configuration later transfers use (a reload); transfers under way keep theirs. */
+void forwarder_set_config(struct forwarder *f, const struct proxy_config *cfg);
+/* Shutting down past the drain: response bodies still streaming end with an error. */
+void forwarder_close(struct forwarder *f);
+/* Frees the forwarder; every upstream must have been released first. NULL is fine. */
+void forwarder_destroy(struct forwarder *f);
 
-/* Starts forwarding r upstream. On failure to start, a 502 is made pending. */
-void forward_start(struct request *r);
+/* What forward.c tells the request that owns an upstream. Called from curl's callbacks
+ * and the libmicrohttpd body reader, never after upstream_abort. */
+struct upstream_hooks {
+    void (*head_in)(void *owner);       /* the final response head is in: time to respond */
+    void (*body_in)(void *owner);       /* the body reader slept and has bytes again */
+    void (*finished)(void *owner);      /* the transfer is over: the outcome fields say how */
+    void (*starved)(void *owner);       /* the body reader has nothing yet: sleep until body_in
+                                           or finished */
+    bool (*slots_pending)(void *owner); /* the owner's concurrency slots are not back yet: the
+                                           response's last byte waits for them */
+};
 
-/* Stops a transfer that is still running (the client went away). */
-void forward_abort(struct request *r);
+struct upstream_field {
+    char *name;
+    char *value;
+};
 
-/* Frees the upstream side of r (headers, buffers, timer). */
-void forward_release(struct request *r);
+/* What the upstream receives. */
+struct upstream_request {
+    const struct gate_request *model;   /* method, target and headers as the gate read them */
+    const struct gate_check *check;     /* the caller and plan; NULL for an exempt path */
+    const char *body;
+    size_t body_len;
+};
 
-/* Builds r->upstream_headers from what gate_upstream_headers says the upstream receives
- * (gate.h). For curl (websocket false) it adds the lines that keep curl from inventing
- * headers. Returns 0 or -ENOMEM. */
-int forward_build_headers(struct request *r, bool websocket);
+struct upstream {
+    /* set by upstream_init */
+    struct forwarder *f;
+    const struct upstream_hooks *hooks;
+    void *owner;
+    struct scratch *scratch;            /* the owner's: header lines and response fields live there */
+    uint64_t *bytes_sent;               /* the owner's count of body bytes sent to the client */
 
+    CURL *easy;
+    struct curl_slist *lines;           /* nodes and lines in scratch: never curl_slist_free_all */
+    struct curl_slist *lines_last;
+    struct event timer;                 /* upstream_timeout_ms without progress */
+    bool started;
+    bool abandoned;                     /* upstream_abort ran: no hook is called any more */
+    int64_t started_ns;
+    bool reader_waiting;                /* the body reader returned nothing and slept */
+    bool curl_paused;
+    bool head_bytes_counted;
 
-/* Called when MHD asks for r's response after its upstream head is in: makes it r->pending
- * (the whole body at once when it has all arrived, else streamed), or r->stashed when a
- * bodiless response must wait for the slots' release, or a 502 when memory runs out. */
-void forward_respond(struct request *r);
+    /* the outcome, read by the owner */
+    bool head_done;                     /* the final (non-1xx) response head is in */
+    bool bad_head;                      /* over FORWARD_UPSTREAM_HEAD_MAX or malformed */
+    bool done;                          /* the transfer is over, with `result` */
+    bool timed_out;
+    CURLcode result;
+    long status;
+    int64_t waited_ms;                  /* until the response head; -1 before */
+    size_t head_bytes;                  /* of the response heads so far */
+    struct upstream_field *fields;      /* the response head minus hop-by-hop fields */
+    size_t n_fields, cap_fields;
+    int64_t content_length;             /* -1 when the upstream did not say */
+    struct bytebuf body;                /* received, not yet sent */
+};
+
+/* Ties u to its forwarder and owner; nothing is sent yet. */
+void upstream_init(struct upstream *u, struct forwarder *f, struct scratch *scratch, const struct upstream_hooks *hooks,
+                   void *owner, uint64_t *bytes_sent);
+
+/* Starts the transfer. Returns 0, or a negative errno when it could not start (nothing
+ * is under way then, and no hook will be called). */
+int upstream_start(struct upstream *u, const struct upstream_request *req);
+
+/* True when the response head fits libmicrohttpd's pool beside a request head that takes
+ * client_head_bytes of it (MHD drops the connection without a word when it does not). */
+bool upstream_head_fits(const struct upstream *u, size_t client_head_bytes);
+
+/* The client's response once the head is in: the whole body at once when it has all
+ * arrived (and the slots are back), else streamed from the body as it comes. *bodiless is
+ * set for HEAD, 204, 304 and an empty body. NULL when memory runs out. */
+struct MHD_Response *upstream_response(struct upstream *u, bool head_request, bool *bodiless);
+
+/* Stops a transfer still under way (the client left, or the request ends). Idempotent. */
+void upstream_abort(struct upstream *u);
+
+/* Aborts and frees what u holds (the easy handle goes back to the forwarder's pool). */
+void upstream_release(struct upstream *u);

@@ -6,6 +6,7 @@
 #include <strings.h>
 
 #include "proxy/field_name.h"
+#include "proxy/http1.h"
 #include "proxy/netaddr.h"
 #include "proxy/ratelimit_headers.h"
 #include "tiers/plan_rules.h"
@@ -23,16 +24,6 @@ static const struct gate_header *first_field(const struct gate_request *req, con
         if (name_is(&req->headers[i], name))
             return &req->headers[i];
     return NULL;
-}
-
-bool gate_is_hop_by_hop(const char *name, size_t len)
-{
-    static const char *const hop[] = { "connection", "keep-alive", "proxy-connection", "proxy-authenticate",
-                                       "proxy-authorization", "te", "trailer", "transfer-encoding", "upgrade" };
-    for (size_t i = 0; i < sizeof(hop) / sizeof(hop[0]); i++)
-        if (strlen(hop[i]) == len && strncasecmp(hop[i], name, len) == 0)
-            return true;
-    return false;
 }
 
 static bool is_space(char c)
@@ -256,7 +247,7 @@ int gate_upstream_headers(const struct gate_request *req, const struct gate_chec
         const struct gate_header *h = &req->headers[i];
         const char *name = h->name, *value = h->value;
         size_t len = h->name_len, value_len = h->value_len;
-        if (gate_is_hop_by_hop(name, len) || named_in_connection(connection, name, len))
+        if (http1_is_hop_by_hop(name, len) || named_in_connection(connection, name, len))
             continue;
         if (name_is(h, "Content-Length") || name_is(h, "Expect"))
             continue;

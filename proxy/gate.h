@@ -131,5 +131,3 @@ struct gate_header_sink {
 int gate_upstream_headers(const struct gate_request *req, const struct gate_check *check,
                           const struct gate_header_sink *sink);
 
-/* True for fields that describe one connection, not the message (RFC 9110 7.6.1). */
-bool gate_is_hop_by_hop(const char *name, size_t len);

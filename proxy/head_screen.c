@@ -1,10 +1,12 @@
 #include "proxy/head_screen.h"
 
+#include <errno.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <string.h>
 #include <strings.h>
 
+#include "proxy/http1.h"
 #include "proxy/http_token.h"
 
 enum state {
@@ -37,12 +39,6 @@ static bool target_char(unsigned char c)
     return c > 0x20 && c != 0x7f;
 }
 
-/* RFC 9110 5.5: VCHAR, obs-text, SP and HTAB. */
-static bool value_char(unsigned char c)
-{
-    return (c >= 0x20 && c != 0x7f) || c == '\t';
-}
-
 bool head_screen_method_ok(const char *method, size_t len)
 {
     if (len == 0)
@@ -61,41 +57,6 @@ bool head_screen_target_ok(const char *target, size_t len)
         if (!target_char((unsigned char)target[i]))
             return false;
     return true;
-}
-
-bool head_screen_name_ok(const char *name, size_t len)
-{
-    if (len == 0)
-        return false;
-    for (size_t i = 0; i < len; i++)
-        if (!http_token_char((unsigned char)name[i]))
-            return false;
-    return true;
-}
-
-bool head_screen_value_ok(const char *value, size_t len)
-{
-    for (size_t i = 0; i < len; i++)
-        if (!value_char((unsigned char)value[i]))
-            return false;
-    return true;
-}
-
-long head_screen_status_line(const char *line, size_t len)
-{
-    if (len < 12 || memcmp(line, "HTTP/1.", 7) != 0 || (line[7] != '0' && line[7] != '1') || line[8] != ' ')
-        return 0;
-    long status = 0;
-    for (int i = 9; i < 12; i++) {
-        if (line[i] < '0' || line[i] > '9')
-            return 0;
-        status = status * 10 + (line[i] - '0');
-    }
-    if (len > 12 && line[12] != ' ')
-        return 0;
-    if (!head_screen_value_ok(line + 12, len - 12))
-        return 0;
-    return status >= 100 && status <= 599 ? status : 0;
 }
 
 bool head_screen_single_field(const char *name, size_t len)
@@ -149,33 +110,14 @@ static int version_kind(const char *v, size_t n)
 /* Checks a Content-Length field value (OWS around it); 0, or the refusal's status. */
 static unsigned content_length_field(struct scan *s)
 {
-    const char *v = s->value;
-    size_t n = s->value_len;
-    while (n > 0 && (*v == ' ' || *v == '\t')) {
-        v++;
-        n--;
-    }
-    while (n > 0 && (v[n - 1] == ' ' || v[n - 1] == '\t'))
-        n--;
-    if (n == 0)
-        return 400;
-    uint64_t length = 0;
-    bool too_big = false;
-    for (size_t i = 0; i < n; i++) {
-        if (!is_digit(v[i]))
-            return 400;
-        unsigned d = (unsigned)(v[i] - '0');
-        if (length > ((uint64_t)INT64_MAX - d) / 10)
-            too_big = true;
-        else
-            length = length * 10 + d;
-    }
-    if (too_big)
+    int64_t length;
+    int rc = http1_content_length(s->value, s->value_len, &length);
+    if (rc == -ERANGE)
         return 413;
-    if (s->have_length && s->content_length != length)
+    if (rc < 0 || (s->have_length && s->content_length != (uint64_t)length))
         return 400;
     s->have_length = true;
-    s->content_length = length;
+    s->content_length = (uint64_t)length;
     return 0;
 }
 
@@ -317,7 +259,7 @@ struct head_screen head_screen(const char *data, size_t len, size_t max_head)
                         return refuse(&s, status, field_error_code(status));
                     st = S_FIELD_START;
                 }
-            } else if (!value_char(c))
+            } else if (!http1_value_ok((const char *)&c, 1))
                 return refuse(&s, 400, "malformed_request");
             break;
         case S_END_CR:

@@ -31,15 +31,10 @@ struct head_screen {
 };
 
 /* The rules every request head meets, the first of a connection (screened raw by
- * head_screen) and every later one (parsed by libmicrohttpd, screened by request.c). */
+ * head_screen) and every later one (parsed by libmicrohttpd, screened by request.c); a
+ * field's name and value meet http1_name_ok and http1_value_ok (http1.h). */
 bool head_screen_method_ok(const char *method, size_t len); /* an upper-case token */
 bool head_screen_target_ok(const char *target, size_t len); /* no control character, no space */
-bool head_screen_name_ok(const char *name, size_t len);     /* a token */
-bool head_screen_value_ok(const char *value, size_t len);   /* no control character but HTAB */
-/* An upstream's status line, "HTTP/1.x SP 3DIGIT [SP reason]" (RFC 9112 4) without its
- * CRLF: the status (100-599), or 0 when it is malformed. For curl's heads and the
- * WebSocket handshake's alike. */
-long head_screen_status_line(const char *line, size_t len);
 /* A field that may appear once only: a second one is refused (today: Host). */
 bool head_screen_single_field(const char *name, size_t len);
 

@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/queue.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -17,7 +18,6 @@
 #include "proxy/metrics.h"
 #include "proxy/netaddr.h"
 #include "proxy/respond.h"
-#include "proxy/worker.h"
 #include "store/clock.h"
 
 /* How long a connection may take to send its whole first head (nginx's
@@ -33,47 +33,84 @@
 /* Reads per wake-up while lingering: the rest comes with the next edge. */
 #define LINGER_READS 16
 
+/* One per worker: the connections waiting for their first head. */
+struct intake {
+    struct event_base *base;
+    struct metrics *metrics;
+    struct access_log *access_log;   /* NULL when off */
+    struct intake_hooks hooks;
+    LIST_HEAD(, intake_conn) waiting;
+    unsigned n_waiting;
+};
+
 struct intake_conn {
-    struct worker *w;
+    struct intake *in;
     int fd;
     bool lingering;
     struct sockaddr_storage addr;
     socklen_t addrlen;
     struct event readable; /* edge-triggered: peeking leaves the bytes in place */
     struct event deadline;
-    LIST_ENTRY(intake_conn) waiting; /* in the worker's intake list */
+    LIST_ENTRY(intake_conn) waiting; /* in in->waiting */
 };
 
 /* One per worker thread: the bytes are only looked at, never kept. */
 static _Thread_local char peeked[MAX_HEAD_BYTES];
 
+struct intake *intake_create(struct event_base *base, struct metrics *metrics, struct access_log *access_log,
+                             const struct intake_hooks *hooks)
+{
+    struct intake *in = calloc(1, sizeof(*in));
+    if (in == NULL)
+        return NULL;
+    in->base = base;
+    in->metrics = metrics;
+    in->access_log = access_log;
+    in->hooks = *hooks;
+    LIST_INIT(&in->waiting);
+    return in;
+}
+
+void intake_destroy(struct intake *in)
+{
+    if (in == NULL)
+        return;
+    intake_close_all(in);
+    free(in);
+}
+
+unsigned intake_waiting(const struct intake *in)
+{
+    return in->n_waiting;
+}
+
 static void release(struct intake_conn *c)
 {
-    struct worker *w = c->w;
+    struct intake *in = c->in;
     LIST_REMOVE(c, waiting);
     event_del(&c->readable);
     event_del(&c->deadline);
-    w->intake_waiting--;
-    metrics_add_connections(w->metrics, -1);
+    in->n_waiting--;
+    metrics_add_connections(in->metrics, -1);
     free(c);
 }
 
 static void close_conn(struct intake_conn *c)
 {
-    struct worker *w = c->w;
+    struct intake *in = c->in;
     close(c->fd);
     release(c);
-    worker_connection_closed(w);
+    in->hooks.closed(in->hooks.ctx);
 }
 
 static void hand_over(struct intake_conn *c)
 {
-    struct worker *w = c->w;
+    struct intake *in = c->in;
     int fd = c->fd;
     struct sockaddr_storage addr = c->addr;
     socklen_t addrlen = c->addrlen;
     release(c);
-    worker_hand_to_mhd(w, fd, (struct sockaddr *)&addr, addrlen);
+    in->hooks.hand_over(in->hooks.ctx, fd, (struct sockaddr *)&addr, addrlen);
 }
 
 static void copy_text(char *dst, size_t cap, const char *src, size_t n)
@@ -84,10 +121,10 @@ static void copy_text(char *dst, size_t cap, const char *src, size_t n)
     dst[n] = '\0';
 }
 
-static void account_refusal(struct worker *w, const struct sockaddr_storage *addr, const struct head_screen *hs)
+static void account_refusal(struct intake *in, const struct sockaddr_storage *addr, const struct head_screen *hs)
 {
-    metrics_count_request(w->metrics, NULL, hs->status);
-    if (w->shared->access_log == NULL)
+    metrics_count_request(in->metrics, NULL, hs->status);
+    if (in->access_log == NULL)
         return;
     char client[64] = "", method[64], path[2048];
     sockaddr_to_text((const struct sockaddr *)addr, client, sizeof(client));
@@ -104,7 +141,7 @@ static void account_refusal(struct worker *w, const struct sockaddr_storage *add
         e.method = method;
         e.path = path;
     }
-    access_log_write(w->shared->access_log, &e);
+    access_log_write(in->access_log, &e);
 }
 
 static void linger_read(struct intake_conn *c)
@@ -148,7 +185,7 @@ static void screen(struct intake_conn *c, bool peer_closed)
         hand_over(c);
         break;
     case HEAD_REFUSED:
-        account_refusal(c->w, &c->addr, &hs);
+        account_refusal(c->in, &c->addr, &hs);
         respond_send_closing(c->fd, hs.status, hs.error_code);
         start_lingering(c);
         break;
@@ -173,7 +210,7 @@ static void on_deadline(evutil_socket_t fd, short what, void *arg)
     close_conn(arg);
 }
 
-void intake_take(struct worker *w, int fd, const struct sockaddr_storage *addr, socklen_t addrlen)
+void intake_take(struct intake *in, int fd, const struct sockaddr_storage *addr, socklen_t addrlen)
 {
     /* Most clients send their head with the connect: then no allocation, no event. */
     struct head_screen hs = { .outcome = HEAD_INCOMPLETE };
@@ -185,7 +222,7 @@ void intake_take(struct worker *w, int fd, const struct sockaddr_storage *addr, 
         return;
     }
     if (hs.outcome == HEAD_ACCEPTABLE) {
-        worker_hand_to_mhd(w, fd, (const struct sockaddr *)addr, addrlen);
+        in->hooks.hand_over(in->hooks.ctx, fd, (const struct sockaddr *)addr, addrlen);
         return;
     }
     struct intake_conn *c = calloc(1, sizeof(*c));
@@ -193,12 +230,12 @@ void intake_take(struct worker *w, int fd, const struct sockaddr_storage *addr, 
         close(fd);
         return;
     }
-    c->w = w;
+    c->in = in;
     c->fd = fd;
     c->addr = *addr;
     c->addrlen = addrlen;
-    event_assign(&c->readable, w->base, fd, EV_READ | EV_CLOSED | EV_ET | EV_PERSIST, on_readable, c);
-    evtimer_assign(&c->deadline, w->base, on_deadline, c);
+    event_assign(&c->readable, in->base, fd, EV_READ | EV_CLOSED | EV_ET | EV_PERSIST, on_readable, c);
+    evtimer_assign(&c->deadline, in->base, on_deadline, c);
     struct timeval wait = store_ms_to_timeval(HEAD_WAIT_MS);
     if (event_add(&c->readable, NULL) != 0 || evtimer_add(&c->deadline, &wait) != 0) {
         event_del(&c->readable);
@@ -206,20 +243,20 @@ void intake_take(struct worker *w, int fd, const struct sockaddr_storage *addr, 
         close(fd);
         return;
     }
-    LIST_INSERT_HEAD(&w->intake, c, waiting);
-    w->intake_waiting++;
-    metrics_add_connections(w->metrics, 1);
+    LIST_INSERT_HEAD(&in->waiting, c, waiting);
+    in->n_waiting++;
+    metrics_add_connections(in->metrics, 1);
     if (hs.outcome == HEAD_REFUSED) {
-        account_refusal(w, addr, &hs);
+        account_refusal(in, addr, &hs);
         respond_send_closing(fd, hs.status, hs.error_code);
         start_lingering(c);
     }
 }
 
-void intake_close_all(struct worker *w)
+void intake_close_all(struct intake *in)
 {
     struct intake_conn *c;
-    while ((c = LIST_FIRST(&w->intake)) != NULL) {
+    while ((c = LIST_FIRST(&in->waiting)) != NULL) {
         close(c->fd);
         release(c);
     }

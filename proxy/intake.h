@@ -10,12 +10,32 @@
 #pragma once
 #include <sys/socket.h>
 
-struct worker;
-struct intake_conn;
+struct event_base;
+struct metrics;
+struct access_log;
+struct intake;
 
-/* Takes a connection just accepted. It goes to MHD (worker_hand_to_mhd) at once when its
- * head is already there and acceptable, else waits on the worker's loop. */
-void intake_take(struct worker *w, int fd, const struct sockaddr_storage *addr, socklen_t addrlen);
+/* What the intake tells its worker. */
+struct intake_hooks {
+    /* A connection whose first head passed: the socket is the callee's now. */
+    void (*hand_over)(void *ctx, int fd, const struct sockaddr *addr, socklen_t addrlen);
+    /* A waiting connection closed: there is room for another. */
+    void (*closed)(void *ctx);
+    void *ctx;
+};
 
-/* Closes every connection still waiting (stopping, or freeing the worker). */
-void intake_close_all(struct worker *w);
+/* One per worker loop. access_log may be NULL (off). NULL when memory runs out. */
+struct intake *intake_create(struct event_base *base, struct metrics *metrics, struct access_log *access_log,
+                             const struct intake_hooks *hooks);
+/* Closes the connections still waiting and frees the intake (NULL is fine). */
+void intake_destroy(struct intake *in);
+
+/* Takes a connection just accepted. It is handed over at once when its head is already
+ * there and acceptable, else waits on the worker's loop. */
+void intake_take(struct intake *in, int fd, const struct sockaddr_storage *addr, socklen_t addrlen);
+
+/* How many connections wait for their first head (they count against the worker's share). */
+unsigned intake_waiting(const struct intake *in);
+
+/* Closes every connection still waiting (stopping). */
+void intake_close_all(struct intake *in);

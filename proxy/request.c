@@ -8,19 +8,25 @@
 #include <sys/socket.h>
 
 #include <event2/event.h>
+#include <event2/event_struct.h>
 
 #include "proxy/access_log.h"
 #include "proxy/asan_poison.h"
+#include "proxy/bytebuf.h"
 #include "proxy/config.h"
-#include "proxy/metrics.h"
 #include "proxy/forward.h"
 #include "proxy/gate.h"
 #include "proxy/head_screen.h"
+#include "proxy/http1.h"
+#include "proxy/metrics.h"
 #include "proxy/netaddr.h"
 #include "proxy/respond.h"
+#include "proxy/scratch.h"
 #include "proxy/websocket.h"
-#include "proxy/worker.h"
 #include "store/clock.h"
+#include "store/limiter.h"
+#include "tiers/request_target.h"
+#include "tiers/snapshot.h"
 
 /* A suspension shorter than this ends before a departed client could matter; watching
  * every request's socket would cost two epoll_ctl calls each. */
@@ -39,106 +45,188 @@
  * bytes (its list entry), for r->head_bytes. */
 #define MHD_FIELD_OVERHEAD 64
 
+enum request_phase {
+    PHASE_HEAD = 0,      /* the first call: headers are in, nothing decided */
+    PHASE_CHECKING,      /* the head is in, waiting for the limiter; no body byte read */
+    PHASE_BODY,          /* admitted: reading the request body */
+    PHASE_FORWARDING,    /* waiting for the upstream's response head */
+    PHASE_RESPONDING,    /* response queued; streaming the body */
+};
 
-int bytebuf_append(struct bytebuf *b, const void *src, size_t n)
-{
-    if (b->off > 0 && b->off + b->len + n > b->cap) {
-        memmove(b->data, b->data + b->off, b->len);
-        b->off = 0;
-    }
-    if (b->len + n > b->cap) {
-        size_t cap = b->cap ? b->cap : 4096;
-        while (cap < b->len + n)
-            cap *= 2;
-        char *grown = realloc(b->data, cap);
-        if (grown == NULL)
-            return -ENOMEM;
-        b->data = grown;
-        b->cap = cap;
-    }
-    memcpy(b->data + b->off + b->len, src, n);
-    b->len += n;
-    return 0;
-}
+/* Its memory is freed only when libmicrohttpd, a pending limiter reply and an open tunnel
+ * have all let go of it (hiredis callbacks cannot be cancelled): refs counts them. */
+struct request {
+    struct request_context *ctx;
+    LIST_ENTRY(request) live;     /* in ctx->live */
+    SLIST_ENTRY(request) pooled;  /* in ctx->pool, once freed */
+    struct scratch scratch;       /* what lives as long as the request; kept in the pool */
+    struct MHD_Connection *conn;
+    unsigned refs;                /* MHD, the limiter while a check is pending, an open tunnel */
+    enum request_phase phase;
+    bool suspended;
+    bool mhd_done;                /* MHD's completion callback ran */
 
-void bytebuf_consume(struct bytebuf *b, size_t n)
-{
-    b->off += n;
-    b->len -= n;
-    if (b->len == 0)
-        b->off = 0;
-}
+    /* the head */
+    char *raw_uri;                /* exactly as the client sent it: path and query (scratch) */
+    size_t head_bytes;            /* what the request head takes of MHD's connection pool */
+    struct request_target target; /* raw_uri normalised: what is matched and forwarded */
+    struct gate_header *headers;  /* every field in order (the array in scratch, the bytes MHD's) */
+    size_t n_headers;
+    const char *method;           /* owned by MHD, valid until completion */
+    bool ws_upgrade;              /* a WebSocket handshake */
+    int64_t started_ms;
 
-void bytebuf_free(struct bytebuf *b)
-{
-    free(b->data);
-    memset(b, 0, sizeof(*b));
-}
+    /* the body, read only once admitted, up to max_body_bytes */
+    struct bytebuf body;
+    bool admitted;                /* decided at head time: to be forwarded once the body is in */
+    bool refused_in_body;         /* answered 413 on the socket in the middle of the body */
+    int64_t refused_in_body_ms;   /* ... at this time */
+
+    /* who is calling and what applies */
+    struct snapshot *snap;        /* reference held for the request's lifetime */
+    const struct tier_plan *plan; /* NULL for exempt paths */
+    const char *user_id;          /* for X-Tier-User */
+    struct gate_check gate;       /* who is calling and the limits the store checks (gate.h) */
+    struct limiter_result verdict;
+    bool have_verdict;            /* a decided check whose headers go on the response */
+    const char *limit_type;       /* what rejected it: "http", "concurrency", "ws_connection" */
+    char lease_id[64];
+    bool lease_held;              /* concurrency slots taken; given back exactly once */
+    bool release_in_flight;       /* given back, the store's acknowledgement not yet in */
+    void (*after_release)(struct request *r);
+
+    /* the client leaving while its connection is suspended */
+    struct event *close_watch;
+    struct event close_watch_delay; /* arms close_watch once a suspension lasts */
+    bool client_gone;
+
+    /* the response */
+    struct MHD_Response *pending; /* decided, waiting for MHD to ask for it */
+    unsigned pending_status;
+    struct MHD_Response *stashed; /* decided, waiting for the slots' release first */
+    unsigned stashed_status;
+    bool response_made;           /* the upstream's answer became the response */
+
+    /* the upstream side */
+    bool forwarded;               /* up was started (forward.c's) */
+    struct upstream up;
+    struct ws_tunnel *ws;         /* a WebSocket handshake's tunnel (websocket.c's) */
+
+    /* for the access log and metrics */
+    unsigned status;              /* the status queued; 0 when none was */
+    const char *decision;
+    int64_t store_started_ns;
+    uint64_t bytes_sent;
+};
 
 static void arm_close_watch(evutil_socket_t fd, short what, void *arg);
+static void request_unref(struct request *r);
+
+/* ---- the context and the pool ------------------------------------------------------ */
+
+void request_context_init(struct request_context *ctx)
+{
+    LIST_INIT(&ctx->live);
+    SLIST_INIT(&ctx->pool);
+    ctx->n_pool = 0;
+    ctx->active = 0;
+}
+
+struct snapshot *request_context_snapshot(struct request_context *ctx)
+{
+    uint64_t generation = snapshot_watch_generation(ctx->catalog);
+    if (ctx->snap == NULL || generation != ctx->snap_generation) {
+        struct snapshot *fresh = snapshot_watch_acquire(ctx->catalog);
+        if (fresh != NULL) {
+            if (ctx->snap != NULL)
+                snapshot_unref(ctx->snap);
+            ctx->snap = fresh;
+            ctx->snap_generation = generation;
+        }
+    }
+    return ctx->snap;
+}
+
+void request_context_close(struct request_context *ctx)
+{
+    ctx->closing = true;
+    forwarder_close(ctx->forwarder);
+    struct request *r;
+    LIST_FOREACH(r, &ctx->live, live) {
+        if (r->forwarded)
+            upstream_abort(&r->up);
+        if (r->suspended) {
+            r->suspended = false;
+            MHD_resume_connection(r->conn);
+        }
+    }
+}
+
+void request_context_destroy(struct request_context *ctx)
+{
+    struct request *r;
+    while ((r = SLIST_FIRST(&ctx->pool)) != NULL) {
+        ASAN_UNPOISON_MEMORY_REGION(r, sizeof(*r));
+        SLIST_REMOVE_HEAD(&ctx->pool, pooled);
+        scratch_free(&r->scratch);
+        free(r);
+    }
+    ctx->n_pool = 0;
+    if (ctx->snap != NULL)
+        snapshot_unref(ctx->snap);
+    ctx->snap = NULL;
+}
 
 /* A zeroed request, from the pool when it has one; its scratch is kept. */
-static struct request *request_take(struct worker *w)
+static struct request *request_take(struct request_context *ctx)
 {
-    struct request *r = SLIST_FIRST(&w->request_pool);
+    struct request *r = SLIST_FIRST(&ctx->pool);
     if (r == NULL)
         return calloc(1, sizeof(*r));
     ASAN_UNPOISON_MEMORY_REGION(r, sizeof(*r));
-    SLIST_REMOVE_HEAD(&w->request_pool, pooled);
-    w->n_request_pool--;
+    SLIST_REMOVE_HEAD(&ctx->pool, pooled);
+    ctx->n_pool--;
     struct scratch kept = r->scratch;
     memset(r, 0, sizeof(*r));
     r->scratch = kept;
     return r;
 }
 
-static void request_put_back(struct worker *w, struct request *r)
+static void request_put_back(struct request_context *ctx, struct request *r)
 {
-    if (w->n_request_pool >= REQUEST_POOL_MAX) {
+    if (ctx->n_pool >= REQUEST_POOL_MAX) {
         scratch_free(&r->scratch);
         free(r);
         return;
     }
     scratch_reset(&r->scratch);
-    SLIST_INSERT_HEAD(&w->request_pool, r, pooled); /* writes r alone: the others stay poisoned */
-    w->n_request_pool++;
+    SLIST_INSERT_HEAD(&ctx->pool, r, pooled); /* writes r alone: the others stay poisoned */
+    ctx->n_pool++;
     ASAN_POISON_MEMORY_REGION(r, sizeof(*r));
-}
-
-void request_pool_free(struct worker *w)
-{
-    struct request *r;
-    while ((r = SLIST_FIRST(&w->request_pool)) != NULL) {
-        ASAN_UNPOISON_MEMORY_REGION(r, sizeof(*r));
-        SLIST_REMOVE_HEAD(&w->request_pool, pooled);
-        scratch_free(&r->scratch);
-        free(r);
-    }
-    w->n_request_pool = 0;
 }
 
 void *request_begin(void *cls, const char *uri, struct MHD_Connection *conn)
 {
-    struct worker *w = cls;
-    struct request *r = request_take(w);
+    struct request_context *ctx = cls;
+    struct request *r = request_take(ctx);
     if (r == NULL)
         return NULL;
     r->raw_uri = scratch_strndup(&r->scratch, uri, strlen(uri));
     if (r->raw_uri == NULL) {
-        request_put_back(w, r);
+        request_put_back(ctx, r);
         return NULL;
     }
-    r->w = w;
+    r->ctx = ctx;
     r->conn = conn;
     r->refs = 1;
-    evtimer_assign(&r->close_watch_delay, w->base, arm_close_watch, r);
+    evtimer_assign(&r->close_watch_delay, ctx->base, arm_close_watch, r);
     r->started_ms = store_mono_ms();
-    r->resp_content_length = -1;
-    r->upstream_ms = -1;
-    w->active_requests++;
-    LIST_INSERT_HEAD(&w->requests, r, live);
+    ctx->active++;
+    LIST_INSERT_HEAD(&ctx->live, r, live);
     return r;
 }
+
+/* ---- slots ------------------------------------------------------------------------- */
 
 static void on_released(void *arg)
 {
@@ -151,7 +239,10 @@ static void on_released(void *arg)
     request_unref(r);
 }
 
-void request_release_then(struct request *r, void (*then)(struct request *r))
+/* Gives back r's slots and calls then(r) once the store has applied that (at once when r
+ * holds none). The end of a response goes to the client only after this, so the client's
+ * next request cannot meet its own old slot. */
+static void request_release_then(struct request *r, void (*then)(struct request *r))
 {
     if (!r->lease_held) {
         then(r);
@@ -161,33 +252,36 @@ void request_release_then(struct request *r, void (*then)(struct request *r))
     r->release_in_flight = true;
     r->after_release = then;
     r->refs++; /* until on_released */
-    limiter_release_notify(r->w->limiter, r->gate.subject, strlen(r->gate.subject), r->gate.rules, r->gate.n, r->lease_id,
-                           on_released, r);
+    limiter_release_notify(r->ctx->limiter, r->gate.subject, strlen(r->gate.subject), r->gate.rules, r->gate.n,
+                           r->lease_id, on_released, r);
 }
 
-bool request_release_pending(const struct request *r)
+/* True while r's slots are not known to be given back (the end of its response waits). */
+static bool request_release_pending(const struct request *r)
 {
     return r->lease_held || r->release_in_flight;
 }
 
-void request_release_slots(struct request *r)
+/* Gives back r's concurrency slots, if it holds any (idempotent). */
+static void request_release_slots(struct request *r)
 {
     if (!r->lease_held)
         return;
     r->lease_held = false;
-    limiter_release(r->w->limiter, r->gate.subject, strlen(r->gate.subject), r->gate.rules, r->gate.n, r->lease_id);
+    limiter_release(r->ctx->limiter, r->gate.subject, strlen(r->gate.subject), r->gate.rules, r->gate.n, r->lease_id);
 }
 
-void request_unref(struct request *r)
+static void request_unref(struct request *r)
 {
     if (--r->refs > 0)
         return;
+    struct request_context *ctx = r->ctx;
     request_release_slots(r);
     evtimer_del(&r->close_watch_delay);
     if (r->close_watch != NULL)
         event_free(r->close_watch);
-    ws_release(r);
-    forward_release(r);
+    ws_free(r->ws);
+    upstream_release(&r->up);
     if (r->pending != NULL)
         MHD_destroy_response(r->pending);
     if (r->stashed != NULL)
@@ -195,16 +289,19 @@ void request_unref(struct request *r)
     if (r->snap != NULL)
         snapshot_unref(r->snap);
     bytebuf_free(&r->body);
-    r->w->active_requests--;
+    ctx->active--;
     LIST_REMOVE(r, live);
-    request_put_back(r->w, r);
+    request_put_back(ctx, r);
 }
 
-void request_wake(struct request *r)
+/* ---- suspending and waking the connection ------------------------------------------ */
+
+/* Resumes the MHD connection if it is suspended and gets MHD to run. Safe from curl and
+ * hiredis callbacks. */
+static void request_wake(struct request *r)
 {
     if (r->mhd_done)
         return;
-    r->reader_waiting = false;
     if (r->suspended) {
         r->suspended = false;
         evtimer_del(&r->close_watch_delay);
@@ -212,10 +309,12 @@ void request_wake(struct request *r)
             event_del(r->close_watch);
         MHD_resume_connection(r->conn);
     }
-    worker_kick_mhd(r->w);
+    r->ctx->kick_mhd(r->ctx->kick_ctx);
 }
 
-void request_set_pending(struct request *r, unsigned status, struct MHD_Response *response)
+/* Sets the response to queue (an error or rejection) and wakes the connection. Takes
+ * ownership of response. */
+static void request_set_pending(struct request *r, unsigned status, struct MHD_Response *response)
 {
     if (r->mhd_done || r->pending != NULL) {
         if (response != NULL)
@@ -225,6 +324,14 @@ void request_set_pending(struct request *r, unsigned status, struct MHD_Response
     r->pending = response;
     r->pending_status = status;
     request_wake(r);
+}
+
+/* The stashed response goes now that the slots are back. */
+static void deliver_stashed(struct request *r)
+{
+    struct MHD_Response *resp = r->stashed;
+    r->stashed = NULL;
+    request_set_pending(r, r->stashed_status, resp);
 }
 
 /* MHD does not notice a client that leaves while its connection is suspended: without
@@ -245,11 +352,12 @@ static void on_client_closed(evutil_socket_t fd, short what, void *arg)
     r->client_gone = true;
     r->decision = r->decision != NULL ? r->decision : "client_closed";
     request_release_slots(r);
-    forward_abort(r);
+    if (r->forwarded)
+        upstream_abort(&r->up);
     if (r->phase == PHASE_RESPONDING)
         request_wake(r); /* the body reader sees the transfer cut short and ends */
     else
-        request_set_pending(r, 499, respond_error(r, "client_closed_request"));
+        request_set_pending(r, 499, respond_error("client_closed_request", &r->bytes_sent));
 }
 
 static void arm_close_watch(evutil_socket_t fd, short what, void *arg)
@@ -262,15 +370,16 @@ static void arm_close_watch(evutil_socket_t fd, short what, void *arg)
     if (r->close_watch == NULL) {
         const union MHD_ConnectionInfo *ci = MHD_get_connection_info(r->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
         if (ci != NULL)
-            r->close_watch = event_new(r->w->base, ci->connect_fd, EV_READ | EV_CLOSED, on_client_closed, r);
+            r->close_watch = event_new(r->ctx->base, ci->connect_fd, EV_READ | EV_CLOSED, on_client_closed, r);
     }
     if (r->close_watch != NULL)
         event_add(r->close_watch, NULL);
 }
 
-void request_suspend(struct request *r)
+/* Suspends r's MHD connection until request_wake, watching for the client leaving. */
+static void request_suspend(struct request *r)
 {
-    if (r->suspended || r->w->closing)
+    if (r->suspended || r->ctx->closing)
         return;
     r->suspended = true;
     MHD_suspend_connection(r->conn);
@@ -297,6 +406,8 @@ static enum MHD_Result queue_now(struct request *r, unsigned status, struct MHD_
     r->pending_status = status;
     return queue_pending(r);
 }
+
+/* ---- the model the gate reads ------------------------------------------------------ */
 
 /* Every header field of the request in order, as the gate reads them: one pass copying the
  * pointers into one allocation sized by the screening pass's count (check_header).
@@ -336,7 +447,8 @@ static bool gather_headers(struct request *r, size_t n_fields)
     return true;
 }
 
-void request_model(const struct request *r, struct gate_request *out)
+/* The request model the gate reads (gate.h), from r's head and connection. */
+static void request_model(const struct request *r, struct gate_request *out)
 {
     const union MHD_ConnectionInfo *ci = MHD_get_connection_info(r->conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
     *out = (struct gate_request){
@@ -346,25 +458,194 @@ void request_model(const struct request *r, struct gate_request *out)
         .n_headers = r->n_headers,
         .peer = ci != NULL ? ci->client_addr : NULL,
         .websocket = r->ws_upgrade,
-        .cfg = r->w->cfg,
+        .cfg = r->ctx->cfg,
     };
+}
+
+/* r's decided check for the RateLimit headers and the log; NULL when there is none. */
+static const struct limiter_result *decided(const struct request *r)
+{
+    return r->have_verdict ? &r->verdict : NULL;
+}
+
+static void add_ratelimit_headers(const struct request *r, struct MHD_Response *resp)
+{
+    if (resp != NULL)
+        respond_add_ratelimit_headers(r->ctx->cfg->headers, &r->gate, decided(r), resp);
 }
 
 /* The limit closest to running out, by the one rule the headers and the access log share:
  * for a refused request, the one that refused it. */
 static const struct limit_verdict *rejecting_verdict(const struct request *r)
 {
-    const struct limit_verdict *over = respond_closest_verdict(r);
+    const struct limit_verdict *over = respond_closest_verdict(&r->gate, decided(r));
     return over != NULL ? over : &r->verdict.verdicts[0];
 }
 
+/* ---- the upstream side: what forward.c and websocket.c tell the request ------------ */
+
+/* The transfer is over and the slots are given back: the client side may end. */
+static void finish_client_side(struct request *r)
+{
+    if (r->stashed != NULL) {
+        deliver_stashed(r);
+        return;
+    }
+    const struct upstream *u = &r->up;
+    /* curl refuses some malformed heads itself (a field line without a colon) */
+    if (u->bad_head || (!u->head_done && u->result == CURLE_WEIRD_SERVER_REPLY)) {
+        request_set_pending(r, MHD_HTTP_BAD_GATEWAY, respond_error("bad_upstream_response", &r->bytes_sent));
+    } else if (!u->head_done) {
+        bool slow = u->timed_out || u->result == CURLE_OPERATION_TIMEDOUT;
+        request_set_pending(r, slow ? MHD_HTTP_GATEWAY_TIMEOUT : MHD_HTTP_BAD_GATEWAY,
+                            respond_error(slow ? "upstream_timeout" : "upstream_unavailable", &r->bytes_sent));
+    } else if (u->reader_waiting) {
+        request_wake(r);
+    }
+}
+
+static void on_upstream_progress(void *owner)
+{
+    request_wake(owner);
+}
+
+static void on_upstream_finished(void *owner)
+{
+    struct request *r = owner;
+    if (!r->mhd_done)
+        request_release_then(r, finish_client_side);
+}
+
+static void on_upstream_starved(void *owner)
+{
+    request_suspend(owner);
+}
+
+static bool upstream_waits_for_slots(void *owner)
+{
+    return request_release_pending(owner);
+}
+
+static const struct upstream_hooks upstream_hooks = {
+    .head_in = on_upstream_progress,
+    .body_in = on_upstream_progress,
+    .finished = on_upstream_finished,
+    .starved = on_upstream_starved,
+    .slots_pending = upstream_waits_for_slots,
+};
+
+/* MHD asks for the response and the upstream's head is in: it becomes r->pending, or
+ * r->stashed when a bodiless response must wait for the slots' release, or a 502. */
+static void respond_from_upstream(struct request *r)
+{
+    r->response_made = true;
+    struct upstream *u = &r->up;
+    if (!upstream_head_fits(u, r->head_bytes)) {
+        upstream_abort(u);
+        r->pending = respond_error("bad_upstream_response", &r->bytes_sent);
+        r->pending_status = MHD_HTTP_BAD_GATEWAY;
+        return;
+    }
+    bool bodiless;
+    struct MHD_Response *resp = upstream_response(u, strcmp(r->method, "HEAD") == 0, &bodiless);
+    if (resp == NULL) {
+        upstream_abort(u);
+        r->pending = respond_error("upstream_unavailable", &r->bytes_sent);
+        r->pending_status = MHD_HTTP_BAD_GATEWAY;
+        return;
+    }
+    add_ratelimit_headers(r, resp);
+    if (bodiless && request_release_pending(r)) {
+        r->stashed = resp; /* complete as soon as sent: it waits for the release */
+        r->stashed_status = (unsigned)u->status;
+    } else {
+        r->pending = resp;
+        r->pending_status = (unsigned)u->status;
+    }
+}
+
+/* The handshake's answer other than 101: the slots go back before it is sent. */
+static void on_ws_answer(void *owner, unsigned status, struct MHD_Response *resp, uint64_t body_bytes)
+{
+    struct request *r = owner;
+    r->bytes_sent = body_bytes;
+    add_ratelimit_headers(r, resp);
+    r->stashed = resp;
+    r->stashed_status = status;
+    request_release_then(r, deliver_stashed);
+}
+
+static void on_ws_fail(void *owner, unsigned status, const char *error_code)
+{
+    struct request *r = owner;
+    r->stashed = respond_error(error_code, &r->bytes_sent);
+    r->stashed_status = status;
+    request_release_then(r, deliver_stashed);
+}
+
+static void on_ws_switching(void *owner, struct MHD_Response *resp)
+{
+    struct request *r = owner;
+    add_ratelimit_headers(r, resp);
+    r->refs++; /* the tunnel's, until on_ws_closed */
+    request_set_pending(r, MHD_HTTP_SWITCHING_PROTOCOLS, resp);
+}
+
+static void on_ws_release_slots(void *owner)
+{
+    request_release_slots(owner);
+}
+
+static void on_ws_closed(void *owner)
+{
+    request_unref(owner);
+}
+
+static bool ws_abandoned(void *owner)
+{
+    const struct request *r = owner;
+    return r->client_gone || r->pending != NULL;
+}
+
+static const struct ws_hooks ws_hooks = {
+    .answer = on_ws_answer,
+    .fail = on_ws_fail,
+    .switching = on_ws_switching,
+    .release_slots = on_ws_release_slots,
+    .closed = on_ws_closed,
+    .abandoned = ws_abandoned,
+};
+
+/* The body is in: the upstream gets the request (or the WebSocket handshake). A failure
+ * to start becomes a pending 502. */
 static void start_upstream(struct request *r)
 {
-    if (r->ws_upgrade)
-        ws_start(r);
+    struct request_context *ctx = r->ctx;
+    struct gate_request model;
+    request_model(r, &model);
+    const struct gate_check *check = r->plan != NULL ? &r->gate : NULL;
+    r->phase = PHASE_FORWARDING;
+    if (r->ws_upgrade) {
+        struct ws_handshake hs = { .model = &model, .check = check, .scratch = &r->scratch };
+        r->ws = ws_start(ctx->ws, &hs, &ws_hooks, r);
+        if (r->ws == NULL)
+            request_set_pending(r, MHD_HTTP_BAD_GATEWAY, respond_error("upstream_unavailable", &r->bytes_sent));
+        return;
+    }
+    upstream_init(&r->up, ctx->forwarder, &r->scratch, &upstream_hooks, r, &r->bytes_sent);
+    struct upstream_request req = {
+        .model = &model,
+        .check = check,
+        .body = r->body.data != NULL ? r->body.data + r->body.off : NULL,
+        .body_len = r->body.len,
+    };
+    if (upstream_start(&r->up, &req) < 0)
+        request_set_pending(r, MHD_HTTP_BAD_GATEWAY, respond_error("upstream_unavailable", &r->bytes_sent));
     else
-        forward_start(r);
+        r->forwarded = true;
 }
+
+/* ---- the decision, at head time ---------------------------------------------------- */
 
 /* Decided at head time: the body may come (MHD sends 100 Continue after this), and the
  * request is forwarded once it is in. Wakes the repeated first call when the decision came
@@ -379,14 +660,14 @@ static void admit(struct request *r)
  * only what the gate cannot do: metrics, the rejection log, the response. */
 static void apply_verdict(struct request *r, const struct limiter_result *result)
 {
-    struct worker *w = r->w;
+    struct request_context *ctx = r->ctx;
     if (r->store_started_ns > 0 && !result->remembered)
-        metrics_observe_store(w->metrics, store_mono_ns() - r->store_started_ns);
+        metrics_observe_store(ctx->metrics, store_mono_ns() - r->store_started_ns);
     struct gate_outcome out;
-    gate_verdict(&r->gate, r->ws_upgrade, result, w->cfg, &out);
+    gate_verdict(&r->gate, r->ws_upgrade, result, ctx->cfg, &out);
     r->decision = out.decision;
     if (out.store_error) {
-        metrics_count_store_error(w->metrics);
+        metrics_count_store_error(ctx->metrics);
     } else {
         r->verdict = *result;
         r->have_verdict = true;
@@ -395,9 +676,9 @@ static void apply_verdict(struct request *r, const struct limiter_result *result
     if (out.over_limit) {
         const struct limit_verdict *over = rejecting_verdict(r);
         r->limit_type = out.limit_type_name;
-        metrics_count_limit_hit(w->metrics, out.limit_type, r->plan->name);
-        if (w->shared->log_warnings)
-            log_rejection(w->shared->rejection_warnings, r->user_id, r->plan->name, r->limit_type,
+        metrics_count_limit_hit(ctx->metrics, out.limit_type, r->plan->name);
+        if (ctx->log_warnings)
+            log_rejection(ctx->rejection_warnings, r->user_id, r->plan->name, r->limit_type,
                           r->gate.rules[over - r->verdict.verdicts].id, over->limit - over->remaining, over->limit);
     }
     switch (out.action) {
@@ -405,12 +686,11 @@ static void apply_verdict(struct request *r, const struct limiter_result *result
         admit(r);
         break;
     case GATE_UNAVAILABLE:
-        request_set_pending(r, MHD_HTTP_SERVICE_UNAVAILABLE, respond_error(r, out.error_code));
+        request_set_pending(r, MHD_HTTP_SERVICE_UNAVAILABLE, respond_error(out.error_code, &r->bytes_sent));
         break;
     case GATE_LIMITED: {
-        struct MHD_Response *resp = respond_limited(r, out.error_code, out.retry_after_s);
-        if (resp != NULL)
-            respond_add_ratelimit_headers(r, resp);
+        struct MHD_Response *resp = respond_limited(out.error_code, out.retry_after_s, &r->bytes_sent);
+        add_ratelimit_headers(r, resp);
         request_set_pending(r, MHD_HTTP_TOO_MANY_REQUESTS, resp);
         break;
     }
@@ -460,28 +740,27 @@ static bool parse_target(struct request *r)
  * first call once it is woken. */
 static enum MHD_Result admit_or_refuse_head(struct request *r, size_t n_fields)
 {
-    struct worker *w = r->w;
-    r->ws_upgrade = ws_is_upgrade(r->conn, r->method);
+    struct request_context *ctx = r->ctx;
     if (!parse_target(r)) {
         r->decision = "malformed";
-        return queue_now(r, MHD_HTTP_BAD_REQUEST, respond_error(r, "bad_request_target"));
+        return queue_now(r, MHD_HTTP_BAD_REQUEST, respond_error("bad_request_target", &r->bytes_sent));
     }
     if (!gather_headers(r, n_fields))
         return MHD_NO;
+    r->ws_upgrade = ws_is_upgrade(r->method, r->headers, r->n_headers);
 
     struct gate_request model;
     request_model(r, &model);
-    struct snapshot *snap = worker_snapshot(w);
+    struct snapshot *snap = request_context_snapshot(ctx);
     struct gate_admission adm;
     switch (gate_admit(&model, snap, &adm)) {
     case GATE_EXEMPT:
-        r->exempt = true;
         r->decision = "exempt";
         r->admitted = true;
         return after_decision(r);
     case GATE_REFUSE: {
         r->decision = adm.refusal.decision;
-        struct MHD_Response *resp = respond_error(r, adm.refusal.error_code);
+        struct MHD_Response *resp = respond_error(adm.refusal.error_code, &r->bytes_sent);
         if (resp != NULL && adm.refusal.www_authenticate)
             MHD_add_response_header(resp, MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer");
         return queue_now(r, adm.refusal.status, resp);
@@ -505,12 +784,13 @@ static enum MHD_Result admit_or_refuse_head(struct request *r, size_t n_fields)
     r->store_started_ns = store_mono_ns();
     int rc;
     if (r->gate.has_concurrency) {
-        snprintf(r->lease_id, sizeof(r->lease_id), "%s:%d:%llu", w->shared->instance_id, w->index,
-                 (unsigned long long)++w->lease_seq);
-        rc = limiter_check_leased(w->limiter, r->gate.subject, strlen(r->gate.subject), r->gate.rules, r->gate.n, -1, r->lease_id,
-                                  on_verdict, r);
+        snprintf(r->lease_id, sizeof(r->lease_id), "%s:%d:%llu", ctx->instance_id, ctx->worker_index,
+                 (unsigned long long)++ctx->lease_seq);
+        rc = limiter_check_leased(ctx->limiter, r->gate.subject, strlen(r->gate.subject), r->gate.rules, r->gate.n, -1,
+                                  r->lease_id, on_verdict, r);
     } else {
-        rc = limiter_check(w->limiter, r->gate.subject, strlen(r->gate.subject), r->gate.rules, r->gate.n, -1, on_verdict, r);
+        rc = limiter_check(ctx->limiter, r->gate.subject, strlen(r->gate.subject), r->gate.rules, r->gate.n, -1,
+                           on_verdict, r);
     }
     if (rc < 0) {
         r->refs--;
@@ -558,15 +838,15 @@ static enum MHD_Result check_header(void *cls, enum MHD_ValueKind kind, const ch
     struct head_check *hc = cls;
     hc->bytes += name_size + value_size + 4;
     hc->fields++;
-    if (!head_screen_name_ok(name, name_size))
+    if (!http1_name_ok(name, name_size))
         hc->malformed = true;
     if (head_screen_single_field(name, name_size)) {
         hc->malformed |= hc->seen_single;
         hc->seen_single = true;
     }
     if (value != NULL) {
-        /* A NUL shows in value_size: head_screen_value_ok refuses it with CR and LF. */
-        if (!head_screen_value_ok(value, value_size))
+        /* A NUL shows in value_size: http1_value_ok refuses it with CR and LF. */
+        if (!http1_value_ok(value, value_size))
             hc->malformed = true;
         if (strcasecmp(name, "Content-Length") == 0) {
             if (hc->content_length != NULL && strcmp(hc->content_length, value) != 0)
@@ -587,10 +867,12 @@ enum MHD_Result request_handle(void *cls, struct MHD_Connection *conn, const cha
                                void **req_cls)
 {
     struct request *r = *req_cls;
+    (void)cls;
     (void)url; /* MHD's decoded copy: r->target, from the raw target, is what counts */
-    if (r == NULL || r->w->closing)
+    (void)version;
+    if (r == NULL || r->ctx->closing)
         return MHD_NO; /* shutting down past the drain: MHD closes the connection */
-    const struct proxy_config *cfg = r->w->cfg;
+    const struct proxy_config *cfg = r->ctx->cfg;
 
     switch (r->phase) {
     case PHASE_HEAD: {
@@ -602,26 +884,26 @@ enum MHD_Result request_handle(void *cls, struct MHD_Connection *conn, const cha
         MHD_get_connection_values_n(conn, MHD_HEADER_KIND, check_header, &hc);
         r->head_bytes = hc.bytes + hc.fields * MHD_FIELD_OVERHEAD;
         if (hc.bytes > MAX_HEAD_BYTES)
-            return queue_now(r, MHD_HTTP_REQUEST_HEADER_FIELDS_TOO_LARGE, respond_error(r, "request_header_too_large"));
+            return queue_now(r, MHD_HTTP_REQUEST_HEADER_FIELDS_TOO_LARGE,
+                             respond_error("request_header_too_large", &r->bytes_sent));
         /* Answered on this first call, so MHD closes the connection after it: nothing the
            client sent after a head like this is read as another request (RFC 9112 6.1). */
-        if (hc.malformed || hc.conflicting_length || (hc.transfer_encoding && hc.content_length != NULL)) {
+        int64_t length = -1;
+        int length_rc = hc.content_length != NULL
+                            ? http1_content_length(hc.content_length, strlen(hc.content_length), &length)
+                            : 0;
+        if (hc.malformed || hc.conflicting_length || (hc.transfer_encoding && hc.content_length != NULL) ||
+            length_rc == -EINVAL) {
             r->decision = "malformed";
-            return queue_now(r, MHD_HTTP_BAD_REQUEST, respond_error(r, "malformed_request"));
+            return queue_now(r, MHD_HTTP_BAD_REQUEST, respond_error("malformed_request", &r->bytes_sent));
         }
         if (hc.unknown_coding) {
             r->decision = "malformed";
-            return queue_now(r, MHD_HTTP_NOT_IMPLEMENTED, respond_error(r, "unsupported_transfer_coding"));
+            return queue_now(r, MHD_HTTP_NOT_IMPLEMENTED, respond_error("unsupported_transfer_coding", &r->bytes_sent));
         }
-        const char *cl = hc.content_length;
-        if (cl != NULL) {
-            char *end;
-            errno = 0;
-            long long n = strtoll(cl, &end, 10);
-            if (errno == 0 && *end == '\0' && n > cfg->max_body_bytes)
-                /* Answered before the body is read; MHD closes the connection after. */
-                return queue_now(r, MHD_HTTP_CONTENT_TOO_LARGE, respond_error(r, "request_too_large"));
-        }
+        if (length_rc == -ERANGE || length > cfg->max_body_bytes)
+            /* Answered before the body is read; MHD closes the connection after. */
+            return queue_now(r, MHD_HTTP_CONTENT_TOO_LARGE, respond_error("request_too_large", &r->bytes_sent));
         return admit_or_refuse_head(r, hc.fields);
     }
     case PHASE_CHECKING:
@@ -654,8 +936,8 @@ enum MHD_Result request_handle(void *cls, struct MHD_Connection *conn, const cha
         request_suspend(r);
         return MHD_YES;
     case PHASE_FORWARDING:
-        if (r->upstream_head_done && !r->response_made && r->pending == NULL)
-            forward_respond(r);
+        if (r->forwarded && r->up.head_done && !r->response_made && r->pending == NULL)
+            respond_from_upstream(r);
         if (r->pending != NULL)
             return queue_pending(r);
         request_suspend(r);
@@ -666,13 +948,15 @@ enum MHD_Result request_handle(void *cls, struct MHD_Connection *conn, const cha
     return MHD_YES;
 }
 
+/* ---- the end ----------------------------------------------------------------------- */
+
 /* Metrics and the access log line, once the request is over. */
 static void count_and_log(struct request *r)
 {
-    struct worker *w = r->w;
+    struct request_context *ctx = r->ctx;
     const char *plan = r->plan != NULL ? r->plan->name : NULL;
-    metrics_count_request(w->metrics, plan, r->status);
-    if (w->shared->access_log == NULL)
+    metrics_count_request(ctx->metrics, plan, r->status);
+    if (ctx->access_log == NULL)
         return;
     char client[64] = "";
     const union MHD_ConnectionInfo *ci = MHD_get_connection_info(r->conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
@@ -688,7 +972,7 @@ static void count_and_log(struct request *r)
         .user = r->plan != NULL ? r->user_id : NULL,
         .plan = plan,
         .decision = r->decision != NULL ? r->decision : "error",
-        .upstream_ms = r->upstream_ms,
+        .upstream_ms = r->ws != NULL ? ws_upstream_ms(r->ws) : r->forwarded ? r->up.waited_ms : -1,
         .total_ms = store_mono_ms() - r->started_ms,
         .bytes_sent = r->bytes_sent,
     };
@@ -703,18 +987,31 @@ static void count_and_log(struct request *r)
             e.current_count = closest->limit - closest->remaining;
         }
     }
-    access_log_write(w->shared->access_log, &e);
+    access_log_write(ctx->access_log, &e);
 }
 
 void request_completed(void *cls, struct MHD_Connection *conn, void **req_cls, enum MHD_RequestTerminationCode toe)
 {
     struct request *r = *req_cls;
+    (void)cls;
+    (void)conn;
+    (void)toe;
     if (r == NULL)
         return;
     *req_cls = NULL;
     r->mhd_done = true;
-    forward_abort(r);
-    if (!ws_connection_done(r))
+    if (r->forwarded)
+        upstream_abort(&r->up);
+    bool tunnel_holds_slots = false;
+    if (r->ws != NULL) {
+        bool upgrade_missed;
+        tunnel_holds_slots = ws_connection_done(r->ws, &upgrade_missed);
+        if (upgrade_missed) {
+            r->status = 499; /* logged as nginx does: the client closed before its answer went out */
+            r->decision = "client_closed";
+        }
+    }
+    if (!tunnel_holds_slots)
         request_release_slots(r);
     if (r->status != 0)
         count_and_log(r);

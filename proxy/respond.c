@@ -7,11 +7,11 @@
 
 #include "proxy/config.h"
 #include "proxy/ratelimit_headers.h"
-#include "proxy/worker.h"
 
-static struct MHD_Response *json_response(struct request *r, const char *body, size_t len)
+static struct MHD_Response *json_response(const char *body, size_t len, uint64_t *body_bytes)
 {
-    r->bytes_sent = len;
+    if (body_bytes != NULL)
+        *body_bytes = len;
     struct MHD_Response *resp = MHD_create_response_from_buffer(len, (void *)body, MHD_RESPMEM_MUST_COPY);
     if (resp != NULL)
         MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "application/json");
@@ -42,14 +42,14 @@ void respond_send_closing(int fd, unsigned status, const char *error_code)
     shutdown(fd, SHUT_WR);
 }
 
-struct MHD_Response *respond_error(struct request *r, const char *error_code)
+struct MHD_Response *respond_error(const char *error_code, uint64_t *body_bytes)
 {
     char body[128];
     int n = respond_error_body(body, sizeof(body), error_code);
-    return json_response(r, body, (size_t)n);
+    return json_response(body, (size_t)n, body_bytes);
 }
 
-struct MHD_Response *respond_limited(struct request *r, const char *error_code, int64_t retry_after_s)
+struct MHD_Response *respond_limited(const char *error_code, int64_t retry_after_s, uint64_t *body_bytes)
 {
     const char *what = strcmp(error_code, "concurrency_limit_exceeded") == 0 ? "Concurrency limit exceeded"
                                                                              : "Rate limit exceeded";
@@ -57,7 +57,7 @@ struct MHD_Response *respond_limited(struct request *r, const char *error_code, 
     int n = snprintf(body, sizeof(body),
                      "{\"error_code\":\"%s\",\"detail\":\"%s. Try again in %lld seconds.\",\"retry_after\":%lld}",
                      error_code, what, (long long)retry_after_s, (long long)retry_after_s);
-    struct MHD_Response *resp = json_response(r, body, (size_t)n);
+    struct MHD_Response *resp = json_response(body, (size_t)n, body_bytes);
     if (resp != NULL) {
         char value[32];
         snprintf(value, sizeof(value), "%lld", (long long)retry_after_s);
@@ -71,21 +71,22 @@ static void add_to_response(void *arg, const char *name, const char *value)
     MHD_add_response_header(arg, name, value);
 }
 
-/* r's decided verdicts as header items; returns how many (0 without a decided check). */
-static size_t ratelimit_items(const struct request *r, struct ratelimit_item *items)
+/* The decided verdicts as header items; returns how many (0 without a decided check). */
+static size_t ratelimit_items(const struct gate_check *check, const struct limiter_result *result,
+                              struct ratelimit_item *items)
 {
     size_t n = 0;
-    if (!r->have_verdict || r->verdict.status != LIMITER_DECIDED)
+    if (result == NULL || result->status != LIMITER_DECIDED)
         return 0;
-    for (size_t i = 0; i < r->verdict.n && i < r->gate.n; i++) {
-        const struct limit_verdict *v = &r->verdict.verdicts[i];
-        bool concurrency = r->gate.checked[i]->kind == TIER_LIMIT_CONCURRENCY;
+    for (size_t i = 0; i < result->n && i < check->n; i++) {
+        const struct limit_verdict *v = &result->verdicts[i];
+        bool concurrency = check->checked[i]->kind == TIER_LIMIT_CONCURRENCY;
         items[n++] = (struct ratelimit_item){
-            .name = r->gate.checked[i]->name,
+            .name = check->checked[i]->name,
             .limit = v->limit,
             .remaining = v->remaining,
             .reset_ms = v->reset_ms,
-            .window_ms = concurrency ? 0 : r->gate.checked[i]->rule.window_ms,
+            .window_ms = concurrency ? 0 : check->checked[i]->rule.window_ms,
             .concurrency = concurrency,
             .rejected = !v->allowed,
         };
@@ -93,17 +94,18 @@ static size_t ratelimit_items(const struct request *r, struct ratelimit_item *it
     return n;
 }
 
-void respond_add_ratelimit_headers(const struct request *r, struct MHD_Response *response)
+void respond_add_ratelimit_headers(unsigned styles, const struct gate_check *check, const struct limiter_result *result,
+                                   struct MHD_Response *response)
 {
     struct ratelimit_item items[LIMITER_MAX_RULES];
-    size_t n = ratelimit_items(r, items);
+    size_t n = ratelimit_items(check, result, items);
     if (n > 0)
-        ratelimit_headers_render(r->w->cfg->headers, items, n, r->verdict.now_ms, add_to_response, response);
+        ratelimit_headers_render(styles, items, n, result->now_ms, add_to_response, response);
 }
 
-const struct limit_verdict *respond_closest_verdict(const struct request *r)
+const struct limit_verdict *respond_closest_verdict(const struct gate_check *check, const struct limiter_result *result)
 {
     struct ratelimit_item items[LIMITER_MAX_RULES];
-    size_t n = ratelimit_items(r, items);
-    return n > 0 ? &r->verdict.verdicts[ratelimit_closest(items, n)] : NULL;
+    size_t n = ratelimit_items(check, result, items);
+    return n > 0 ? &result->verdicts[ratelimit_closest(items, n)] : NULL;
 }

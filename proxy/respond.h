@@ -4,7 +4,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "proxy/request.h"
+#include "proxy/gate.h"
+#include "store/limiter.h"
 
 /* The body of every JSON error, {"error_code": code}, into buf; its length (snprintf's). */
 int respond_error_body(char *buf, size_t cap, const char *error_code);
@@ -15,20 +16,23 @@ int respond_error_body(char *buf, size_t cap, const char *error_code);
  * request body (request.c). The socket's send buffer is empty, so one send() takes it. */
 void respond_send_closing(int fd, unsigned status, const char *error_code);
 
-/* Both record the body length in r->bytes_sent.
+/* Both store the body's length in *body_bytes (for the access log) unless it is NULL.
  * A JSON error response {"error_code": code} with Content-Type: application/json.
  * Returns NULL on allocation failure. */
-struct MHD_Response *respond_error(struct request *r, const char *error_code);
+struct MHD_Response *respond_error(const char *error_code, uint64_t *body_bytes);
 
 /* A 429 body for code "rate_limit_exceeded" or "concurrency_limit_exceeded", with
  * Retry-After. */
-struct MHD_Response *respond_limited(struct request *r, const char *error_code, int64_t retry_after_s);
+struct MHD_Response *respond_limited(const char *error_code, int64_t retry_after_s, uint64_t *body_bytes);
 
-/* Adds r's RateLimit headers (from its verdict) to response, in the configured style. */
-void respond_add_ratelimit_headers(const struct request *r, struct MHD_Response *response);
+/* Adds the RateLimit headers of a decided check (the limits `check` met, the store's
+ * `result` on them; none when result is NULL or undecided) in the configured styles
+ * (proxy_config.headers). */
+void respond_add_ratelimit_headers(unsigned styles, const struct gate_check *check, const struct limiter_result *result,
+                                   struct MHD_Response *response);
 
 /* The verdict of the limit closest to running out (ratelimit_closest's rule), which the
  * draft and x headers and the access log's limit/remaining describe; for a refused request
- * one that refused it. NULL when r has no decided check. Points into r->verdict. */
-const struct limit_verdict *respond_closest_verdict(const struct request *r);
+ * one that refused it. NULL without a decided check. Points into result. */
+const struct limit_verdict *respond_closest_verdict(const struct gate_check *check, const struct limiter_result *result);
 

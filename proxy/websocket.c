@@ -7,6 +7,7 @@
 #include <string.h>
 #include <strings.h>
 #include <sys/mman.h>
+#include <sys/queue.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -18,13 +19,9 @@
 
 #include "proxy/access_log.h"
 #include "proxy/config.h"
-#include "proxy/forward.h"
-#include "proxy/head_screen.h"
+#include "proxy/http1.h"
 #include "proxy/metrics.h"
-#include "proxy/request.h"
-#include "proxy/respond.h"
 #include "proxy/upstream_tls.h"
-#include "proxy/worker.h"
 #include "proxy/ws_frame.h"
 #include "store/clock.h"
 #include "store/local_limit.h"
@@ -47,9 +44,32 @@ enum tunnel_state {
     TUNNEL_CLOSED,
 };
 
+struct ws_field {
+    char *name;
+    char *value;
+};
+
+/* One per worker: the upstreams resolved for tunnels and every tunnel of the worker. */
+struct ws_context {
+    struct event_base *base;
+    const struct proxy_config *cfg;
+    struct metrics *metrics;
+    struct log_throttle *rejection_warnings;
+    bool log_warnings;
+    struct ws_upstreams *upstreams;  /* cfg's upstreams, resolved */
+    struct upstream_tls *tls;        /* TLS settings of tunnels to https upstreams */
+    unsigned next;                   /* round robin over the upstreams */
+    void (*kick_mhd)(void *ctx);     /* get libmicrohttpd to run (after MHD_upgrade_action) */
+    void *kick_ctx;
+    LIST_HEAD(, ws_tunnel) tunnels;
+};
+
 struct ws_tunnel {
-    struct request *r;
-    struct worker *w;
+    struct ws_context *ctx;
+    LIST_ENTRY(ws_tunnel) all;       /* in ctx->tunnels, until ws_free */
+    const struct ws_hooks *hooks;
+    void *owner;
+    bool holds_owner;                /* since hooks->switching, until hooks->closed */
     enum tunnel_state state;
     struct bufferevent *up;          /* an OpenSSL bufferevent for an https upstream */
     const struct upstream_addr *upstream;
@@ -64,17 +84,19 @@ struct ws_tunnel {
 
     /* the upstream's answer when it is not 101 */
     long status;
-    struct response_header *headers;
+    int64_t started_ns;              /* the handshake left for the upstream */
+    int64_t upstream_ms;             /* until the upstream's answer; -1 before */
+    struct ws_field *headers;
     size_t n_headers;
     int64_t body_need;               /* -1: until the upstream closes */
 
-    /* an answer other than 101, sent once the slot is given back */
-    struct MHD_Response *answer;
-    unsigned answer_status;
-
-    /* client-to-upstream message counting */
+    /* client-to-upstream message counting against the --ws-messages limit */
     struct ws_frame_reader frames;
-    struct local_limit *messages;
+    struct local_limit *messages;    /* NULL without such a limit */
+    struct limit_rule ws_rule;
+    const char *plan_name;           /* for the metric and the rejection log (the owner's) */
+    const char *user_id;
+    bool shadow;
 
     struct ws_upstreams *resolved;   /* holds t->upstream while a reload replaces the worker's */
 };
@@ -102,12 +124,25 @@ static void upstreams_unref(struct ws_upstreams *set)
         free(set);
 }
 
-bool ws_is_upgrade(struct MHD_Connection *conn, const char *method)
+/* True when value[0, len) holds "websocket", in any case. */
+static bool mentions_websocket(const char *value, size_t len)
+{
+    static const char word[] = "websocket";
+    const size_t wlen = sizeof(word) - 1;
+    for (size_t i = 0; i + wlen <= len; i++)
+        if (strncasecmp(value + i, word, wlen) == 0)
+            return true;
+    return false;
+}
+
+bool ws_is_upgrade(const char *method, const struct gate_header *headers, size_t n_headers)
 {
     if (strcmp(method, "GET") != 0)
         return false;
-    const char *upgrade = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Upgrade");
-    return upgrade != NULL && strcasestr(upgrade, "websocket") != NULL;
+    for (size_t i = 0; i < n_headers; i++)
+        if (http1_name_is(headers[i].name, headers[i].name_len, "Upgrade"))
+            return mentions_websocket(headers[i].value, headers[i].value_len); /* the first, as MHD's lookup */
+    return false;
 }
 
 /* "http://host:port/anything" -> host and port (80, or 443 for https, when absent). */
@@ -145,9 +180,11 @@ static int split_url(const char *url, char *host, size_t hostlen, char *port, si
     return 0;
 }
 
-int ws_resolve_upstreams(struct worker *w, char *err, size_t errlen)
+/* Resolves cfg's upstreams into ctx->upstreams: a handshake under way keeps the set it
+ * started with. Returns 0 (a name that does not resolve leaves its reason in err), or
+ * -ENOMEM, keeping the set in use. */
+static int resolve_upstreams(struct ws_context *ctx, const struct proxy_config *cfg, char *err, size_t errlen)
 {
-    const struct proxy_config *cfg = w->cfg;
     struct ws_upstreams *set = calloc(1, sizeof(*set) + cfg->n_upstreams * sizeof(set->addrs[0]));
     if (set == NULL)
         return -ENOMEM;
@@ -172,17 +209,44 @@ int ws_resolve_upstreams(struct worker *w, char *err, size_t errlen)
         addrs[i].ok = true;
         freeaddrinfo(res);
     }
-    upstreams_unref(w->ws_upstreams);
-    w->ws_upstreams = set;
+    upstreams_unref(ctx->upstreams);
+    ctx->upstreams = set;
     return 0;
 }
 
-void ws_free_upstreams(struct worker *w)
+struct ws_context *ws_context_create(const struct ws_context_params *p, char *err, size_t errlen)
 {
-    upstreams_unref(w->ws_upstreams);
-    w->ws_upstreams = NULL;
-    upstream_tls_free(w->ws_tls);
-    w->ws_tls = NULL;
+    struct ws_context *ctx = calloc(1, sizeof(*ctx));
+    if (ctx == NULL)
+        return NULL;
+    ctx->base = p->base;
+    ctx->cfg = p->cfg;
+    ctx->metrics = p->metrics;
+    ctx->rejection_warnings = p->rejection_warnings;
+    ctx->log_warnings = p->log_warnings;
+    ctx->kick_mhd = p->kick_mhd;
+    ctx->kick_ctx = p->kick_ctx;
+    LIST_INIT(&ctx->tunnels);
+    if (resolve_upstreams(ctx, p->cfg, err, errlen) < 0) {
+        free(ctx);
+        return NULL;
+    }
+    return ctx;
+}
+
+int ws_context_reload(struct ws_context *ctx, const struct proxy_config *cfg, char *err, size_t errlen)
+{
+    ctx->cfg = cfg;
+    return resolve_upstreams(ctx, cfg, err, errlen);
+}
+
+void ws_context_destroy(struct ws_context *ctx)
+{
+    if (ctx == NULL)
+        return;
+    upstreams_unref(ctx->upstreams);
+    upstream_tls_free(ctx->tls);
+    free(ctx);
 }
 
 static void free_headers(struct ws_tunnel *t)
@@ -196,13 +260,12 @@ static void free_headers(struct ws_tunnel *t)
     t->n_headers = 0;
 }
 
-/* Ends the tunnel for good: sockets closed, slot given back, the request let go. */
+/* Ends the tunnel for good: sockets closed, slot given back, the owner let go. */
 static void tunnel_closed(struct ws_tunnel *t)
 {
     if (t->state == TUNNEL_CLOSED)
         return;
     t->state = TUNNEL_CLOSED;
-    struct request *r = t->r;
     if (t->timer != NULL)
         evtimer_del(t->timer);
     if (t->up != NULL) {
@@ -216,19 +279,22 @@ static void tunnel_closed(struct ws_tunnel *t)
     if (t->urh != NULL) {
         MHD_upgrade_action(t->urh, MHD_UPGRADE_ACTION_CLOSE);
         t->urh = NULL;
-        worker_kick_mhd(t->w);
+        t->ctx->kick_mhd(t->ctx->kick_ctx);
     }
     if (t->counted) {
-        metrics_add_websockets(t->w->metrics, -1);
+        metrics_add_websockets(t->ctx->metrics, -1);
         t->counted = false;
     }
-    request_release_slots(r);
-    request_unref(r); /* the tunnel's reference */
+    t->hooks->release_slots(t->owner);
+    if (t->holds_owner) {
+        t->holds_owner = false;
+        t->hooks->closed(t->owner); /* may free the tunnel */
+    }
 }
 
 static void arm_idle_timer(struct ws_tunnel *t)
 {
-    int64_t ms = t->w->cfg->websocket_idle_timeout_ms;
+    int64_t ms = t->ctx->cfg->websocket_idle_timeout_ms;
     if (ms <= 0 || t->state != TUNNEL_OPEN)
         return;
     struct timeval tv = store_ms_to_timeval(ms);
@@ -245,7 +311,7 @@ static void close_client_with(struct ws_tunnel *t, uint16_t code, const char *re
         bufferevent_free(t->up);
         t->up = NULL;
     }
-    request_release_slots(t->r);
+    t->hooks->release_slots(t->owner);
     uint8_t frame[128];
     size_t n = ws_close_frame(code, reason, frame, sizeof(frame));
     bufferevent_write(t->client, frame, n);
@@ -314,11 +380,11 @@ static void maybe_closed_after_flush(struct ws_tunnel *t)
 /* Over the message limit: close 1008 to the client, and the upstream side at once. */
 static void refuse_message(struct ws_tunnel *t)
 {
-    metrics_count_limit_hit(t->w->metrics, LIMIT_TYPE_WS_MESSAGE, t->r->plan != NULL ? t->r->plan->name : NULL);
-    if (t->w->shared->log_warnings && t->r->plan != NULL)
-        log_rejection(t->w->shared->rejection_warnings, t->r->user_id, t->r->plan->name, "ws_message",
-                      t->r->gate.ws_rule.id, t->r->gate.ws_rule.rate, t->r->gate.ws_rule.rate);
-    if (t->r->plan != NULL && t->r->plan->shadow)
+    metrics_count_limit_hit(t->ctx->metrics, LIMIT_TYPE_WS_MESSAGE, t->plan_name);
+    if (t->ctx->log_warnings && t->plan_name != NULL)
+        log_rejection(t->ctx->rejection_warnings, t->user_id, t->plan_name, "ws_message", t->ws_rule.id,
+                      t->ws_rule.rate, t->ws_rule.rate);
+    if (t->shadow)
         return; /* counted and reported; a shadow plan refuses nothing */
     close_client_with(t, 1008, "message rate limit exceeded");
 }
@@ -361,7 +427,7 @@ static void pump_client(struct ws_tunnel *t, struct evbuffer *in)
             return;
         }
         if (f.ends_message && t->messages != NULL &&
-            !local_limit_check(t->messages, &t->r->gate.ws_rule, store_realtime_ms(), NULL)) {
+            !local_limit_check(t->messages, &t->ws_rule, store_realtime_ms(), NULL)) {
             refuse_message(t);
             if (t->state != TUNNEL_OPEN)
                 return;
@@ -482,14 +548,14 @@ static void on_upgraded(void *cls, struct MHD_Connection *connection, void *req_
     struct ws_tunnel *t = cls;
     t->urh = urh;
     give_back_read_buffer(connection, extra_in, extra_in_size);
-    t->client = bufferevent_socket_new(t->w->base, sock, 0);
+    t->client = bufferevent_socket_new(t->ctx->base, sock, 0);
     if (t->client == NULL || t->up == NULL || t->state != TUNNEL_WAIT_UPGRADE) {
         tunnel_closed(t);
         return;
     }
     t->state = TUNNEL_OPEN;
     t->counted = true;
-    metrics_add_websockets(t->w->metrics, 1);
+    metrics_add_websockets(t->ctx->metrics, 1);
     bufferevent_setcb(t->client, on_client_read, on_client_drained, on_client_event, t);
     bufferevent_setcb(t->up, on_up_open_read, on_up_drained, on_up_open_event, t);
     bufferevent_setwatermark(t->client, EV_WRITE, TUNNEL_LOW_WATER, 0);
@@ -516,38 +582,33 @@ static void on_upgraded(void *cls, struct MHD_Connection *connection, void *req_
         on_up_open_read(t->up, t);
 }
 
-static void deliver_answer(struct request *r)
-{
-    struct ws_tunnel *t = r->ws;
-    struct MHD_Response *resp = t->answer;
-    t->answer = NULL;
-    request_set_pending(r, t->answer_status, resp);
-}
-
-/* Ends the handshake with an answer other than 101: the slot goes back first, so the
- * client's next attempt cannot meet it. Takes ownership of resp. */
-static void answer_handshake(struct ws_tunnel *t, unsigned status, struct MHD_Response *resp)
+/* Ends the handshake with an answer other than 101 (the owner gives the slot back before
+ * it sends it, so the client's next attempt cannot meet it). Takes ownership of resp. */
+static void answer_handshake(struct ws_tunnel *t, unsigned status, struct MHD_Response *resp, uint64_t body_bytes)
 {
     if (t->up != NULL) {
         bufferevent_free(t->up);
         t->up = NULL;
     }
     t->state = TUNNEL_CLOSED;
-    t->answer = resp;
-    t->answer_status = status;
-    request_release_then(t->r, deliver_answer);
+    t->hooks->answer(t->owner, status, resp, body_bytes);
 }
 
 static void fail_handshake(struct ws_tunnel *t, unsigned status, const char *code)
 {
-    answer_handshake(t, status, respond_error(t->r, code));
+    if (t->up != NULL) {
+        bufferevent_free(t->up);
+        t->up = NULL;
+    }
+    t->state = TUNNEL_CLOSED;
+    t->hooks->fail(t->owner, status, code);
 }
 
 static int add_header(struct ws_tunnel *t, const char *name, size_t nlen, const char *value, size_t vlen)
 {
     if (t->n_headers >= 128)
         return -E2BIG;
-    struct response_header *grown = realloc(t->headers, (t->n_headers + 1) * sizeof(*grown));
+    struct ws_field *grown = realloc(t->headers, (t->n_headers + 1) * sizeof(*grown));
     if (grown == NULL)
         return -ENOMEM;
     t->headers = grown;
@@ -584,12 +645,13 @@ static bool names_permessage_deflate(const char *v, size_t vlen)
     return false;
 }
 
-/* Parses "HTTP/1.1 101 ...\r\nName: value\r\n...\r\n\r\n". Returns 0 or -EINVAL. */
+/* Parses "HTTP/1.1 101 ...\r\nName: value\r\n...\r\n\r\n" with the rules curl's heads meet
+ * (http1.h). Returns 0, -EINVAL or -ENOMEM. */
 static int parse_head(struct ws_tunnel *t, char *head, size_t len)
 {
     char *line = head, *end = head + len;
     char *eol = memmem(line, (size_t)(end - line), "\r\n", 2);
-    long status = eol != NULL ? head_screen_status_line(line, (size_t)(eol - line)) : 0;
+    long status = eol != NULL ? http1_status_line(line, (size_t)(eol - line)) : 0;
     if (status == 0)
         return -EINVAL;
     t->status = status;
@@ -598,35 +660,23 @@ static int parse_head(struct ws_tunnel *t, char *head, size_t len)
         eol = memmem(line, (size_t)(end - line), "\r\n", 2);
         if (eol == NULL || eol == line)
             break;
-        char *colon = memchr(line, ':', (size_t)(eol - line));
-        if (colon == NULL)
+        struct http1_field f;
+        if (http1_field_line(line, (size_t)(eol - line), &f) < 0)
             return -EINVAL;
-        size_t nlen = (size_t)(colon - line);
-        char *v = colon + 1;
-        while (v < eol && (*v == ' ' || *v == '\t'))
-            v++;
-        size_t vlen = (size_t)(eol - v);
-        if (nlen == 14 && strncasecmp(line, "content-length", 14) == 0) {
-            char buf[24];
-            if (vlen == 0 || vlen >= sizeof(buf))
-                return -EINVAL;
-            memcpy(buf, v, vlen);
-            buf[vlen] = '\0';
-            char *e;
-            errno = 0;
-            long long n = strtoll(buf, &e, 10);
-            if (errno != 0 || *e != '\0' || n < 0)
+        if (http1_name_is(f.name, f.name_len, "Content-Length")) {
+            int64_t n;
+            if (http1_content_length(f.value, f.value_len, &n) < 0)
                 return -EINVAL;
             t->body_need = n;
             continue;
         }
         /* The upstream accepted compression: the client's compressed frames carry RSV1. */
-        if (status == 101 && nlen == 24 && strncasecmp(line, "sec-websocket-extensions", 24) == 0 &&
-            names_permessage_deflate(v, vlen))
+        if (status == 101 && http1_name_is(f.name, f.name_len, "Sec-WebSocket-Extensions") &&
+            names_permessage_deflate(f.value, f.value_len))
             t->frames.per_message_deflate = true;
-        bool keep = status == 101 ? !(nlen == 10 && strncasecmp(line, "connection", 10) == 0)
-                                  : !gate_is_hop_by_hop(line, nlen);
-        if (keep && add_header(t, line, nlen, v, vlen) < 0)
+        bool keep = status == 101 ? !http1_name_is(f.name, f.name_len, "Connection")
+                                  : !http1_is_hop_by_hop(f.name, f.name_len);
+        if (keep && add_header(t, f.name, f.name_len, f.value, f.value_len) < 0)
             return -ENOMEM;
     }
     return 0;
@@ -635,7 +685,6 @@ static int parse_head(struct ws_tunnel *t, char *head, size_t len)
 /* The upstream refused the upgrade: its answer goes to the client as it is. */
 static void relay_refusal(struct ws_tunnel *t, struct evbuffer *in)
 {
-    struct request *r = t->r;
     size_t len = evbuffer_get_length(in);
     if (t->body_need >= 0 && (int64_t)len > t->body_need)
         len = (size_t)t->body_need;
@@ -651,11 +700,9 @@ static void relay_refusal(struct ws_tunnel *t, struct evbuffer *in)
         fail_handshake(t, MHD_HTTP_BAD_GATEWAY, "upstream_unavailable");
         return;
     }
-    r->bytes_sent = len;
     for (size_t i = 0; i < t->n_headers; i++)
         MHD_add_response_header(resp, t->headers[i].name, t->headers[i].value);
-    respond_add_ratelimit_headers(r, resp);
-    answer_handshake(t, (unsigned)t->status, resp);
+    answer_handshake(t, (unsigned)t->status, resp, len);
 }
 
 static void on_up_handshake_read(struct bufferevent *bev, void *arg)
@@ -689,8 +736,8 @@ static void on_up_handshake_read(struct bufferevent *bev, void *arg)
         return;
     }
     bufferevent_set_timeouts(bev, NULL, NULL);
-    t->r->upstream_ms = (store_mono_ns() - t->r->forwarded_ns) / 1000000;
-    if (t->r->client_gone || t->r->pending != NULL) {
+    t->upstream_ms = (store_mono_ns() - t->started_ns) / 1000000;
+    if (t->hooks->abandoned(t->owner)) {
         /* The client left while the upstream answered (its slot is back already, and its
          * 499 is on the way): nothing is relayed, and the upstream side closes now. */
         bufferevent_free(t->up);
@@ -710,13 +757,12 @@ static void on_up_handshake_read(struct bufferevent *bev, void *arg)
     }
     for (size_t i = 0; i < t->n_headers; i++)
         MHD_add_response_header(resp, t->headers[i].name, t->headers[i].value);
-    respond_add_ratelimit_headers(t->r, resp);
     free_headers(t);
     /* Hold upstream frames until the client side is joined. */
     bufferevent_disable(bev, EV_READ);
     t->state = TUNNEL_WAIT_UPGRADE;
-    t->r->refs++; /* the tunnel's, until tunnel_closed */
-    request_set_pending(t->r, MHD_HTTP_SWITCHING_PROTOCOLS, resp);
+    t->holds_owner = true; /* until tunnel_closed */
+    t->hooks->switching(t->owner, resp);
 }
 
 static void on_up_handshake_event(struct bufferevent *bev, short what, void *arg)
@@ -724,7 +770,7 @@ static void on_up_handshake_event(struct bufferevent *bev, short what, void *arg
     struct ws_tunnel *t = arg;
     if (what & BEV_EVENT_CONNECTED) {
         t->state = TUNNEL_HANDSHAKE;
-        struct timeval tv = store_ms_to_timeval(t->w->cfg->upstream_timeout_ms);
+        struct timeval tv = store_ms_to_timeval(t->ctx->cfg->upstream_timeout_ms);
         bufferevent_set_timeouts(bev, &tv, &tv);
         return;
     }
@@ -733,7 +779,7 @@ static void on_up_handshake_event(struct bufferevent *bev, short what, void *arg
         return;
     }
     bool slow = (what & BEV_EVENT_TIMEOUT) != 0;
-    if (!slow && t->state == TUNNEL_CONNECTING && t->upstream->tls && t->w->shared->log_warnings) {
+    if (!slow && t->state == TUNNEL_CONNECTING && t->upstream->tls && t->ctx->log_warnings) {
         unsigned long code = bufferevent_get_openssl_error(bev);
         upstream_tls_log_handshake_failure(bufferevent_openssl_get_ssl(bev), code, t->upstream->url);
     }
@@ -743,21 +789,21 @@ static void on_up_handshake_event(struct bufferevent *bev, short what, void *arg
 
 /* The upstream side of a tunnel: a plain socket, or TLS over one for an https upstream
  * (verified as curl verifies, see upstream_tls.h). NULL on failure. */
-static struct bufferevent *upstream_bufferevent(struct worker *w, const struct upstream_addr *ua)
+static struct bufferevent *upstream_bufferevent(struct ws_context *wc, const struct upstream_addr *ua)
 {
     if (!ua->tls)
-        return bufferevent_socket_new(w->base, -1, BEV_OPT_CLOSE_ON_FREE);
+        return bufferevent_socket_new(wc->base, -1, BEV_OPT_CLOSE_ON_FREE);
     SSL_CTX *ctx;
     char err[256];
-    if (upstream_tls_context(&w->ws_tls, w->cfg, &ctx, err, sizeof(err)) < 0) {
-        if (w->shared->log_warnings)
+    if (upstream_tls_context(&wc->tls, wc->cfg, &ctx, err, sizeof(err)) < 0) {
+        if (wc->log_warnings)
             fprintf(stderr, "tierproxy: upstream %s: WebSocket TLS: %s\n", ua->url, err);
         return NULL;
     }
     SSL *ssl = upstream_tls_ssl_new(ctx, ua->host);
     if (ssl == NULL)
         return NULL;
-    struct bufferevent *bev = bufferevent_openssl_socket_new(w->base, -1, ssl, BUFFEREVENT_SSL_CONNECTING,
+    struct bufferevent *bev = bufferevent_openssl_socket_new(wc->base, -1, ssl, BUFFEREVENT_SSL_CONNECTING,
                                                              BEV_OPT_CLOSE_ON_FREE);
     if (bev == NULL) {
         SSL_free(ssl);
@@ -768,66 +814,88 @@ static struct bufferevent *upstream_bufferevent(struct worker *w, const struct u
     return bev;
 }
 
-void ws_start(struct request *r)
+/* The handshake's header lines, as gate_upstream_headers gives them, into the upstream's
+ * output. */
+struct handshake_lines {
+    struct evbuffer *out;
+    struct scratch *scratch;
+};
+
+static int emit_line(void *arg, const char *name, size_t name_len, const char *value, size_t value_len)
 {
-    struct worker *w = r->w;
-    const struct proxy_config *cfg = w->cfg;
+    struct handshake_lines *h = arg;
+    return evbuffer_add_printf(h->out, "%.*s:%s%.*s\r\n", (int)name_len, name, value_len > 0 ? " " : "",
+                               (int)value_len, value) < 0 ? -ENOMEM : 0;
+}
+
+static void *alloc_line(void *arg, size_t n)
+{
+    struct handshake_lines *h = arg;
+    return scratch_alloc(h->scratch, n);
+}
+
+struct ws_tunnel *ws_start(struct ws_context *ctx, const struct ws_handshake *hs, const struct ws_hooks *hooks,
+                           void *owner)
+{
+    const struct proxy_config *cfg = ctx->cfg;
     struct ws_tunnel *t = calloc(1, sizeof(*t));
-    if (t == NULL) {
-        request_set_pending(r, MHD_HTTP_BAD_GATEWAY, respond_error(r, "upstream_unavailable"));
-        return;
-    }
-    r->ws = t;
-    t->r = r;
-    t->w = w;
+    if (t == NULL)
+        return NULL;
+    t->ctx = ctx;
+    LIST_INSERT_HEAD(&ctx->tunnels, t, all);
+    t->hooks = hooks;
+    t->owner = owner;
     t->state = TUNNEL_CONNECTING;
-    r->phase = PHASE_FORWARDING;
-    r->forwarded_ns = store_mono_ns();
+    t->upstream_ms = -1;
+    t->started_ns = store_mono_ns();
     ws_frame_reader_init(&t->frames);
-    t->timer = evtimer_new(w->base, on_timer, t);
-    if (r->gate.has_ws_rule)
-        t->messages = local_limit_create();
-    size_t pick = w->upstream_next++ % cfg->n_upstreams;
-    t->resolved = w->ws_upstreams;
+    t->timer = evtimer_new(ctx->base, on_timer, t);
+    const struct gate_check *check = hs->check;
+    if (check != NULL) {
+        t->plan_name = check->plan->name;
+        t->user_id = check->user_id;
+        t->shadow = check->plan->shadow;
+        if (check->has_ws_rule) {
+            t->ws_rule = check->ws_rule;
+            t->messages = local_limit_create();
+        }
+    }
+    size_t pick = ctx->next++ % cfg->n_upstreams;
+    t->resolved = ctx->upstreams;
     t->resolved->refs++;
     const struct upstream_addr *ua = pick < t->resolved->n ? &t->resolved->addrs[pick] : NULL;
-    if (t->timer == NULL || (r->gate.has_ws_rule && t->messages == NULL) || ua == NULL || !ua->ok ||
-        forward_build_headers(r, true) < 0) {
+    if (t->timer == NULL || (check != NULL && check->has_ws_rule && t->messages == NULL) || ua == NULL || !ua->ok) {
         fail_handshake(t, MHD_HTTP_BAD_GATEWAY, "upstream_unavailable");
-        return;
+        return t;
     }
     t->upstream = ua;
-    t->up = upstream_bufferevent(w, ua);
+    t->up = upstream_bufferevent(ctx, ua);
     if (t->up == NULL) {
         fail_handshake(t, MHD_HTTP_BAD_GATEWAY, "upstream_unavailable");
-        return;
+        return t;
     }
     struct evbuffer *out = bufferevent_get_output(t->up);
-    evbuffer_add_printf(out, "GET %s HTTP/1.1\r\n", r->target.forward);
-    for (struct curl_slist *h = r->upstream_headers; h != NULL; h = h->next) {
-        size_t len = strlen(h->data);
-        if (len > 0 && h->data[len - 1] == ';') /* curl's spelling of an empty header */
-            evbuffer_add_printf(out, "%.*s:\r\n", (int)(len - 1), h->data);
-        else
-            evbuffer_add_printf(out, "%s\r\n", h->data);
+    struct handshake_lines lines = { .out = out, .scratch = hs->scratch };
+    struct gate_header_sink sink = { .emit = emit_line, .alloc = alloc_line, .ctx = &lines };
+    if (evbuffer_add_printf(out, "GET %s HTTP/1.1\r\n", hs->model->target->forward) < 0 ||
+        gate_upstream_headers(hs->model, check, &sink) < 0 || evbuffer_add(out, "\r\n", 2) < 0) {
+        fail_handshake(t, MHD_HTTP_BAD_GATEWAY, "upstream_unavailable");
+        return t;
     }
-    evbuffer_add(out, "\r\n", 2);
     bufferevent_setcb(t->up, on_up_handshake_read, NULL, on_up_handshake_event, t);
     struct timeval ct = store_ms_to_timeval(cfg->connect_timeout_ms);
     bufferevent_set_timeouts(t->up, &ct, &ct);
     bufferevent_enable(t->up, EV_READ | EV_WRITE);
     if (bufferevent_socket_connect(t->up, (struct sockaddr *)&ua->addr, (int)ua->len) < 0)
         fail_handshake(t, MHD_HTTP_BAD_GATEWAY, "upstream_unavailable");
+    return t;
 }
 
-void ws_close_all(struct worker *w)
+void ws_close_all(struct ws_context *ctx)
 {
-    struct request *next;
-    for (struct request *r = LIST_FIRST(&w->requests); r != NULL; r = next) {
-        next = LIST_NEXT(r, live); /* closing may free r */
-        struct ws_tunnel *t = r->ws;
-        if (t == NULL)
-            continue;
+    struct ws_tunnel *next;
+    for (struct ws_tunnel *t = LIST_FIRST(&ctx->tunnels); t != NULL; t = next) {
+        next = LIST_NEXT(t, all); /* closing may free t */
         if (t->state == TUNNEL_OPEN && t->client != NULL)
             close_client_with(t, 1001, "going away");
         else if (t->state == TUNNEL_WAIT_UPGRADE) {
@@ -836,26 +904,28 @@ void ws_close_all(struct worker *w)
     }
 }
 
-bool ws_connection_done(struct request *r)
+bool ws_connection_done(struct ws_tunnel *t, bool *upgrade_missed)
 {
-    struct ws_tunnel *t = r->ws;
-    if (t == NULL)
-        return false;
+    *upgrade_missed = false;
     /* When the 101 went out, MHD called on_upgraded first, and calls this only once the
      * tunnel closed its side: still waiting means the upgrade will never come. */
     if (t->state == TUNNEL_WAIT_UPGRADE) {
-        r->status = 499; /* logged as nginx does: the client closed before its answer went out */
-        r->decision = "client_closed";
+        *upgrade_missed = true;
         tunnel_closed(t);
     }
     return t->state == TUNNEL_OPEN || t->state == TUNNEL_CLOSING;
 }
 
-void ws_release(struct request *r)
+int64_t ws_upstream_ms(const struct ws_tunnel *t)
 {
-    struct ws_tunnel *t = r->ws;
+    return t->upstream_ms;
+}
+
+void ws_free(struct ws_tunnel *t)
+{
     if (t == NULL)
         return;
+    LIST_REMOVE(t, all);
     if (t->up != NULL)
         bufferevent_free(t->up);
     if (t->client != NULL)
@@ -864,9 +934,6 @@ void ws_release(struct request *r)
         event_free(t->timer);
     local_limit_destroy(t->messages);
     upstreams_unref(t->resolved);
-    if (t->answer != NULL)
-        MHD_destroy_response(t->answer);
     free_headers(t);
     free(t);
-    r->ws = NULL;
 }

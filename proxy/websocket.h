@@ -1,41 +1,102 @@
 /* WebSocket tunnelling: the handshake is forwarded on a plain non-blocking socket, with TLS
- * over it for an https upstream (libcurl here has no WebSocket support), and after the upstream's 101 the client socket that
- * libmicrohttpd hands over and the upstream socket are joined on the worker's loop. Frames
- * pass unchanged; client-to-upstream frame heads are read as they pass, to count
- * messages against a --ws-messages limit. */
+ * over it for an https upstream (libcurl here has no WebSocket support), and after the
+ * upstream's 101 the client socket that libmicrohttpd hands over and the upstream socket
+ * are joined on the worker's loop. Frames pass unchanged; client-to-upstream frame heads
+ * are read as they pass, to count messages against a --ws-messages limit.
+ *
+ * websocket.c owns the ws_context, one per worker (the upstreams resolved for tunnels,
+ * their TLS settings, every tunnel of the worker), and each ws_tunnel. The request that
+ * starts a tunnel is its owner, told what happens through ws_hooks; no request or worker
+ * type is known here. */
 #pragma once
 #include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
 
 #include <microhttpd.h>
 
-struct request;
-struct worker;
+#include "proxy/gate.h"
+#include "proxy/scratch.h"
+
+struct event_base;
+struct metrics;
+struct log_throttle;
+struct proxy_config;
+struct ws_context;
+struct ws_tunnel;
 
 /* libmicrohttpd's per-connection memory pool (MHD_OPTION_CONNECTION_MEMORY_LIMIT in
  * worker.c, which must be this value): an upgraded connection keeps it for the tunnel's
  * life, and websocket.c gives back the pages of it that MHD left zeroed. */
 #define WS_CONNECTION_POOL_BYTES (32 * 1024)
 
-/* True for a GET that asks to upgrade to websocket. */
-bool ws_is_upgrade(struct MHD_Connection *conn, const char *method);
+struct ws_context_params {
+    struct event_base *base;
+    const struct proxy_config *cfg;
+    struct metrics *metrics;
+    struct log_throttle *rejection_warnings;
+    bool log_warnings;
+    void (*kick_mhd)(void *ctx);   /* gets libmicrohttpd to run soon (from a loop callback) */
+    void *kick_ctx;
+};
 
-/* Resolves w->cfg's upstream addresses for the worker's tunnels: at start, and again after
- * each reload (a handshake under way keeps the address it started with). Returns 0 (a name
- * that does not resolve leaves its reason in err), or -ENOMEM, keeping the addresses in use. */
-int ws_resolve_upstreams(struct worker *w, char *err, size_t errlen);
-void ws_free_upstreams(struct worker *w);
+/* Resolves cfg's upstream addresses for the worker's tunnels. NULL when memory runs out; a
+ * name that does not resolve leaves its reason in err and is not fatal. */
+struct ws_context *ws_context_create(const struct ws_context_params *p, char *err, size_t errlen);
+/* A reload: later handshakes use cfg's upstreams (one under way keeps the address it
+ * started with). Returns 0 (a name that does not resolve leaves its reason in err), or
+ * -ENOMEM, keeping the addresses in use. */
+int ws_context_reload(struct ws_context *ctx, const struct proxy_config *cfg, char *err, size_t errlen);
+/* Frees the context; every tunnel must have been freed first. NULL is fine. */
+void ws_context_destroy(struct ws_context *ctx);
 
-/* Forwards r's handshake; the answer (101 or any other) becomes r's pending response. */
-void ws_start(struct request *r);
+/* True for a GET whose (first) Upgrade field asks for websocket. */
+bool ws_is_upgrade(const char *method, const struct gate_header *headers, size_t n_headers);
+
+/* What the tunnel tells its owner. */
+struct ws_hooks {
+    /* The handshake ended with the upstream's answer other than 101 (resp, whose body is
+     * body_bytes long): the owner gives the slots back, then sends it. Takes resp. */
+    void (*answer)(void *owner, unsigned status, struct MHD_Response *resp, uint64_t body_bytes);
+    /* The handshake failed on our side or the upstream's (status 502 or 504). */
+    void (*fail)(void *owner, unsigned status, const char *error_code);
+    /* The upstream said 101: the owner queues resp. From now until `closed` the tunnel
+     * holds the owner. Takes resp. */
+    void (*switching)(void *owner, struct MHD_Response *resp);
+    /* The tunnel gives back the concurrency slots (idempotent on the owner's side). */
+    void (*release_slots)(void *owner);
+    /* The tunnel is over: the hold taken at `switching` goes (the tunnel may be freed). */
+    void (*closed)(void *owner);
+    /* True when the client left (or has its answer) while the upstream answered: nothing
+     * is relayed then. */
+    bool (*abandoned)(void *owner);
+};
+
+/* What the handshake sends upstream. */
+struct ws_handshake {
+    const struct gate_request *model;  /* the target and headers as the gate read them */
+    const struct gate_check *check;    /* the caller and plan; NULL for an exempt path */
+    struct scratch *scratch;           /* the owner's, for the header builder */
+};
+
+/* Forwards the handshake; every outcome reaches the owner through hooks (possibly before
+ * this returns). Returns the tunnel, which the owner frees with ws_free once done with it,
+ * or NULL when memory runs out (no hook is called then). */
+struct ws_tunnel *ws_start(struct ws_context *ctx, const struct ws_handshake *hs, const struct ws_hooks *hooks,
+                           void *owner);
 
 /* Closes every open tunnel of the worker (SIGTERM). */
-void ws_close_all(struct worker *w);
+void ws_close_all(struct ws_context *ctx);
 
-/* libmicrohttpd is done with r's connection (request_completed). A handshake whose 101
- * could not be sent (the client left first) is ended here: MHD never hands its socket over,
- * so its slot, its upstream connection and its hold on r go now. Returns true while r's
- * tunnel is joined and holds the slot, which it gives back itself when it closes. */
-bool ws_connection_done(struct request *r);
+/* libmicrohttpd is done with the owner's connection. A handshake whose 101 could not be
+ * sent (the client left first) ends here, with *upgrade_missed set: MHD never hands its
+ * socket over, so its slot, its upstream connection and its hold on the owner go now.
+ * Returns true while the tunnel is joined and holds the slot, which it gives back itself
+ * when it closes. */
+bool ws_connection_done(struct ws_tunnel *t, bool *upgrade_missed);
 
-/* Frees r's tunnel state (from request_unref). */
-void ws_release(struct request *r);
+/* How long the upstream took to answer the handshake, in ms; -1 before it did. */
+int64_t ws_upstream_ms(const struct ws_tunnel *t);
+
+/* Frees the tunnel (the owner, when it ends). NULL is fine. */
+void ws_free(struct ws_tunnel *t);

@@ -20,10 +20,10 @@
 #include "proxy/request.h"
 #include "proxy/websocket.h"
 #include "store/clock.h"
-
-_Static_assert(WS_CONNECTION_POOL_BYTES == FORWARD_CLIENT_POOL_BYTES, "one libmicrohttpd pool size");
 #include "store/limiter.h"
 #include "tiers/snapshot.h"
+
+_Static_assert(WS_CONNECTION_POOL_BYTES == FORWARD_CLIENT_POOL_BYTES, "one libmicrohttpd pool size");
 
 /* How long SIGTERM waits for in-flight requests. */
 #define DRAIN_MS 10000
@@ -60,8 +60,11 @@ static void on_mhd_timer(evutil_socket_t fd, short what, void *arg)
     run_mhd(arg);
 }
 
-void worker_kick_mhd(struct worker *w)
+/* Makes the loop call MHD_run soon: the way to get MHD moving after a connection was
+ * resumed from a curl or hiredis callback, where calling MHD_run is not allowed. */
+static void kick_mhd(void *arg)
 {
+    struct worker *w = arg;
     /* Runs MHD from the loop on its next turn, never from inside a curl or hiredis
      * callback. Not mhd_timer: run_mhd re-arms that one from MHD_get_timeout after every
      * run (or deletes it when MHD has no timeout), which would drop a kick asked for from
@@ -130,7 +133,7 @@ static void accept_connections(struct worker *w)
     evtimer_del(w->accept_retry);
     unsigned accepted = 0;
     for (;;) {
-        if (w->connections + w->intake_waiting >= w->connection_limit) {
+        if (w->connections + intake_waiting(w->intake) >= w->connection_limit) {
             accept_watch(w, false); /* on_connection watches again when one closes */
             break;
         }
@@ -165,28 +168,34 @@ static void accept_connections(struct worker *w)
         }
         w->out_of_fds = false;
         accepted++;
-        intake_take(w, fd, &ss, len);
+        intake_take(w->intake, fd, &ss, len);
     }
 }
 
-void worker_hand_to_mhd(struct worker *w, int fd, const struct sockaddr *addr, socklen_t addrlen)
+static void connection_closed(void *arg);
+
+/* A client connection whose first head has passed the intake goes to MHD. */
+static void hand_to_mhd(void *arg, int fd, const struct sockaddr *addr, socklen_t addrlen)
 {
+    struct worker *w = arg;
     /* Its NOTIFY_STARTED callback counts the connection before this returns. When MHD
        cannot take it (out of memory) it closes the socket itself: room again. */
     if (MHD_add_connection(w->daemon, fd, addr, addrlen) != MHD_YES)
-        worker_connection_closed(w);
-    worker_kick_mhd(w);
+        connection_closed(w);
+    kick_mhd(w);
 }
 
-void worker_connection_closed(struct worker *w)
+/* A client connection of this worker has closed: room to accept again. */
+static void connection_closed(void *arg)
 {
+    struct worker *w = arg;
     /* Room again: accept on the loop's next turn (never from inside MHD_run, where
      * MHD_add_connection must not be called). A descriptor is free now too. */
     if (w->out_of_fds) {
         static const struct timeval now = { 0, 0 };
         if (!w->stopping && w->listen_fd >= 0)
             evtimer_add(w->accept_retry, &now);
-    } else if (w->connections + w->intake_waiting < w->connection_limit) {
+    } else if (w->connections + intake_waiting(w->intake) < w->connection_limit) {
         accept_watch(w, true);
     }
 }
@@ -194,21 +203,6 @@ void worker_connection_closed(struct worker *w)
 static void on_accept(evutil_socket_t fd, short what, void *arg)
 {
     accept_connections(arg);
-}
-
-struct snapshot *worker_snapshot(struct worker *w)
-{
-    uint64_t generation = snapshot_watch_generation(w->shared->catalog);
-    if (w->snap == NULL || generation != w->snap_generation) {
-        struct snapshot *fresh = snapshot_watch_acquire(w->shared->catalog);
-        if (fresh != NULL) {
-            if (w->snap != NULL)
-                snapshot_unref(w->snap);
-            w->snap = fresh;
-            w->snap_generation = generation;
-        }
-    }
-    return w->snap;
 }
 
 static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_context,
@@ -222,7 +216,7 @@ static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_
     }
     if (w->connections > 0)
         w->connections--;
-    worker_connection_closed(w);
+    connection_closed(w);
 }
 
 static void on_leases_released(void *arg)
@@ -234,7 +228,7 @@ static void on_leases_released(void *arg)
 static void on_drain_timer(evutil_socket_t fd, short what, void *arg)
 {
     struct worker *w = arg;
-    if (w->active_requests == 0 || store_mono_ms() >= w->drain_deadline_ms) {
+    if (w->requests.active == 0 || store_mono_ms() >= w->drain_deadline_ms) {
         /* Whatever is still held (requests cut off by the deadline) goes back in one call. */
         limiter_release_all(w->limiter, on_leases_released, w);
         return;
@@ -259,8 +253,8 @@ static void on_stop(evutil_socket_t fd, short what, void *arg)
         w->listen_fd = -1;
     }
     w->drain_deadline_ms = store_mono_ms() + DRAIN_MS;
-    intake_close_all(w); /* no request of theirs was accepted yet */
-    ws_close_all(w);
+    intake_close_all(w->intake); /* no request of theirs was accepted yet */
+    ws_close_all(w->ws);
     on_drain_timer(-1, 0, w);
 }
 
@@ -268,8 +262,11 @@ static void on_reload(evutil_socket_t fd, short what, void *arg)
 {
     struct worker *w = arg;
     w->cfg = w->next_cfg;
+    w->requests.cfg = w->cfg;
+    forwarder_set_config(w->forwarder, w->cfg);
     char resolve_err[256] = "";
-    if (ws_resolve_upstreams(w, resolve_err, sizeof(resolve_err)) == 0 && resolve_err[0] != '\0' && w->index == 0)
+    if (ws_context_reload(w->ws, w->cfg, resolve_err, sizeof(resolve_err)) == 0 && resolve_err[0] != '\0' &&
+        w->index == 0)
         fprintf(stderr, "tierproxy: SIGHUP: %s\n", resolve_err);
     sem_post(w->reload_done);
 }
@@ -327,9 +324,7 @@ static unsigned connection_share(const struct proxy_config *cfg)
 int worker_init(struct worker *w, int index, const struct proxy_shared *shared, char *err, size_t errlen)
 {
     memset(w, 0, sizeof(*w));
-    LIST_INIT(&w->requests);
-    LIST_INIT(&w->intake);
-    SLIST_INIT(&w->request_pool);
+    request_context_init(&w->requests);
     w->listen_fd = -1;
     w->index = index;
     w->shared = shared;
@@ -358,9 +353,9 @@ int worker_init(struct worker *w, int index, const struct proxy_shared *shared, 
     w->connection_limit = connection_share(cfg);
     /* No listening socket of MHD's own: accept_connections hands it every connection. */
     unsigned flags = MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME | MHD_ALLOW_UPGRADE | MHD_USE_NO_LISTEN_SOCKET;
-    w->daemon = MHD_start_daemon(flags, 0, NULL, NULL, request_handle, w,
-                                 MHD_OPTION_URI_LOG_CALLBACK, request_begin, (void *)w,
-                                 MHD_OPTION_NOTIFY_COMPLETED, request_completed, (void *)w,
+    w->daemon = MHD_start_daemon(flags, 0, NULL, NULL, request_handle, &w->requests,
+                                 MHD_OPTION_URI_LOG_CALLBACK, request_begin, (void *)&w->requests,
+                                 MHD_OPTION_NOTIFY_COMPLETED, request_completed, (void *)&w->requests,
                                  MHD_OPTION_NOTIFY_CONNECTION, on_connection, (void *)w,
                                  MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)75,
                                  /* Ours is w->connection_limit, checked before accept();
@@ -397,14 +392,27 @@ int worker_init(struct worker *w, int index, const struct proxy_shared *shared, 
         return -ENOMEM;
     }
 
+    struct intake_hooks intake_hooks = { .hand_over = hand_to_mhd, .closed = connection_closed, .ctx = w };
+    w->intake = intake_create(w->base, w->metrics, shared->access_log, &intake_hooks);
     char resolve_err[256] = "";
-    if (ws_resolve_upstreams(w, resolve_err, sizeof(resolve_err)) < 0) {
+    struct ws_context_params ws_params = {
+        .base = w->base,
+        .cfg = cfg,
+        .metrics = w->metrics,
+        .rejection_warnings = shared->rejection_warnings,
+        .log_warnings = shared->log_warnings,
+        .kick_mhd = kick_mhd,
+        .kick_ctx = w,
+    };
+    w->ws = ws_context_create(&ws_params, resolve_err, sizeof(resolve_err));
+    if (w->intake == NULL || w->ws == NULL) {
         snprintf(err, errlen, "out of memory");
         return -ENOMEM;
     }
     if (resolve_err[0] != '\0' && index == 0)
         fprintf(stderr, "tierproxy: %s\n", resolve_err);
-    if (forward_init(w) < 0) {
+    w->forwarder = forwarder_create(w->base, cfg, w->metrics, shared->log_warnings);
+    if (w->forwarder == NULL) {
         snprintf(err, errlen, "cannot set up libcurl");
         return -ENOMEM;
     }
@@ -427,7 +435,22 @@ int worker_init(struct worker *w, int index, const struct proxy_shared *shared, 
     if (w->limiter == NULL)
         return -EINVAL;
 
-    worker_snapshot(w);
+    struct request_context *rc = &w->requests;
+    rc->base = w->base;
+    rc->cfg = cfg;
+    rc->limiter = w->limiter;
+    rc->metrics = w->metrics;
+    rc->forwarder = w->forwarder;
+    rc->ws = w->ws;
+    rc->catalog = shared->catalog;
+    rc->access_log = shared->access_log;
+    rc->rejection_warnings = shared->rejection_warnings;
+    rc->log_warnings = shared->log_warnings;
+    rc->instance_id = shared->instance_id;
+    rc->worker_index = index;
+    rc->kick_mhd = kick_mhd;
+    rc->kick_ctx = w;
+    request_context_snapshot(rc);
     return 0;
 }
 
@@ -482,29 +505,21 @@ void worker_join_and_destroy(struct worker *w)
     w->thread_started = false;
     /* MHD cannot stop with suspended connections: wake them; their requests see the
      * daemon going away and are freed by the completion callback. */
-    w->closing = true;
-    struct request *r;
-    LIST_FOREACH(r, &w->requests, live) {
-        forward_abort(r);
-        if (r->suspended) {
-            r->suspended = false;
-            MHD_resume_connection(r->conn);
-        }
-    }
+    request_context_close(&w->requests);
     if (w->daemon != NULL)
         MHD_run(w->daemon);
-    intake_close_all(w);
+    if (w->intake != NULL)
+        intake_close_all(w->intake);
     /* Closing the daemon ends the remaining connections; their completion callbacks free
      * requests, which may still hold curl handles and limiter replies. */
     if (w->daemon != NULL)
         MHD_stop_daemon(w->daemon);
     if (w->limiter != NULL)
         limiter_destroy(w->limiter);
-    forward_destroy(w);
-    request_pool_free(w);
-    ws_free_upstreams(w);
-    if (w->snap != NULL)
-        snapshot_unref(w->snap);
+    intake_destroy(w->intake); /* after MHD_stop_daemon, whose closing notifications read its count */
+    forwarder_destroy(w->forwarder);
+    request_context_destroy(&w->requests);
+    ws_context_destroy(w->ws);
     if (w->mhd_io != NULL)
         event_free(w->mhd_io);
     if (w->mhd_timer != NULL)

@@ -1,17 +1,20 @@
 /* A worker is one event-loop thread: its own libevent base, libmicrohttpd daemon (external
- * epoll mode, sharing the listening port with the other workers through SO_REUSEPORT),
- * curl multi handle and limiter connection. Nothing is shared between workers but the
- * catalog watcher and the memory store, which are thread-safe. */
+ * epoll mode, sharing the listening port with the other workers through SO_REUSEPORT) and
+ * limiter connection, and one context per part of the request path: the intake
+ * (intake.c), the requests (request.c), the forwarder (forward.c) and the tunnels
+ * (websocket.c). worker.c owns the loop, accepting, the daemon and the start, reload and
+ * stop of all of them. Nothing is shared between workers but the catalog watcher and the
+ * memory store, which are thread-safe. */
 #pragma once
 #include <pthread.h>
 #include <semaphore.h>
 #include <stdbool.h>
 #include <stdint.h>
 
-#include <curl/curl.h>
-#include <sys/queue.h>
 #include <sys/socket.h>
 #include <sys/time.h>
+
+#include "proxy/request.h"
 
 struct event_base;
 struct event;
@@ -21,10 +24,9 @@ struct memory_store;
 struct snapshot;
 struct snapshot_watch;
 struct proxy_config;
-struct request;
-struct ws_upstreams;
-struct upstream_tls;
-struct intake_conn;
+struct intake;
+struct forwarder;
+struct ws_context;
 struct access_log;
 struct log_throttle;
 
@@ -65,8 +67,6 @@ struct worker {
      * MHD_DAEMON_INFO_CURRENT_CONNECTIONS still counts a connection when its CLOSED
      * notification comes, which is when accepting resumes. */
     unsigned connections;
-    LIST_HEAD(, intake_conn) intake; /* connections waiting for their first head (intake.c) */
-    unsigned intake_waiting;
     unsigned connection_limit;      /* this worker's share of RLIMIT_NOFILE */
     struct event *stop_event;       /* activated from the main thread */
     struct event *drain_timer;
@@ -76,30 +76,16 @@ struct worker {
     const struct proxy_config *next_cfg;
     sem_t *reload_done;
 
-    CURLM *multi;
-    struct event *curl_timer;
-    CURLSH *curl_share;             /* DNS cache for the upstream names */
-    char curl_error[CURL_ERROR_SIZE]; /* every easy handle's CURLOPT_ERRORBUFFER (forward.c) */
-    CURL *easy_pool[256];           /* reset handles kept for reuse: no per-request setup */
-    size_t n_easy_pool;
-    unsigned upstream_next;         /* round robin over cfg->upstreams */
-    struct ws_upstreams *ws_upstreams; /* cfg's upstreams resolved for WebSocket tunnels (websocket.c) */
-    struct upstream_tls *ws_tls;    /* TLS settings of tunnels to https upstreams (websocket.c) */
-    uint64_t lease_seq;
-
     struct limiter *limiter;
     struct metrics *metrics;
 
-    struct snapshot *snap;          /* the catalog this worker serves from */
-    uint64_t snap_generation;
+    struct intake *intake;          /* connections waiting for their first head */
+    struct request_context requests;
+    struct forwarder *forwarder;    /* curl transfers */
+    struct ws_context *ws;          /* WebSocket tunnels */
 
     bool stopping;
-    bool closing;                   /* past the drain: connections are cut, not suspended */
     int64_t drain_deadline_ms;
-    unsigned active_requests;
-    LIST_HEAD(, request) requests;  /* every live request, for shutdown */
-    SLIST_HEAD(, request) request_pool; /* freed requests kept for reuse (request.c) */
-    unsigned n_request_pool;
 };
 
 /* Creates the worker's loop, daemon, curl multi and limiter (not yet running).
@@ -120,15 +106,4 @@ void worker_reload(struct worker *w, const struct proxy_config *cfg, sem_t *done
 /* Joins the thread and frees everything worker_init made. */
 void worker_join_and_destroy(struct worker *w);
 
-/* Gives MHD a client connection whose first head has passed the intake. */
-void worker_hand_to_mhd(struct worker *w, int fd, const struct sockaddr *addr, socklen_t addrlen);
 
-/* A client connection of this worker has closed: room to accept again. */
-void worker_connection_closed(struct worker *w);
-
-/* Makes the loop call MHD_run soon: the way to get MHD moving after a connection was
- * resumed from a curl or hiredis callback, where calling MHD_run is not allowed. */
-void worker_kick_mhd(struct worker *w);
-
-/* The snapshot the worker serves from, refreshed when the watcher published a new one. */
-struct snapshot *worker_snapshot(struct worker *w);

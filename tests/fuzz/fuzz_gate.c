@@ -20,6 +20,7 @@
 
 #include "proxy/field_name.h"
 #include "proxy/gate.h"
+#include "proxy/http1.h"
 #include "proxy/netaddr.h"
 #include "store/catalog.h"
 #include "tiers/apikey.h"
@@ -95,7 +96,7 @@ static int check_field(void *ctx, const char *name, size_t name_len, const char 
     (void)value_len;
     bool upgrade_pair = s->websocket && (field_name_equal_folded(name, name_len, "Connection") ||
                                          field_name_equal_folded(name, name_len, "Upgrade"));
-    CHECK(upgrade_pair || !gate_is_hop_by_hop(name, name_len));
+    CHECK(upgrade_pair || !http1_is_hop_by_hop(name, name_len));
     if (field_name_equal_folded(name, name_len, "X-Tier-User"))
         s->tier_user++;
     else if (field_name_equal_folded(name, name_len, "X-Tier-Plan"))

@@ -1,0 +1,40 @@
+#include "proxy/bytebuf.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+int bytebuf_append(struct bytebuf *b, const void *src, size_t n)
+{
+    if (b->off > 0 && b->off + b->len + n > b->cap) {
+        memmove(b->data, b->data + b->off, b->len);
+        b->off = 0;
+    }
+    if (b->len + n > b->cap) {
+        size_t cap = b->cap ? b->cap : 4096;
+        while (cap < b->len + n)
+            cap *= 2;
+        char *grown = realloc(b->data, cap);
+        if (grown == NULL)
+            return -ENOMEM;
+        b->data = grown;
+        b->cap = cap;
+    }
+    memcpy(b->data + b->off + b->len, src, n);
+    b->len += n;
+    return 0;
+}
+
+void bytebuf_consume(struct bytebuf *b, size_t n)
+{
+    b->off += n;
+    b->len -= n;
+    if (b->len == 0)
+        b->off = 0;
+}
+
+void bytebuf_free(struct bytebuf *b)
+{
+    free(b->data);
+    memset(b, 0, sizeof(*b));
+}
