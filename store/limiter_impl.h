@@ -28,12 +28,13 @@ struct limiter_ops {
     void (*sync)(struct limiter *limiter, void (*done)(void *arg), void *arg);
 };
 
-struct limiter_shield;
+struct denial_cache;
 
 struct limiter {
     const struct limiter_ops *ops;
-    struct lease_table leases;   /* the concurrency leases this limiter holds */
-    struct limiter_shield *shield; /* remembered rejections (limiter.c); NULL until needed */
+    struct lease_table leases;     /* the concurrency leases this limiter holds */
+    struct denial_cache *denials;  /* remembered rejections (store/denial_cache.h); made by
+                                    * limiter.c when first needed, NULL until then */
 };
 
 /* Fills result as LIMITER_UNAVAILABLE for n rules. */
