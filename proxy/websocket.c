@@ -314,7 +314,7 @@ static void maybe_closed_after_flush(struct ws_tunnel *t)
 /* Over the message limit: close 1008 to the client, and the upstream side at once. */
 static void refuse_message(struct ws_tunnel *t)
 {
-    metrics_count_limit_hit(t->w->metrics, LIMIT_TYPE_WS_MESSAGE, t->r->plan != NULL ? t->r->plan->name : NULL);
+    metrics_count_limit_hit(t->w->metrics, LIMIT_HIT_WS_MESSAGE, t->r->plan != NULL ? t->r->plan->name : NULL);
     if (t->w->shared->log_warnings && t->r->plan != NULL)
         log_rejection(t->w->shared->rejection_warnings, t->r->user_id, t->r->plan->name, "ws_message",
                       t->r->gate.ws_rule.id, t->r->gate.ws_rule.rate, t->r->gate.ws_rule.rate);

@@ -21,10 +21,12 @@
 
 #include "store/limit.h"
 
-/* Per (subject, rule) state. `algorithm` < 0 means empty. Only the sliding log owns memory. */
+/* Per (subject, rule) state. `kind` (an enum limit_kind) < 0 means empty. Only the
+ * sliding log owns memory. */
 struct algo_state {
-    int algorithm;
-    int64_t window_ms;   /* tag: a hash state is only reused under the same algorithm and window */
+    int kind;
+    int64_t window_ms;   /* tag: the state is reused only under the same kind and, but for the
+                          * sliding log and concurrency, the same window */
     union {
         struct { int64_t w, n; } fw;              /* window index, count in it */
         struct { int64_t w, cur, prev; } sw;      /* window index, its count, previous count */
@@ -40,9 +42,9 @@ struct algo_state {
 /* What algo_decide found; consumed by algo_commit and algo_verdict. */
 struct algo_eval {
     bool allowed;
-    bool stale;          /* the state belongs to another algorithm/window: treated as empty */
+    bool stale;          /* the state belongs to another kind or window: treated as empty */
     int64_t te;          /* now, clamped to the state's newest time */
-    int64_t a, b, c;     /* algorithm-specific (see algorithms.c) */
+    int64_t a, b, c;     /* kind-specific (see algorithms.c) */
 };
 
 void algo_state_init(struct algo_state *s);
@@ -69,5 +71,5 @@ void algo_verdict(const struct algo_state *s, const struct limit_rule *rule, con
 int64_t algo_dead_ms(const struct algo_state *s, const struct limit_rule *rule);
 
 /* Gives back one lease of a concurrency state. Returns true when one was held (a state of
- * another algorithm, or one with none held, is left alone). */
+ * another kind, or one with none held, is left alone). */
 bool algo_release(struct algo_state *s);

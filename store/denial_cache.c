@@ -57,7 +57,7 @@ uint64_t denial_cache_key(const char *subject, size_t subject_len, const struct 
 {
     uint64_t h = hash_fnv1a(HASH_FNV_BASIS, subject, subject_len);
     for (size_t i = 0; i < n; i++) {
-        int64_t fields[5] = { rules[i].id, (int64_t)rules[i].algorithm, rules[i].rate, rules[i].burst,
+        int64_t fields[5] = { rules[i].id, (int64_t)rules[i].kind, rules[i].rate, rules[i].burst,
                               rules[i].window_ms };
         h = hash_fnv1a(h, fields, sizeof(fields));
     }

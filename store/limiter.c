@@ -43,7 +43,7 @@ static int check_args(const struct limiter *limiter, const char *subject, size_t
         for (size_t j = 0; j < i; j++)
             if (rules[j].id == rules[i].id)
                 return -EINVAL;
-        if (rules[i].algorithm == LIMIT_CONCURRENCY)
+        if (rules[i].kind == LIMIT_CONCURRENCY)
             mask |= (uint32_t)1 << i;
     }
     *concurrency = mask;
@@ -76,7 +76,7 @@ int limiter_check_leased(struct limiter *limiter, const char *subject, size_t su
             return -EINVAL;
         /* A lease id names one request: this limiter must not hold it already. */
         for (size_t i = 0; i < n; i++)
-            if (rules[i].algorithm == LIMIT_CONCURRENCY &&
+            if (rules[i].kind == LIMIT_CONCURRENCY &&
                 lease_table_find(&limiter->leases, subject, subject_len, rules[i].id, lease_id, id_len) != NULL)
                 return -EINVAL;
     }
@@ -111,7 +111,7 @@ void limiter_release(struct limiter *limiter, const char *subject, size_t subjec
     if (id_len == 0 || id_len > LEASE_ID_MAX)
         return;
     for (size_t i = 0; i < n; i++) {
-        if (rules[i].algorithm != LIMIT_CONCURRENCY)
+        if (rules[i].kind != LIMIT_CONCURRENCY)
             continue;
         /* Only a lease this limiter holds is given back: a second release finds none. */
         struct lease *l = lease_table_find(&limiter->leases, subject, subject_len, rules[i].id, lease_id, id_len);

@@ -165,7 +165,7 @@ static int on_limit(void *ctx, const struct catalog_limit *limit)
     case CATALOG_LIMIT_WS_MESSAGES: l->kind = TIER_LIMIT_WS_MESSAGES; break;
     }
     l->rule = (struct limit_rule){
-        .id = limit->id, .algorithm = limit->algorithm, .rate = limit->amount,
+        .id = limit->id, .kind = limit->algorithm, .rate = limit->amount,
         .burst = limit->burst, .window_ms = limit->window_ms,
     };
     if (limit->route_method && limit->route_prefix) {
