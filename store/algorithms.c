@@ -1,8 +1,13 @@
-/* The rate algorithms, in integer ms. check.lua is a line-by-line mirror of this file:
- * change both together (tests/unit/store/test_limiter_redis.c holds them to identical
- * answers).
+/* The arithmetic of each rule kind, in integer ms, for the memory store (and
+ * store/local_limit.c). check.lua does the same arithmetic for the Redis store, but on its
+ * own layout, so it is no line-by-line copy: a sliding log there is a list whose last entry
+ * carries the count and the oldest times (here a ring of timestamps), the window-indexed
+ * kinds are hashes tagged "<kind>:<window_ms>", and a concurrency rule is a sorted set of
+ * leases scored by their expiry (here a count: one process knows when its leases end).
+ * Change both together: tests/unit/store/test_limiter_redis.c runs both stores on the
+ * same sequences and requires identical verdicts.
  *
- * Evaluation fields (struct algo_eval a, b, c) per algorithm:
+ * Evaluation fields (struct algo_eval a, b, c) per kind:
  *   sliding-log:    a = entries in (te - W, te], b = ring index of the first of them
  *   sliding-window: a = current window index, b = its count, c = previous window's count
  *   token-bucket:   a = level (tokens * W) at te

@@ -1,8 +1,12 @@
-/* The four rate algorithms as pure integer functions of (state, rule, now), shared by the
- * memory store and mirrored line by line by check.lua for the Redis store. Private to store/.
+/* The arithmetic of each rule kind (the four rate algorithms, and concurrency below) as
+ * pure integer functions of (state, rule, now), used by the memory store and
+ * store/local_limit.c. check.lua does the same arithmetic for the Redis store on a layout
+ * of its own (see algorithms.c). Private to store/.
  *
- * A check is two steps so that several rules can be decided atomically:
+ * A check decides every rule before it records any, so that several rules are decided
+ * atomically:
  *   algo_decide()  reads the state and says whether this rule allows the request;
+ *   algo_reserve() makes sure the commit cannot fail (grows a sliding log's ring);
  *   algo_commit()  records the request (only when every rule of the check allowed it);
  *   algo_verdict() turns the evaluation into the verdict the caller sees.
  * All times are integer ms; C = rate + burst; a clock that goes backwards is clamped to the

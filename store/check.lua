@@ -1,4 +1,5 @@
--- check.lua: one atomic check of every rate rule of one subject (store/limiter_redis.c).
+-- check.lua: one atomic check of every rule (rate and concurrency) of one subject
+-- (store/limiter_redis.c).
 -- The same arithmetic as store/algorithms.c (see the meaning of the numbers there); change
 -- both together: tests/unit/store/test_limiter_redis.c holds them to equal answers.
 --

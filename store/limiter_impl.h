@@ -1,5 +1,9 @@
 /* What the two limiter stores share behind store/limiter.h. Private to store/ (and its
- * unit tests). */
+ * unit tests).
+ *
+ * Includes run one way: limiter.h <- limiter_impl.h <- limiter.c, limiter_memory.c,
+ * limiter_redis.c; and limiter.h <- denial_cache.h <- limiter.c (struct denial_cache is
+ * only declared here). */
 #pragma once
 #include <stdbool.h>
 #include <stddef.h>
