@@ -23,7 +23,7 @@ struct limiter_result {
     enum limiter_status status;
     bool allowed;                  /* every rule allowed; only then was the request recorded */
     int64_t now_ms;                /* the store clock the decision used (Unix ms) */
-    bool remembered;               /* answered from the limiter's memory of a rejection, not the store */
+    bool remembered;               /* answered by the limiter's denial cache, not the store */
     size_t n;                      /* == the n passed to limiter_check */
     struct limit_verdict verdicts[LIMITER_MAX_RULES];
 };
