@@ -151,7 +151,7 @@ enum gate_action gate_admit(const struct gate_request *req, const struct snapsho
         c->ws_rule = ws->rule;
     }
     for (size_t i = 0; i < c->n; i++)
-        c->has_concurrency |= c->rules[i].algorithm == LIMIT_CONCURRENCY;
+        c->has_concurrency |= c->rules[i].kind == LIMIT_CONCURRENCY;
     out->action = c->n == 0 ? GATE_UNLIMITED : GATE_CHECK;
     return out->action;
 }
@@ -165,7 +165,7 @@ void gate_verdict(const struct gate_check *check, bool websocket, const struct l
         out->decision = "store_unavailable";
         bool has_rate = false;
         for (size_t i = 0; i < check->n; i++)
-            has_rate |= check->rules[i].algorithm != LIMIT_CONCURRENCY;
+            has_rate |= check->rules[i].kind != LIMIT_CONCURRENCY;
         bool open = (!has_rate || cfg->rate_fail_open) && (!check->has_concurrency || cfg->concurrency_fail_open);
         if (open) {
             out->action = GATE_FORWARD;
@@ -187,13 +187,13 @@ void gate_verdict(const struct gate_check *check, bool websocket, const struct l
         const struct limit_verdict *v = &result->verdicts[i];
         if (v->allowed)
             continue;
-        rate_rejected |= check->rules[i].algorithm != LIMIT_CONCURRENCY;
+        rate_rejected |= check->rules[i].kind != LIMIT_CONCURRENCY;
         if (v->reset_ms > wait_ms)
             wait_ms = v->reset_ms;
     }
     static const char *const type_names[] = { "http", "concurrency", "ws_connection", "ws_message" };
     out->over_limit = true;
-    out->limit_type = rate_rejected ? LIMIT_TYPE_HTTP : websocket ? LIMIT_TYPE_WS_CONNECTION : LIMIT_TYPE_CONCURRENCY;
+    out->limit_type = rate_rejected ? LIMIT_HIT_HTTP : websocket ? LIMIT_HIT_WS_CONNECTION : LIMIT_HIT_CONCURRENCY;
     out->limit_type_name = type_names[out->limit_type];
     if (check->plan != NULL && check->plan->shadow) {
         out->action = GATE_FORWARD;

@@ -91,7 +91,7 @@ struct gate_outcome {
     bool store_error;          /* the store did not decide */
     bool lease_held;           /* concurrency slots were taken and must be given back */
     bool over_limit;           /* some limit refused (a shadow plan forwards anyway) */
-    enum limit_type limit_type;       /* when over_limit: what refused */
+    enum limit_hit_kind limit_type;   /* when over_limit: what refused */
     const char *limit_type_name;      /* ... as the access log and the body name it */
     const char *error_code;    /* GATE_LIMITED: "rate_limit_exceeded" or "concurrency_limit_exceeded";
                                   GATE_UNAVAILABLE: "limiter_unavailable" */

@@ -7,9 +7,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Distinct (plan, code) and (limit_type, plan) pairs kept per worker, which bounds the
+/* Distinct (plan, code) and (hit kind, plan) pairs kept per worker, which bounds the
  * memory and the scrape. Past it nothing is dropped: a pair not yet kept counts under
- * plan="_other" (no plan name starts with "_"), one series per code or limit type, as a
+ * plan="_other" (no plan name starts with "_"), one series per code or hit kind, as a
  * Prometheus user expects a label's cardinality capped rather than counts lost. */
 #define MAX_SERIES 512
 #define PLAN_NAME_MAX (64 + 1)   /* CATALOG_NAME_MAX and the NUL */
@@ -19,8 +19,9 @@
 static const double bucket_bounds[] = { 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10 };
 #define N_BUCKETS (sizeof(bucket_bounds) / sizeof(bucket_bounds[0]))
 
-static const char *const limit_type_names[] = { "http", "concurrency", "ws_connection", "ws_message" };
-#define N_LIMIT_TYPES 4
+/* The limit_type label of each enum limit_hit_kind. */
+static const char *const hit_kind_labels[] = { "http", "concurrency", "ws_connection", "ws_message" };
+#define N_HIT_KINDS 4
 
 struct histogram {
     uint64_t buckets[N_BUCKETS]; /* not cumulative; summed up when rendered */
@@ -31,7 +32,7 @@ struct histogram {
 struct series {
     char plan[PLAN_NAME_MAX];
     unsigned code;               /* 0 for a limit-hit series */
-    unsigned limit_type;
+    unsigned hit_kind;           /* an enum limit_hit_kind; 0 for a request series */
     uint64_t value;
 };
 
@@ -42,7 +43,7 @@ struct metrics {
     struct series hits[MAX_SERIES];
     size_t n_hits;
     uint64_t other_requests[MAX_CODE + 1];   /* by code: pairs past MAX_SERIES */
-    uint64_t other_hits[N_LIMIT_TYPES];      /* by limit type: pairs past MAX_SERIES */
+    uint64_t other_hits[N_HIT_KINDS];        /* by hit kind: pairs past MAX_SERIES */
     uint64_t store_errors;
     struct histogram store, upstream;
     int64_t connections, websockets;
@@ -64,13 +65,13 @@ void metrics_destroy(struct metrics *m)
     free(m);
 }
 
-/* Counts one (plan, code, type); returns false when the table is full and the pair new. */
-static bool bump(struct series *s, size_t *pn, const char *plan, unsigned code, unsigned type)
+/* Counts one (plan, code, hit kind); returns false when the table is full and the pair new. */
+static bool bump(struct series *s, size_t *pn, const char *plan, unsigned code, unsigned hit_kind)
 {
     if (plan == NULL)
         plan = "";
     for (size_t i = 0; i < *pn; i++) {
-        if (s[i].code == code && s[i].limit_type == type && strcmp(s[i].plan, plan) == 0) {
+        if (s[i].code == code && s[i].hit_kind == hit_kind && strcmp(s[i].plan, plan) == 0) {
             s[i].value++;
             return true;
         }
@@ -80,7 +81,7 @@ static bool bump(struct series *s, size_t *pn, const char *plan, unsigned code, 
     struct series *fresh = &s[(*pn)++];
     snprintf(fresh->plan, sizeof(fresh->plan), "%s", plan);
     fresh->code = code;
-    fresh->limit_type = type;
+    fresh->hit_kind = hit_kind;
     fresh->value = 1;
     return true;
 }
@@ -95,12 +96,12 @@ void metrics_count_request(struct metrics *m, const char *plan, unsigned code)
     pthread_mutex_unlock(&m->lock);
 }
 
-void metrics_count_limit_hit(struct metrics *m, enum limit_type type, const char *plan)
+void metrics_count_limit_hit(struct metrics *m, enum limit_hit_kind kind, const char *plan)
 {
     pthread_mutex_lock(&m->lock);
-    unsigned t = (unsigned)type < N_LIMIT_TYPES ? (unsigned)type : 0;
-    if (!bump(m->hits, &m->n_hits, plan, 0, t))
-        m->other_hits[t]++;
+    unsigned k = (unsigned)kind < N_HIT_KINDS ? (unsigned)kind : 0;
+    if (!bump(m->hits, &m->n_hits, plan, 0, k))
+        m->other_hits[k]++;
     pthread_mutex_unlock(&m->lock);
 }
 
@@ -209,7 +210,7 @@ static void merge(struct series *into, size_t *pn, const struct series *from, si
 {
     for (size_t i = 0; i < n; i++) {
         size_t j = 0;
-        while (j < *pn && !(into[j].code == from[i].code && into[j].limit_type == from[i].limit_type &&
+        while (j < *pn && !(into[j].code == from[i].code && into[j].hit_kind == from[i].hit_kind &&
                             strcmp(into[j].plan, from[i].plan) == 0))
             j++;
         if (j == *pn) {
@@ -252,7 +253,7 @@ char *metrics_render(struct metrics *const *all, size_t n)
         merge(hits, &n_hits, m->hits, m->n_hits);
         for (size_t c = 0; c <= MAX_CODE; c++)
             sum->other_requests[c] += m->other_requests[c];
-        for (size_t k = 0; k < N_LIMIT_TYPES; k++)
+        for (size_t k = 0; k < N_HIT_KINDS; k++)
             sum->other_hits[k] += m->other_hits[k];
         sum->store_errors += m->store_errors;
         for (size_t b = 0; b < N_BUCKETS; b++) {
@@ -285,14 +286,14 @@ char *metrics_render(struct metrics *const *all, size_t n)
                     "# TYPE tierproxy_rate_limit_hits_total counter\n");
     for (size_t i = 0; i < n_hits; i++) {
         label_value(plan, sizeof(plan), hits[i].plan);
-        unsigned type = hits[i].limit_type < N_LIMIT_TYPES ? hits[i].limit_type : 0;
+        unsigned kind = hits[i].hit_kind < N_HIT_KINDS ? hits[i].hit_kind : 0;
         text_printf(&t, "tierproxy_rate_limit_hits_total{limit_type=\"%s\",plan=\"%s\"} %llu\n",
-                    limit_type_names[type], plan, (unsigned long long)hits[i].value);
+                    hit_kind_labels[kind], plan, (unsigned long long)hits[i].value);
     }
-    for (unsigned k = 0; k < N_LIMIT_TYPES; k++)
+    for (unsigned k = 0; k < N_HIT_KINDS; k++)
         if (sum->other_hits[k] > 0)
             text_printf(&t, "tierproxy_rate_limit_hits_total{limit_type=\"%s\",plan=\"" OTHER_PLAN "\"} %llu\n",
-                        limit_type_names[k], (unsigned long long)sum->other_hits[k]);
+                        hit_kind_labels[k], (unsigned long long)sum->other_hits[k]);
     text_printf(&t, "# HELP tierproxy_store_errors_total Limiter store calls that failed or found it down.\n"
                     "# TYPE tierproxy_store_errors_total counter\ntierproxy_store_errors_total %llu\n",
                 (unsigned long long)sum->store_errors);

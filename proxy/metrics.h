@@ -6,7 +6,12 @@
 
 struct metrics;
 
-enum limit_type { LIMIT_TYPE_HTTP = 0, LIMIT_TYPE_CONCURRENCY, LIMIT_TYPE_WS_CONNECTION, LIMIT_TYPE_WS_MESSAGE };
+/* The kind of a limit hit: which kind of limit refused what. The label limit_type carries
+ * it (as do the access log's and the rejection warning's limit_type): "http" (a rate
+ * limit refused a request), "concurrency" (a concurrency limit refused a request),
+ * "ws_connection" (... a WebSocket handshake), "ws_message" (a --ws-messages limit closed
+ * a tunnel). */
+enum limit_hit_kind { LIMIT_HIT_HTTP = 0, LIMIT_HIT_CONCURRENCY, LIMIT_HIT_WS_CONNECTION, LIMIT_HIT_WS_MESSAGE };
 
 /* Returns NULL on allocation failure. */
 struct metrics *metrics_create(void);
@@ -14,7 +19,7 @@ void metrics_destroy(struct metrics *m);
 
 /* plan may be NULL (unauthenticated, exempt): counted under plan="". */
 void metrics_count_request(struct metrics *m, const char *plan, unsigned code);
-void metrics_count_limit_hit(struct metrics *m, enum limit_type type, const char *plan);
+void metrics_count_limit_hit(struct metrics *m, enum limit_hit_kind kind, const char *plan);
 void metrics_count_store_error(struct metrics *m);
 void metrics_observe_store(struct metrics *m, int64_t ns);
 void metrics_observe_upstream(struct metrics *m, int64_t ns);

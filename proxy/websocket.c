@@ -380,7 +380,7 @@ static void maybe_closed_after_flush(struct ws_tunnel *t)
 /* Over the message limit: close 1008 to the client, and the upstream side at once. */
 static void refuse_message(struct ws_tunnel *t)
 {
-    metrics_count_limit_hit(t->ctx->metrics, LIMIT_TYPE_WS_MESSAGE, t->plan_name);
+    metrics_count_limit_hit(t->ctx->metrics, LIMIT_HIT_WS_MESSAGE, t->plan_name);
     if (t->ctx->log_warnings && t->plan_name != NULL)
         log_rejection(t->ctx->rejection_warnings, t->user_id, t->plan_name, "ws_message", t->ws_rule.id,
                       t->ws_rule.rate, t->ws_rule.rate);

@@ -1,8 +1,13 @@
-/* The rate algorithms, in integer ms. check.lua is a line-by-line mirror of this file:
- * change both together (tests/unit/store/test_limiter_redis.c holds them to identical
- * answers).
+/* The arithmetic of each rule kind, in integer ms, for the memory store (and
+ * store/local_limit.c). check.lua does the same arithmetic for the Redis store, but on its
+ * own layout, so it is no line-by-line copy: a sliding log there is a list whose last entry
+ * carries the count and the oldest times (here a ring of timestamps), the window-indexed
+ * kinds are hashes tagged "<kind>:<window_ms>", and a concurrency rule is a sorted set of
+ * leases scored by their expiry (here a count: one process knows when its leases end).
+ * Change both together: tests/unit/store/test_limiter_redis.c runs both stores on the
+ * same sequences and requires identical verdicts.
  *
- * Evaluation fields (struct algo_eval a, b, c) per algorithm:
+ * Evaluation fields (struct algo_eval a, b, c) per kind:
  *   sliding-log:    a = entries in (te - W, te], b = ring index of the first of them
  *   sliding-window: a = current window index, b = its count, c = previous window's count
  *   token-bucket:   a = level (tokens * W) at te
@@ -37,23 +42,23 @@ static int64_t capacity(const struct limit_rule *rule)
  * scaled by or indexed with the window, so they only carry over under the same one. */
 static bool compatible(const struct algo_state *s, const struct limit_rule *rule)
 {
-    if (s->algorithm != (int)rule->algorithm)
+    if (s->kind != (int)rule->kind)
         return false;
     /* A concurrency state is a count of leases; its window is their TTL, which may change
      * while they are held. */
-    return rule->algorithm == LIMIT_SLIDING_LOG || rule->algorithm == LIMIT_CONCURRENCY ||
+    return rule->kind == LIMIT_SLIDING_LOG || rule->kind == LIMIT_CONCURRENCY ||
            s->window_ms == rule->window_ms;
 }
 
 void algo_state_init(struct algo_state *s)
 {
     memset(s, 0, sizeof(*s));
-    s->algorithm = -1;
+    s->kind = -1;
 }
 
 void algo_state_clear(struct algo_state *s)
 {
-    if (s->algorithm == LIMIT_SLIDING_LOG)
+    if (s->kind == LIMIT_SLIDING_LOG)
         free(s->u.sl.ts);
     algo_state_init(s);
 }
@@ -67,7 +72,7 @@ static int64_t sl_at(const struct algo_state *s, uint32_t i)
 
 static void sl_decide(const struct algo_state *s, const struct limit_rule *rule, int64_t now, struct algo_eval *ev)
 {
-    uint32_t len = ev->stale || s->algorithm < 0 ? 0 : s->u.sl.len;
+    uint32_t len = ev->stale || s->kind < 0 ? 0 : s->u.sl.len;
     int64_t te = now;
     if (len > 0 && sl_at(s, len - 1) > te)
         te = sl_at(s, len - 1);
@@ -92,9 +97,9 @@ static void sl_decide(const struct algo_state *s, const struct limit_rule *rule,
 
 static int sl_reserve(struct algo_state *s, struct algo_eval *ev)
 {
-    if (s->algorithm != LIMIT_SLIDING_LOG) {
+    if (s->kind != LIMIT_SLIDING_LOG) {
         algo_state_clear(s);   /* empty or stale: the decision already treated it as empty */
-        s->algorithm = LIMIT_SLIDING_LOG;
+        s->kind = LIMIT_SLIDING_LOG;
     }
     uint64_t need = (uint64_t)ev->a + 1;
     if (need <= s->u.sl.cap)
@@ -150,7 +155,7 @@ static void sl_verdict(const struct algo_state *s, const struct limit_rule *rule
 
 static void sw_decide(const struct algo_state *s, const struct limit_rule *rule, int64_t now, struct algo_eval *ev)
 {
-    bool have = !ev->stale && s->algorithm >= 0;
+    bool have = !ev->stale && s->kind >= 0;
     int64_t w = rule->window_ms;
     int64_t te = now;
     if (have && te < s->u.sw.w * w)
@@ -210,7 +215,7 @@ static void tb_decide(const struct algo_state *s, const struct limit_rule *rule,
 {
     int64_t w = rule->window_ms, cw = capacity(rule) * w;
     int64_t te = now, level = cw;
-    if (!ev->stale && s->algorithm >= 0) {
+    if (!ev->stale && s->kind >= 0) {
         if (te < s->u.tb.t)
             te = s->u.tb.t;
         level = s->u.tb.level;
@@ -236,7 +241,7 @@ static void tb_verdict(const struct limit_rule *rule, const struct algo_eval *ev
 
 static void fw_decide(const struct algo_state *s, const struct limit_rule *rule, int64_t now, struct algo_eval *ev)
 {
-    bool have = !ev->stale && s->algorithm >= 0;
+    bool have = !ev->stale && s->kind >= 0;
     int64_t w = rule->window_ms;
     int64_t te = now;
     if (have && te < s->u.fw.w * w)
@@ -260,7 +265,7 @@ static void fw_verdict(const struct limit_rule *rule, const struct algo_eval *ev
 static void cc_decide(const struct algo_state *s, const struct limit_rule *rule, int64_t now, struct algo_eval *ev)
 {
     ev->te = now;
-    ev->a = !ev->stale && s->algorithm >= 0 ? s->u.cc.held : 0;
+    ev->a = !ev->stale && s->kind >= 0 ? s->u.cc.held : 0;
     ev->allowed = ev->a < capacity(rule);
 }
 
@@ -278,7 +283,7 @@ static void cc_verdict(const struct limit_rule *rule, const struct algo_eval *ev
 
 bool algo_release(struct algo_state *s)
 {
-    if (s->algorithm != LIMIT_CONCURRENCY || s->u.cc.held <= 0)
+    if (s->kind != LIMIT_CONCURRENCY || s->u.cc.held <= 0)
         return false;
     s->u.cc.held--;
     return true;
@@ -289,8 +294,8 @@ bool algo_release(struct algo_state *s)
 void algo_decide(const struct algo_state *s, const struct limit_rule *rule, int64_t now, struct algo_eval *ev)
 {
     memset(ev, 0, sizeof(*ev));
-    ev->stale = s->algorithm >= 0 && !compatible(s, rule);
-    switch (rule->algorithm) {
+    ev->stale = s->kind >= 0 && !compatible(s, rule);
+    switch (rule->kind) {
     case LIMIT_SLIDING_LOG: sl_decide(s, rule, now, ev); break;
     case LIMIT_SLIDING_WINDOW: sw_decide(s, rule, now, ev); break;
     case LIMIT_TOKEN_BUCKET: tb_decide(s, rule, now, ev); break;
@@ -301,9 +306,9 @@ void algo_decide(const struct algo_state *s, const struct limit_rule *rule, int6
 
 int algo_reserve(struct algo_state *s, const struct limit_rule *rule, struct algo_eval *ev)
 {
-    if (rule->algorithm == LIMIT_SLIDING_LOG)
+    if (rule->kind == LIMIT_SLIDING_LOG)
         return sl_reserve(s, ev);
-    if (s->algorithm >= 0 && !compatible(s, rule))
+    if (s->kind >= 0 && !compatible(s, rule))
         algo_state_clear(s);
     return 0;
 }
@@ -311,9 +316,9 @@ int algo_reserve(struct algo_state *s, const struct limit_rule *rule, struct alg
 void algo_commit(struct algo_state *s, const struct limit_rule *rule, struct algo_eval *ev)
 {
     s->window_ms = rule->window_ms;
-    s->algorithm = (int)rule->algorithm;
+    s->kind = (int)rule->kind;
     ev->stale = false;
-    switch (rule->algorithm) {
+    switch (rule->kind) {
     case LIMIT_SLIDING_LOG:
         sl_commit(s, ev);
         break;
@@ -345,7 +350,7 @@ void algo_verdict(const struct algo_state *s, const struct limit_rule *rule, con
 {
     v->allowed = ev->allowed;
     v->limit = capacity(rule);
-    switch (rule->algorithm) {
+    switch (rule->kind) {
     case LIMIT_SLIDING_LOG: sl_verdict(s, rule, ev, v); break;
     case LIMIT_SLIDING_WINDOW: sw_verdict(rule, ev, v); break;
     case LIMIT_TOKEN_BUCKET: tb_verdict(rule, ev, v); break;
@@ -357,7 +362,7 @@ void algo_verdict(const struct algo_state *s, const struct limit_rule *rule, con
 int64_t algo_dead_ms(const struct algo_state *s, const struct limit_rule *rule)
 {
     int64_t w = rule->window_ms;
-    switch (s->algorithm) {
+    switch (s->kind) {
     case LIMIT_SLIDING_LOG:
         return s->u.sl.len > 0 ? sl_at(s, s->u.sl.len - 1) + w : INT64_MIN;
     case LIMIT_SLIDING_WINDOW:

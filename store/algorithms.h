@@ -1,8 +1,12 @@
-/* The four rate algorithms as pure integer functions of (state, rule, now), shared by the
- * memory store and mirrored line by line by check.lua for the Redis store. Private to store/.
+/* The arithmetic of each rule kind (the four rate algorithms, and concurrency below) as
+ * pure integer functions of (state, rule, now), used by the memory store and
+ * store/local_limit.c. check.lua does the same arithmetic for the Redis store on a layout
+ * of its own (see algorithms.c). Private to store/.
  *
- * A check is two steps so that several rules can be decided atomically:
+ * A check decides every rule before it records any, so that several rules are decided
+ * atomically:
  *   algo_decide()  reads the state and says whether this rule allows the request;
+ *   algo_reserve() makes sure the commit cannot fail (grows a sliding log's ring);
  *   algo_commit()  records the request (only when every rule of the check allowed it);
  *   algo_verdict() turns the evaluation into the verdict the caller sees.
  * All times are integer ms; C = rate + burst; a clock that goes backwards is clamped to the
@@ -21,10 +25,12 @@
 
 #include "store/limit.h"
 
-/* Per (subject, rule) state. `algorithm` < 0 means empty. Only the sliding log owns memory. */
+/* Per (subject, rule) state. `kind` (an enum limit_kind) < 0 means empty. Only the
+ * sliding log owns memory. */
 struct algo_state {
-    int algorithm;
-    int64_t window_ms;   /* tag: a hash state is only reused under the same algorithm and window */
+    int kind;
+    int64_t window_ms;   /* tag: the state is reused only under the same kind and, but for the
+                          * sliding log and concurrency, the same window */
     union {
         struct { int64_t w, n; } fw;              /* window index, count in it */
         struct { int64_t w, cur, prev; } sw;      /* window index, its count, previous count */
@@ -40,9 +46,9 @@ struct algo_state {
 /* What algo_decide found; consumed by algo_commit and algo_verdict. */
 struct algo_eval {
     bool allowed;
-    bool stale;          /* the state belongs to another algorithm/window: treated as empty */
+    bool stale;          /* the state belongs to another kind or window: treated as empty */
     int64_t te;          /* now, clamped to the state's newest time */
-    int64_t a, b, c;     /* algorithm-specific (see algorithms.c) */
+    int64_t a, b, c;     /* kind-specific (see algorithms.c) */
 };
 
 void algo_state_init(struct algo_state *s);
@@ -69,5 +75,5 @@ void algo_verdict(const struct algo_state *s, const struct limit_rule *rule, con
 int64_t algo_dead_ms(const struct algo_state *s, const struct limit_rule *rule);
 
 /* Gives back one lease of a concurrency state. Returns true when one was held (a state of
- * another algorithm, or one with none held, is left alone). */
+ * another kind, or one with none held, is left alone). */
 bool algo_release(struct algo_state *s);

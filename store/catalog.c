@@ -497,10 +497,10 @@ int catalog_check_limit(const struct catalog_limit *limit, char *err, size_t err
         if (limit->kind == CATALOG_LIMIT_WS_MESSAGES && (limit->burst != 0 || limit->algorithm != LIMIT_SLIDING_LOG))
             return invalid(err, errlen, "a ws_messages limit has no burst or algorithm");
         struct limit_rule rule = {
-            .id = limit->id, .algorithm = limit->algorithm, .rate = limit->amount,
+            .id = limit->id, .kind = limit->algorithm, .rate = limit->amount,
             .burst = limit->burst, .window_ms = limit->window_ms,
         };
-        if (limit_algorithm_name(limit->algorithm) == NULL || limit_rule_validate(&rule) != 0)
+        if (limit_kind_name(limit->algorithm) == NULL || limit_rule_validate(&rule) != 0)
             return invalid(err, errlen, "invalid %s limit: %lld/%lld ms burst %lld",
                            catalog_limit_kind_name(limit->kind), (long long)limit->amount,
                            (long long)limit->window_ms, (long long)limit->burst);
@@ -694,7 +694,7 @@ int catalog_limit_add(struct catalog *cat, const struct catalog_limit *limit, in
         if (r != CATALOG_NOT_FOUND)
             return r;
     }
-    const char *algorithm = limit->kind == CATALOG_LIMIT_RATE ? limit_algorithm_name(limit->algorithm) : NULL;
+    const char *algorithm = limit->kind == CATALOG_LIMIT_RATE ? limit_kind_name(limit->algorithm) : NULL;
     r = stmt_run(cat, NULL,
                  "INSERT INTO limits (id, plan_id, kind, algorithm, amount, window_ms, burst,"
                  " route_method, route_prefix) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
@@ -721,7 +721,7 @@ int catalog_limit_update(struct catalog *cat, const struct catalog_limit *limit)
 {
     if (catalog_check_limit(limit, cat->errmsg, sizeof(cat->errmsg)))
         return CATALOG_INVALID;
-    const char *algorithm = limit->kind == CATALOG_LIMIT_RATE ? limit_algorithm_name(limit->algorithm) : NULL;
+    const char *algorithm = limit->kind == CATALOG_LIMIT_RATE ? limit_kind_name(limit->algorithm) : NULL;
     int64_t n = 0;
     int r = stmt_run(cat, &n,
                      "UPDATE limits SET algorithm = ?, amount = ?, window_ms = ?, burst = ?"
@@ -773,7 +773,7 @@ int catalog_limit_each(struct catalog *cat, int64_t plan_id, catalog_limit_fn *f
         };
         const char *kind = column_text(st, 2), *algorithm = column_text(st, 3);
         if (!kind || catalog_limit_kind_parse(kind, &limit.kind) != 0 ||
-            (algorithm && limit_algorithm_parse(algorithm, &limit.algorithm) != 0)) {
+            (algorithm && limit_kind_parse(algorithm, &limit.algorithm) != 0)) {
             set_err(cat, "limit %lld has an unknown kind or algorithm", (long long)limit.id);
             r = -EINVAL;
             break;

@@ -44,6 +44,9 @@ enum catalog_mode {
     CATALOG_CREATE,          /* creates the file, and the schema on the first write */
 };
 
+/* A catalog limit's kind: what it bounds (the column `kind`; tierctl --rate,
+ * --concurrency, --ws-messages). A rate limit also has an algorithm, which makes its
+ * store kind (enum limit_kind, store/limit.h). */
 enum catalog_limit_kind {
     CATALOG_LIMIT_RATE = 0,
     CATALOG_LIMIT_CONCURRENCY,
@@ -62,7 +65,9 @@ struct catalog_limit {
     int64_t id;                  /* on add: 0 = allocate, > 0 = keep (import) */
     int64_t plan_id;
     enum catalog_limit_kind kind;
-    enum limit_algorithm algorithm;  /* rate only; sliding-log for the other kinds */
+    enum limit_kind algorithm;   /* rate only: the rate kind, named after its algorithm (the
+                                  * column `algorithm`, tierctl --algorithm); sliding-log for
+                                  * the other kinds */
     int64_t amount;              /* requests (rate), connections (concurrency), messages */
     int64_t window_ms;           /* rate and ws_messages; 0 for concurrency */
     int64_t burst;               /* rate only; 0 for the other kinds */

@@ -1,11 +1,12 @@
--- check.lua: one atomic check of every rate rule of one subject (store/limiter_redis.c).
+-- check.lua: one atomic check of every rule (rate and concurrency) of one subject
+-- (store/limiter_redis.c).
 -- The same arithmetic as store/algorithms.c (see the meaning of the numbers there); change
 -- both together: tests/unit/store/test_limiter_redis.c holds them to equal answers.
 --
 -- KEYS[i]            state of rule i: "<prefix>{<subject>}:<rule id>" (one slot per check)
 -- ARGV[1]            now in Unix ms, or negative: the server clock (TIME)
--- ARGV[4i-2 .. 4i+1] rule i: algorithm (0 sliding-log, 1 sliding-window, 2 token-bucket,
---                    3 fixed-window, 4 concurrency), rate, burst, window_ms
+-- ARGV[4i-2 .. 4i+1] rule i: kind (enum limit_kind: 0 sliding-log, 1 sliding-window,
+--                    2 token-bucket, 3 fixed-window, 4 concurrency), rate, burst, window_ms
 --                    (concurrency: rate = N slots, burst 0, window_ms = the lease TTL)
 -- ARGV[4n+2]         the lease id; present only when some rule is a concurrency rule
 -- Returns {now, all_allowed, then per rule: allowed, limit, remaining, reset_ms}.
@@ -39,7 +40,7 @@
 -- Sliding window: hash a=<tag> w=<window index> c=<count> p=<previous count>, TTL 2w.
 -- Token bucket:   hash a=<tag> l=<tokens * window_ms> t=<ms of l>.
 -- Fixed window:   hash a=<tag> w=<window index> n=<count>, TTL w.
---   tag = "<algorithm>:<window_ms>"; a hash of another tag, or a key of another type, is
+--   tag = "<kind>:<window_ms>"; a hash of another tag, or a key of another type, is
 --   stale: treated as empty and replaced when the request is recorded.
 -- Concurrency: sorted set, member = lease id, score = its expiry in ms. It counts the
 --   leases whose expiry is after now (live); it allows when live < N, and then drops the

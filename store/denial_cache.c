@@ -19,8 +19,21 @@ struct denial {
     struct limiter_result result;
 };
 
+struct denial_cache_asked {
+    struct denial_cache_asked *next_free;
+    struct denial_cache *cache;
+    limiter_done_fn *done;
+    void *arg;
+    uint64_t key;
+    int64_t asked_ms;
+    uint32_t concurrency_mask;
+    size_t subject_len;
+    char subject[DENIAL_CACHE_SUBJECT_MAX];
+};
+
 struct denial_cache {
     struct denial slots[SETS][WAYS];
+    struct denial_cache_asked *free_asked;   /* records of answered checks, for reuse */
 };
 
 struct denial_cache *denial_cache_create(void)
@@ -30,6 +43,13 @@ struct denial_cache *denial_cache_create(void)
 
 void denial_cache_destroy(struct denial_cache *cache)
 {
+    if (cache == NULL)
+        return;
+    while (cache->free_asked != NULL) {
+        struct denial_cache_asked *a = cache->free_asked;
+        cache->free_asked = a->next_free;
+        free(a);
+    }
     free(cache);
 }
 
@@ -37,7 +57,7 @@ uint64_t denial_cache_key(const char *subject, size_t subject_len, const struct 
 {
     uint64_t h = hash_fnv1a(HASH_FNV_BASIS, subject, subject_len);
     for (size_t i = 0; i < n; i++) {
-        int64_t fields[5] = { rules[i].id, (int64_t)rules[i].algorithm, rules[i].rate, rules[i].burst,
+        int64_t fields[5] = { rules[i].id, (int64_t)rules[i].kind, rules[i].rate, rules[i].burst,
                               rules[i].window_ms };
         h = hash_fnv1a(h, fields, sizeof(fields));
     }
@@ -119,4 +139,42 @@ void denial_cache_remember(struct denial_cache *cache, uint64_t key, const char 
     d->subject_len = subject_len;
     memcpy(d->subject, subject, subject_len);
     d->result = *result;
+}
+
+struct denial_cache_asked *denial_cache_ask(struct denial_cache *cache, uint64_t key, const char *subject,
+                                            size_t subject_len, uint32_t concurrency_mask, int64_t asked_mono_ms,
+                                            limiter_done_fn *done, void *arg)
+{
+    if (subject_len > DENIAL_CACHE_SUBJECT_MAX)
+        return NULL;
+    struct denial_cache_asked *a = cache->free_asked;
+    if (a != NULL)
+        cache->free_asked = a->next_free;
+    else if ((a = malloc(sizeof(*a))) == NULL)
+        return NULL;
+    a->cache = cache;
+    a->done = done;
+    a->arg = arg;
+    a->key = key;
+    a->asked_ms = asked_mono_ms;
+    a->concurrency_mask = concurrency_mask;
+    a->subject_len = subject_len;
+    memcpy(a->subject, subject, subject_len);
+    return a;
+}
+
+void denial_cache_drop(struct denial_cache_asked *a)
+{
+    a->next_free = a->cache->free_asked;
+    a->cache->free_asked = a;
+}
+
+void denial_cache_answer(void *asked, const struct limiter_result *result)
+{
+    struct denial_cache_asked *a = asked;
+    denial_cache_remember(a->cache, a->key, a->subject, a->subject_len, a->concurrency_mask, result, a->asked_ms);
+    limiter_done_fn *done = a->done;
+    void *done_arg = a->arg;
+    denial_cache_drop(a);
+    done(done_arg, result);
 }

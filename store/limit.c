@@ -1,4 +1,4 @@
-/* Limit rules: algorithm names, the N/WINDOW rate syntax, range checks. */
+/* Limit rules: kind names, the N/WINDOW rate syntax, range checks. */
 #include "store/limit.h"
 
 #include <errno.h>
@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const char *const algorithm_names[] = {
+static const char *const kind_names[] = {
     [LIMIT_SLIDING_LOG] = "sliding-log",
     [LIMIT_SLIDING_WINDOW] = "sliding-window",
     [LIMIT_TOKEN_BUCKET] = "token-bucket",
@@ -15,25 +15,25 @@ static const char *const algorithm_names[] = {
     [LIMIT_CONCURRENCY] = "concurrency",
 };
 
-#define N_ALGORITHMS (sizeof(algorithm_names) / sizeof(algorithm_names[0]))
-/* limit_algorithm_parse only knows the rate algorithms (tierctl --algorithm); a concurrency
+#define N_KINDS (sizeof(kind_names) / sizeof(kind_names[0]))
+/* limit_kind_parse only knows the rate kinds (tierctl --algorithm); a concurrency
  * rule comes from a --concurrency limit, never from a name. */
-#define N_RATE_ALGORITHMS ((size_t)LIMIT_CONCURRENCY)
+#define N_RATE_KINDS ((size_t)LIMIT_CONCURRENCY)
 
-const char *limit_algorithm_name(enum limit_algorithm algorithm)
+const char *limit_kind_name(enum limit_kind kind)
 {
-    if ((unsigned)algorithm >= N_ALGORITHMS)
+    if ((unsigned)kind >= N_KINDS)
         return "unknown";
-    return algorithm_names[algorithm];
+    return kind_names[kind];
 }
 
-int limit_algorithm_parse(const char *text, enum limit_algorithm *palgorithm)
+int limit_kind_parse(const char *text, enum limit_kind *pkind)
 {
     if (text == NULL)
         return -EINVAL;
-    for (size_t i = 0; i < N_RATE_ALGORITHMS; i++) {
-        if (strcmp(text, algorithm_names[i]) == 0) {
-            *palgorithm = (enum limit_algorithm)i;
+    for (size_t i = 0; i < N_RATE_KINDS; i++) {
+        if (strcmp(text, kind_names[i]) == 0) {
+            *pkind = (enum limit_kind)i;
             return 0;
         }
     }
@@ -160,13 +160,13 @@ int limit_rule_validate(const struct limit_rule *rule)
 {
     if (rule == NULL)
         return -EINVAL;
-    if ((unsigned)rule->algorithm >= N_ALGORITHMS)
+    if ((unsigned)rule->kind >= N_KINDS)
         return -EINVAL;
     if (rule->id < 0 || rule->rate < 1 || rule->burst < 0 || rule->window_ms < 1)
         return -EINVAL;
     if (rule->rate >= LIMIT_MAX_PRODUCT || rule->burst >= LIMIT_MAX_PRODUCT)
         return -EINVAL;
-    if (rule->algorithm == LIMIT_CONCURRENCY && rule->burst != 0)
+    if (rule->kind == LIMIT_CONCURRENCY && rule->burst != 0)
         return -EINVAL;   /* N slots, no burst */
     int64_t capacity = rule->rate + rule->burst;   /* < 2^53, no overflow */
     if (capacity >= LIMIT_MAX_PRODUCT / rule->window_ms + 1 || capacity * rule->window_ms >= LIMIT_MAX_PRODUCT)

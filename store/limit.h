@@ -5,7 +5,13 @@
 #include <stddef.h>
 #include <stdint.h>
 
-enum limit_algorithm {
+/* A limit's kind: which state and arithmetic a store keeps for a rule. The catalog's
+ * kinds (rate, concurrency, ws_messages: store/catalog.h) map onto it: a rate limit is
+ * the kind its algorithm names (tierctl --algorithm, the catalog's `algorithm` column:
+ * sliding-log, sliding-window, token-bucket, fixed-window), a concurrency limit is
+ * LIMIT_CONCURRENCY, and a ws-messages limit is counted by the proxy per connection as a
+ * sliding log (store/local_limit.h). */
+enum limit_kind {
     LIMIT_SLIDING_LOG = 0,   /* exact: at most rate+burst admitted in any WINDOW */
     LIMIT_SLIDING_WINDOW,    /* two fixed windows, previous one weighted by overlap */
     LIMIT_TOKEN_BUCKET,      /* capacity rate+burst, refills rate per window */
@@ -21,7 +27,7 @@ enum limit_algorithm {
  * in the store, is never reused, and is kept by export/import so a fleet agrees on it. */
 struct limit_rule {
     int64_t id;
-    enum limit_algorithm algorithm;
+    enum limit_kind kind;
     int64_t rate;        /* requests per window, >= 1 */
     int64_t burst;       /* extra requests on top of rate, >= 0 */
     int64_t window_ms;   /* >= 1 */
@@ -39,12 +45,13 @@ struct limit_verdict {
     int64_t reset_ms;    /* ms until one more request would be allowed (0: one is allowed now) */
 };
 
-/* Returns the algorithm's name as tierctl spells it ("sliding-log", ...). */
-const char *limit_algorithm_name(enum limit_algorithm algorithm);
+/* Returns the kind's name as tierctl spells it ("sliding-log", ..., "concurrency"). */
+const char *limit_kind_name(enum limit_kind kind);
 
-/* Parses "sliding-log" etc. into *palgorithm. Returns 0, or -EINVAL for an unknown name.
- * Only the four rate algorithms parse: "concurrency" (LIMIT_CONCURRENCY's name) does not. */
-int limit_algorithm_parse(const char *text, enum limit_algorithm *palgorithm);
+/* Parses a rate kind's name ("sliding-log" etc., tierctl --algorithm) into *pkind.
+ * Returns 0, or -EINVAL for an unknown name. Only the four rate kinds parse:
+ * "concurrency" (LIMIT_CONCURRENCY's name) does not. */
+int limit_kind_parse(const char *text, enum limit_kind *pkind);
 
 /* Parses N/WINDOW: "100/min", "10/15s", "3000/1min", "5/h", "1000/day".
  * Returns 0 with *pcount and *pwindow_ms set, or -EINVAL (bad syntax, zero or negative,

@@ -1,6 +1,7 @@
-/* The limiter entry points: argument checks, then the store's own implementation. The
- * leases a limiter holds are tracked here, in its lease table (store/lease_table.h); the
- * stores add to it when a leased check is allowed. */
+/* The limiter entry points: argument checks, the denial cache (a repeat of a lasting
+ * rejection is answered without the store: store/denial_cache.h), then the store's own
+ * implementation. The leases a limiter holds are tracked here, in its lease table
+ * (store/lease_table.h); the stores add to it when a leased check is allowed. */
 #include "store/limiter_impl.h"
 
 #include <errno.h>
@@ -10,64 +11,13 @@
 #include "store/clock.h"
 #include "store/denial_cache.h"
 
-/* A check on its way to the store, so that its answer can be remembered when it is a
- * lasting rejection (store/denial_cache.h). Kept on a free list: no allocation per check
- * in the steady state. */
-struct asked {
-    struct asked *next_free;
-    struct limiter_shield *shield;
-    limiter_done_fn *done;
-    void *arg;
-    uint64_t key;
-    int64_t asked_ms;
-    uint32_t concurrency_mask;
-    size_t subject_len;
-    char subject[DENIAL_CACHE_SUBJECT_MAX];
-};
-
-struct limiter_shield {
-    struct denial_cache *denials;
-    struct asked *free_list;
-};
-
-static struct limiter_shield *shield_of(struct limiter *limiter)
+/* The limiter's denial cache (store/denial_cache.h), created at its first check on the
+ * store's own clock. NULL when that allocation fails: every check then asks the store. */
+static struct denial_cache *denials_of(struct limiter *limiter)
 {
-    if (limiter->shield == NULL) {
-        struct limiter_shield *s = calloc(1, sizeof(*s));
-        if (s == NULL)
-            return NULL;
-        if ((s->denials = denial_cache_create()) == NULL) {
-            free(s);
-            return NULL;
-        }
-        limiter->shield = s;
-    }
-    return limiter->shield;
-}
-
-static void shield_free(struct limiter_shield *s)
-{
-    if (s == NULL)
-        return;
-    while (s->free_list != NULL) {
-        struct asked *a = s->free_list;
-        s->free_list = a->next_free;
-        free(a);
-    }
-    denial_cache_destroy(s->denials);
-    free(s);
-}
-
-static void on_answer(void *arg, const struct limiter_result *result)
-{
-    struct asked *a = arg;
-    struct limiter_shield *s = a->shield;
-    denial_cache_remember(s->denials, a->key, a->subject, a->subject_len, a->concurrency_mask, result, a->asked_ms);
-    limiter_done_fn *done = a->done;
-    void *done_arg = a->arg;
-    a->next_free = s->free_list;
-    s->free_list = a;
-    done(done_arg, result);
+    if (limiter->denials == NULL)
+        limiter->denials = denial_cache_create();
+    return limiter->denials;
 }
 
 void limiter_result_unavailable(struct limiter_result *result, size_t n)
@@ -93,7 +43,7 @@ static int check_args(const struct limiter *limiter, const char *subject, size_t
         for (size_t j = 0; j < i; j++)
             if (rules[j].id == rules[i].id)
                 return -EINVAL;
-        if (rules[i].algorithm == LIMIT_CONCURRENCY)
+        if (rules[i].kind == LIMIT_CONCURRENCY)
             mask |= (uint32_t)1 << i;
     }
     *concurrency = mask;
@@ -126,39 +76,29 @@ int limiter_check_leased(struct limiter *limiter, const char *subject, size_t su
             return -EINVAL;
         /* A lease id names one request: this limiter must not hold it already. */
         for (size_t i = 0; i < n; i++)
-            if (rules[i].algorithm == LIMIT_CONCURRENCY &&
+            if (rules[i].kind == LIMIT_CONCURRENCY &&
                 lease_table_find(&limiter->leases, subject, subject_len, rules[i].id, lease_id, id_len) != NULL)
                 return -EINVAL;
     }
     /* An explicit clock (tests) always asks the store. */
-    struct limiter_shield *s = now_ms < 0 && subject_len <= DENIAL_CACHE_SUBJECT_MAX ? shield_of(limiter) : NULL;
-    if (s == NULL)
+    struct denial_cache *denials = now_ms < 0 && subject_len <= DENIAL_CACHE_SUBJECT_MAX ? denials_of(limiter) : NULL;
+    if (denials == NULL)
         return limiter->ops->check(limiter, subject, subject_len, rules, n, now_ms, lease_id, id_len, done, arg);
     uint64_t key = denial_cache_key(subject, subject_len, rules, n);
     int64_t asked_ms = store_mono_ms();
     struct limiter_result remembered;
-    if (denial_cache_lookup(s->denials, key, subject, subject_len, asked_ms, &remembered)) {
+    if (denial_cache_lookup(denials, key, subject, subject_len, asked_ms, &remembered)) {
         done(arg, &remembered);
         return 0;
     }
-    struct asked *a = s->free_list;
-    if (a != NULL)
-        s->free_list = a->next_free;
-    else if ((a = malloc(sizeof(*a))) == NULL)
+    struct denial_cache_asked *asked =
+        denial_cache_ask(denials, key, subject, subject_len, concurrency, asked_ms, done, arg);
+    if (asked == NULL)
         return -ENOMEM;
-    a->shield = s;
-    a->done = done;
-    a->arg = arg;
-    a->key = key;
-    a->asked_ms = asked_ms;
-    a->concurrency_mask = concurrency;
-    a->subject_len = subject_len;
-    memcpy(a->subject, subject, subject_len);
-    r = limiter->ops->check(limiter, subject, subject_len, rules, n, now_ms, lease_id, id_len, on_answer, a);
-    if (r != 0) {
-        a->next_free = s->free_list;
-        s->free_list = a;
-    }
+    r = limiter->ops->check(limiter, subject, subject_len, rules, n, now_ms, lease_id, id_len, denial_cache_answer,
+                            asked);
+    if (r != 0)
+        denial_cache_drop(asked);
     return r;
 }
 
@@ -171,7 +111,7 @@ void limiter_release(struct limiter *limiter, const char *subject, size_t subjec
     if (id_len == 0 || id_len > LEASE_ID_MAX)
         return;
     for (size_t i = 0; i < n; i++) {
-        if (rules[i].algorithm != LIMIT_CONCURRENCY)
+        if (rules[i].kind != LIMIT_CONCURRENCY)
             continue;
         /* Only a lease this limiter holds is given back: a second release finds none. */
         struct lease *l = lease_table_find(&limiter->leases, subject, subject_len, rules[i].id, lease_id, id_len);
@@ -218,10 +158,11 @@ void limiter_destroy(struct limiter *limiter)
 {
     if (limiter == NULL)
         return;
-    /* Checks still pending are answered inside destroy, and come back to the shield. */
-    struct limiter_shield *s = limiter->shield;
+    /* Checks still pending are answered inside destroy, through the denial cache: it is
+     * destroyed after the store. */
+    struct denial_cache *denials = limiter->denials;
     limiter->ops->destroy(limiter);
-    shield_free(s);
+    denial_cache_destroy(denials);
 }
 
 bool limiter_available(const struct limiter *limiter)

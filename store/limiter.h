@@ -1,36 +1,17 @@
-/* The limiter store interface: one atomic check of every rate rule that applies to a
- * request. Two implementations: memory (one process, shared by all worker threads) and
- * redis (a fleet of proxies; one async connection per worker thread, one script call per
- * check). */
+/* The limiter store interface: one atomic check of every rule (rate and concurrency)
+ * that applies to a request. Two implementations: memory (one process, shared by all
+ * worker threads) and redis (a fleet of proxies; one async connection per worker thread,
+ * one script call per check). In front of either, each limiter's denial cache answers a
+ * repeat of a lasting rejection without the store (store/denial_cache.h). */
 #pragma once
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
 #include "store/limit.h"
+#include "store/limiter_result.h"
 
 struct event_base;
-
-#define LIMITER_MAX_RULES 16
-
-enum limiter_status {
-    LIMITER_DECIDED = 0,       /* verdicts are valid */
-    LIMITER_UNAVAILABLE = 1,   /* the store could not be asked (down, breaker open, timeout) */
-};
-
-struct limiter_result {
-    enum limiter_status status;
-    bool allowed;                  /* every rule allowed; only then was the request recorded */
-    int64_t now_ms;                /* the store clock the decision used (Unix ms) */
-    bool remembered;               /* answered from the limiter's memory of a rejection, not the store */
-    size_t n;                      /* == the n passed to limiter_check */
-    struct limit_verdict verdicts[LIMITER_MAX_RULES];
-};
-
-/* Called exactly once per limiter_check that returned 0. `result` is only valid during
- * the call. */
-typedef void limiter_done_fn(void *arg, const struct limiter_result *result);
-
 struct limiter;
 struct memory_store;
 
@@ -77,7 +58,9 @@ void limiter_destroy(struct limiter *limiter);
 /* Checks every rule for `subject` in one atomic step and records the request in each
  * rule's state only when all of them allow it. now_ms < 0 uses the store's clock (the
  * Redis server's TIME for redis, CLOCK_REALTIME for memory); now_ms >= 0 is an explicit
- * clock for tests. n must be 1..LIMITER_MAX_RULES.
+ * clock for tests. n must be 1..LIMITER_MAX_RULES. On the store's clock, a repeat check
+ * (same subject, same rules) while an earlier rejection by rate rules still holds is
+ * answered from the denial cache before this returns (result->remembered).
  * Returns 0 when done has been or will be called; -EINVAL (bad arguments) or -ENOMEM
  * otherwise, in which case done is never called. */
 int limiter_check(struct limiter *limiter, const char *subject, size_t subject_len,

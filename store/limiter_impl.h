@@ -1,5 +1,9 @@
 /* What the two limiter stores share behind store/limiter.h. Private to store/ (and its
- * unit tests). */
+ * unit tests).
+ *
+ * Includes run one way: limiter.h <- limiter_impl.h <- limiter.c, limiter_memory.c,
+ * limiter_redis.c; and limiter.h <- denial_cache.h <- limiter.c (struct denial_cache is
+ * only declared here). */
 #pragma once
 #include <stdbool.h>
 #include <stddef.h>
@@ -28,12 +32,13 @@ struct limiter_ops {
     void (*sync)(struct limiter *limiter, void (*done)(void *arg), void *arg);
 };
 
-struct limiter_shield;
+struct denial_cache;
 
 struct limiter {
     const struct limiter_ops *ops;
-    struct lease_table leases;   /* the concurrency leases this limiter holds */
-    struct limiter_shield *shield; /* remembered rejections (limiter.c); NULL until needed */
+    struct lease_table leases;     /* the concurrency leases this limiter holds */
+    struct denial_cache *denials;  /* remembered rejections (store/denial_cache.h); made by
+                                    * limiter.c when first needed, NULL until then */
 };
 
 /* Fills result as LIMITER_UNAVAILABLE for n rules. */

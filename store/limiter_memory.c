@@ -330,7 +330,7 @@ static struct mem_entry *ensure_slots(struct memory_store *store, struct mem_str
  * the same with the key's TTL (check.lua). */
 static void keep_grown_log(struct mem_entry *e, struct mem_slot *slot, const struct limit_rule *rule)
 {
-    if (rule->algorithm != LIMIT_SLIDING_LOG || slot->st.algorithm != LIMIT_SLIDING_LOG ||
+    if (rule->kind != LIMIT_SLIDING_LOG || slot->st.kind != LIMIT_SLIDING_LOG ||
         slot->st.window_ms >= rule->window_ms)
         return;
     int64_t evict = slot_evict_ms(slot, rule);
@@ -343,7 +343,7 @@ static void keep_grown_log(struct mem_entry *e, struct mem_slot *slot, const str
 static bool entry_holds_leases(const struct mem_entry *e)
 {
     for (uint32_t i = 0; i < e->nslots; i++)
-        if (e->slots[i].st.algorithm == LIMIT_CONCURRENCY && e->slots[i].st.u.cc.held > 0)
+        if (e->slots[i].st.kind == LIMIT_CONCURRENCY && e->slots[i].st.u.cc.held > 0)
             return true;
     return false;
 }
@@ -395,7 +395,7 @@ static void untrack(struct limiter *limiter, const char *subject, size_t subject
                     const struct limit_rule *rules, size_t n, const char *lease_id, size_t id_len)
 {
     for (size_t i = 0; i < n; i++) {
-        if (rules[i].algorithm != LIMIT_CONCURRENCY)
+        if (rules[i].kind != LIMIT_CONCURRENCY)
             continue;
         struct lease *l = lease_table_find(&limiter->leases, subject, subject_len, rules[i].id, lease_id, id_len);
         if (l != NULL)
@@ -426,7 +426,7 @@ static int memory_check(struct limiter *limiter, const char *subject, size_t sub
     /* The leases are tracked first, so that nothing can fail once the store recorded them;
      * they are taken out again when the check is not allowed. */
     for (size_t i = 0; lease_id != NULL && i < n; i++) {
-        if (rules[i].algorithm != LIMIT_CONCURRENCY)
+        if (rules[i].kind != LIMIT_CONCURRENCY)
             continue;
         r = lease_table_add(&limiter->leases, subject, subject_len, rules[i].id, rules[i].window_ms, lease_id,
                             lease_id_len);
@@ -516,7 +516,7 @@ static void give_back(struct memory_limiter *ml, const struct lease_group *g, si
     if (slot != NULL) {
         while (count-- > 0 && algo_release(&slot->st))
             ;
-        if (slot->st.algorithm == LIMIT_CONCURRENCY && slot->st.u.cc.held == 0)
+        if (slot->st.kind == LIMIT_CONCURRENCY && slot->st.u.cc.held == 0)
             slot->evict_ms = INT64_MIN;   /* equivalent to no state: the next walk drops it */
         int64_t evict = INT64_MIN;
         for (uint32_t i = 0; i < e->nslots; i++)

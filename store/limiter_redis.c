@@ -787,7 +787,7 @@ static int redis_check(struct limiter *limiter, const char *subject, size_t subj
             return -ENOMEM;
         }
         for (size_t i = 0; i < n; i++) {
-            if (rules[i].algorithm != LIMIT_CONCURRENCY)
+            if (rules[i].kind != LIMIT_CONCURRENCY)
                 continue;
             lr->rule_id[lr->n] = rules[i].id;
             lr->ttl_ms[lr->n] = rules[i].window_ms;
@@ -805,14 +805,14 @@ static int redis_check(struct limiter *limiter, const char *subject, size_t subj
     p->n = n;
     p->argc = 2;
 
-    /* EVALSHA sha numkeys key... now (algorithm rate burst window)... [lease id] */
+    /* EVALSHA sha numkeys key... now (kind rate burst window)... [lease id] */
     size_t off = 0;
     put_int(p, &off, (int64_t)n);
     for (size_t i = 0; i < n; i++)
         put_key(rl, p, &off, subject, subject_len, rules[i].id);
     put_int(p, &off, now_ms >= 0 ? now_ms : -1);
     for (size_t i = 0; i < n; i++) {
-        put_int(p, &off, (int64_t)rules[i].algorithm);
+        put_int(p, &off, (int64_t)rules[i].kind);
         put_int(p, &off, rules[i].rate);
         put_int(p, &off, rules[i].burst);
         put_int(p, &off, rules[i].window_ms);

@@ -31,7 +31,7 @@ bool local_limit_check(struct local_limit *l, const struct limit_rule *rule, int
     struct limit_verdict ignored;
     if (v == NULL)
         v = &ignored;
-    if (l == NULL || limit_rule_validate(rule) != 0 || rule->algorithm == LIMIT_CONCURRENCY) {
+    if (l == NULL || limit_rule_validate(rule) != 0 || rule->kind == LIMIT_CONCURRENCY) {
         *v = (struct limit_verdict){.allowed = false};
         return false;
     }

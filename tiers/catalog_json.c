@@ -25,7 +25,7 @@ json_t *catalog_json_limit(const struct catalog_limit *limit)
         bad |= json_object_set_new(o, "window_ms", json_integer(limit->window_ms));
     if (limit->kind == CATALOG_LIMIT_RATE) {
         bad |= json_object_set_new(o, "burst", json_integer(limit->burst));
-        bad |= json_object_set_new(o, "algorithm", json_string(limit_algorithm_name(limit->algorithm)));
+        bad |= json_object_set_new(o, "algorithm", json_string(limit_kind_name(limit->algorithm)));
     }
     if (limit->route_method)
         bad |= json_object_set_new(o, "route", json_sprintf("%s %s", limit->route_method, limit->route_prefix));
@@ -286,7 +286,7 @@ static int parse_limit(struct import *im, json_t *o, int64_t plan_id, struct imp
         if ((r = get_int(im, o, "burst", false, 0, &l->burst)) ||
             (r = get_str(im, o, "algorithm", "sliding-log", false, &algorithm)))
             return r;
-        if (limit_algorithm_parse(algorithm, &l->algorithm) != 0)
+        if (limit_kind_parse(algorithm, &l->algorithm) != 0)
             return bad(im, "unknown algorithm \"%s\"", algorithm);
     } else if (l->kind == CATALOG_LIMIT_WS_MESSAGES && (json_object_get(o, "burst") || json_object_get(o, "algorithm"))) {
         return bad(im, "a ws_messages limit has no burst or algorithm");

@@ -26,7 +26,7 @@ size_t tier_plan_rules(const struct tier_plan *plan, const char *method, const c
             continue;
         struct limit_rule rule = l->rule;
         if (l->kind == TIER_LIMIT_CONCURRENCY) {
-            rule.algorithm = LIMIT_CONCURRENCY;
+            rule.kind = LIMIT_CONCURRENCY;
             rule.burst = 0;
             rule.window_ms = lease_ttl_ms;
         }

@@ -265,7 +265,7 @@ int simulation_create(const struct simulate_options *options, struct simulation 
     for (size_t i = 0; i < options->n_given; i++) {
         if (limit_rule_validate(&options->given[i]) != 0)
             return -EINVAL;
-        concurrency += options->given[i].algorithm == LIMIT_CONCURRENCY;
+        concurrency += options->given[i].kind == LIMIT_CONCURRENCY;
         for (size_t j = 0; j < i; j++)
             if (options->given[j].id == options->given[i].id)
                 return -EINVAL;
@@ -564,7 +564,7 @@ static int replay(struct simulation *sim)
         const struct subject *sub = &sim->subjects[req->subject];
         bool concurrency = false;
         for (size_t k = 0; k < n; k++)
-            concurrency |= rules[k].algorithm == LIMIT_CONCURRENCY;
+            concurrency |= rules[k].kind == LIMIT_CONCURRENCY;
         bool allowed = false;
         if (concurrency) {
             char lease[32];

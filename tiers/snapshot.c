@@ -6,8 +6,10 @@
  * an arena freed with the snapshot. Nothing is written after snapshot_build returns, so
  * any number of threads may read a snapshot they hold a reference to.
  *
- * Route matching (tier_plan_select) is a plain byte-prefix test, like an nginx prefix
- * location: a route "GET /v1" matches "/v1", "/v1/x", "/v1?q=1" and also "/v1x". Write
+ * Route matching (tier_plan_select, tier_plan_select_case) is a plain prefix test
+ * (request_target_has_prefix: bytes as they are, or ASCII case folded with path_case =
+ * insensitive) on the request's path, never its query (request_target.h), like an nginx
+ * prefix location: a route "GET /v1" matches "/v1", "/v1/x" and also "/v1x". Write
  * "GET /v1/" to match only below /v1/. */
 #include "tiers/snapshot.h"
 
@@ -165,7 +167,7 @@ static int on_limit(void *ctx, const struct catalog_limit *limit)
     case CATALOG_LIMIT_WS_MESSAGES: l->kind = TIER_LIMIT_WS_MESSAGES; break;
     }
     l->rule = (struct limit_rule){
-        .id = limit->id, .algorithm = limit->algorithm, .rate = limit->amount,
+        .id = limit->id, .kind = limit->algorithm, .rate = limit->amount,
         .burst = limit->burst, .window_ms = limit->window_ms,
     };
     if (limit->route_method && limit->route_prefix) {

@@ -10,6 +10,8 @@
 
 #define TIER_KEY_HASH_LEN 32   /* SHA-256 */
 
+/* The catalog's kind of a limit (enum catalog_limit_kind); its rule carries the store's
+ * kind (rule.kind: a rate limit's algorithm, or LIMIT_CONCURRENCY). */
 enum tier_limit_kind {
     TIER_LIMIT_RATE = 0,
     TIER_LIMIT_CONCURRENCY,    /* amount = at most N in flight */

@@ -55,7 +55,7 @@ enum access { ACCESS_NONE, ACCESS_READ, ACCESS_WRITE, ACCESS_CREATE };
 struct limit_flags {
     bool rate, burst, algorithm, concurrency, ws, shadow;
     int64_t rate_amount, rate_window_ms, burst_value, concurrency_value, ws_amount, ws_window_ms;
-    enum limit_algorithm algorithm_value;
+    enum limit_kind algorithm_value;
     bool shadow_value;
 };
 
@@ -279,7 +279,7 @@ static int parse_limit_flags(struct cli *c)
     }
     if ((v = c->flag[FLAG_ALGORITHM])) {
         lf->algorithm = true;
-        if (limit_algorithm_parse(v, &lf->algorithm_value) != 0)
+        if (limit_kind_parse(v, &lf->algorithm_value) != 0)
             return usage_error(c->cmd, "unknown algorithm \"%s\" (sliding-log, sliding-window, "
                                "token-bucket, fixed-window)", v);
     }
@@ -304,7 +304,7 @@ static int parse_limit_flags(struct cli *c)
     }
     if (lf->rate) {
         struct limit_rule rule = {
-            .algorithm = lf->algorithm ? lf->algorithm_value : LIMIT_SLIDING_LOG,
+            .kind = lf->algorithm ? lf->algorithm_value : LIMIT_SLIDING_LOG,
             .rate = lf->rate_amount, .burst = lf->burst ? lf->burst_value : 0,
             .window_ms = lf->rate_window_ms,
         };
@@ -534,7 +534,7 @@ static void describe_limit(const struct catalog_limit *l, char *buf, size_t len)
         if (l->burst && n < len)
             n += (size_t)snprintf(buf + n, len - n, " burst %" PRId64, l->burst);
         if (l->algorithm != LIMIT_SLIDING_LOG && n < len)
-            n += (size_t)snprintf(buf + n, len - n, " %s", limit_algorithm_name(l->algorithm));
+            n += (size_t)snprintf(buf + n, len - n, " %s", limit_kind_name(l->algorithm));
         break;
     case CATALOG_LIMIT_CONCURRENCY:
         n = (size_t)snprintf(buf, len, "concurrency %" PRId64, l->amount);
@@ -1009,7 +1009,7 @@ static int show_limit_row(void *ctx, const struct catalog_limit *l)
         snprintf(route, sizeof(route), "%s %s", l->route_method, l->route_prefix);
     bool rate = l->kind == CATALOG_LIMIT_RATE;
     return table_row(ctx, id, catalog_limit_kind_name(l->kind), amount, rate ? burst : "-",
-                     rate ? limit_algorithm_name(l->algorithm) : "-", l->route_method ? route : "-");
+                     rate ? limit_kind_name(l->algorithm) : "-", l->route_method ? route : "-");
 }
 
 static int cmd_plan_show(struct cli *c)
@@ -1126,7 +1126,7 @@ static int cmd_limit_remove(struct cli *c)
 
 /* Changes only what the flags give; the limit keeps its id, so the stores keep counting
  * under it (they start afresh by themselves when the algorithm changes: a state is tagged
- * with its algorithm). */
+ * with its kind, store/limit.h). */
 static int cmd_limit_set(struct cli *c)
 {
     const struct limit_flags *lf = &c->lf;
@@ -1545,7 +1545,7 @@ static int cmd_simulate(struct cli *c)
     size_t off = 0;
     if (lf->rate) {
         opt.given[opt.n_given++] = (struct limit_rule){
-            .id = 1, .algorithm = lf->algorithm ? lf->algorithm_value : LIMIT_SLIDING_LOG,
+            .id = 1, .kind = lf->algorithm ? lf->algorithm_value : LIMIT_SLIDING_LOG,
             .rate = lf->rate_amount, .burst = lf->burst ? lf->burst_value : 0, .window_ms = lf->rate_window_ms,
         };
         const struct limit_rule *r = &opt.given[0];
@@ -1553,11 +1553,11 @@ static int cmd_simulate(struct cli *c)
                                 limit_rate_format(r->rate, r->window_ms, rate, sizeof(rate)));
         if (r->burst)
             off += (size_t)snprintf(against + off, sizeof(against) - off, " burst %" PRId64, r->burst);
-        off += (size_t)snprintf(against + off, sizeof(against) - off, " %s", limit_algorithm_name(r->algorithm));
+        off += (size_t)snprintf(against + off, sizeof(against) - off, " %s", limit_kind_name(r->kind));
     }
     if (lf->concurrency) {
         opt.given[opt.n_given++] = (struct limit_rule){
-            .id = 2, .algorithm = LIMIT_CONCURRENCY, .rate = lf->concurrency_value, .window_ms = 30000,
+            .id = 2, .kind = LIMIT_CONCURRENCY, .rate = lf->concurrency_value, .window_ms = 30000,
         };
         snprintf(against + off, sizeof(against) - off, "%sconcurrency %" PRId64, off ? ", " : "",
                  lf->concurrency_value);

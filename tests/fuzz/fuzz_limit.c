@@ -1,5 +1,5 @@
 /* Fuzzes the rate and route parsers behind tierctl's LIMIT-FLAGS and the catalog checks:
- * limit_rate_parse / limit_rate_format (round trip both ways), limit_algorithm_parse,
+ * limit_rate_parse / limit_rate_format (round trip both ways), limit_kind_parse,
  * limit_rule_validate, catalog_check_route and the other catalog_check_* name checks.
  *
  * Input: the bytes as one NUL-terminated string (the text a user types); the first 32
@@ -64,12 +64,12 @@ static void fuzz_rate_numbers(int64_t count, int64_t window_ms, size_t buflen)
         check_parsed_rate(count, window_ms);
 }
 
-static void fuzz_algorithm(const char *s)
+static void fuzz_kind_name(const char *s)
 {
-    enum limit_algorithm a = (enum limit_algorithm)99;
-    if (limit_algorithm_parse(s, &a) == 0) {
+    enum limit_kind a = (enum limit_kind)99;
+    if (limit_kind_parse(s, &a) == 0) {
         CHECK(a != LIMIT_CONCURRENCY && (unsigned)a <= LIMIT_FIXED_WINDOW);
-        CHECK(strcmp(limit_algorithm_name(a), s) == 0);
+        CHECK(strcmp(limit_kind_name(a), s) == 0);
     }
 }
 
@@ -77,7 +77,7 @@ static void fuzz_validate(const uint8_t *data, size_t size)
 {
     struct limit_rule rule = {
         .id = take_i64(data, size, 0),
-        .algorithm = (enum limit_algorithm)(size > 0 ? data[0] % 7 : 0),
+        .kind = (enum limit_kind)(size > 0 ? data[0] % 7 : 0),
         .rate = take_i64(data, size, 8),
         .burst = take_i64(data, size, 16),
         .window_ms = take_i64(data, size, 24),
@@ -148,7 +148,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     s[size] = '\0';
 
     fuzz_rate_text(s);
-    fuzz_algorithm(s);
+    fuzz_kind_name(s);
     fuzz_route(s);
     fuzz_names(s);
     fuzz_validate(data, size);

@@ -14,8 +14,8 @@
 #include "store/denial_cache.h"
 #include "store/limiter_impl.h"
 
-static const struct limit_rule per_minute = { .id = 1, .algorithm = LIMIT_SLIDING_LOG, .rate = 1, .window_ms = 60000 };
-static const struct limit_rule slots = { .id = 2, .algorithm = LIMIT_CONCURRENCY, .rate = 1, .window_ms = 30000 };
+static const struct limit_rule per_minute = { .id = 1, .kind = LIMIT_SLIDING_LOG, .rate = 1, .window_ms = 60000 };
+static const struct limit_rule slots = { .id = 2, .kind = LIMIT_CONCURRENCY, .rate = 1, .window_ms = 30000 };
 
 static struct limiter_result rejection(int64_t reset_ms)
 {

@@ -1,4 +1,4 @@
-/* Unit tests for store/limit.c: algorithm names, N/WINDOW parsing and formatting, rule
+/* Unit tests for store/limit.c: kind names, N/WINDOW parsing and formatting, rule
  * range checks. */
 #include <errno.h>
 #include <setjmp.h>
@@ -123,29 +123,29 @@ static void test_window_format(void **state)
     }
 }
 
-static void test_algorithms(void **state)
+static void test_kind_names(void **state)
 {
     const char *names[] = {"sliding-log", "sliding-window", "token-bucket", "fixed-window"};
     for (int i = 0; i < 4; i++) {
-        enum limit_algorithm a;
-        assert_string_equal(limit_algorithm_name((enum limit_algorithm)i), names[i]);
-        assert_int_equal(limit_algorithm_parse(names[i], &a), 0);
+        enum limit_kind a;
+        assert_string_equal(limit_kind_name((enum limit_kind)i), names[i]);
+        assert_int_equal(limit_kind_parse(names[i], &a), 0);
         assert_int_equal(a, i);
     }
-    enum limit_algorithm a = LIMIT_TOKEN_BUCKET;
-    assert_int_equal(limit_algorithm_parse("Sliding-Log", &a), -EINVAL);
-    assert_int_equal(limit_algorithm_parse("", &a), -EINVAL);
-    assert_int_equal(limit_algorithm_parse(NULL, &a), -EINVAL);
+    enum limit_kind a = LIMIT_TOKEN_BUCKET;
+    assert_int_equal(limit_kind_parse("Sliding-Log", &a), -EINVAL);
+    assert_int_equal(limit_kind_parse("", &a), -EINVAL);
+    assert_int_equal(limit_kind_parse(NULL, &a), -EINVAL);
     assert_int_equal(a, LIMIT_TOKEN_BUCKET);
-    assert_string_equal(limit_algorithm_name((enum limit_algorithm)42), "unknown");
+    assert_string_equal(limit_kind_name((enum limit_kind)42), "unknown");
     /* a concurrency rule has a name, but --algorithm cannot ask for one */
-    assert_string_equal(limit_algorithm_name(LIMIT_CONCURRENCY), "concurrency");
-    assert_int_equal(limit_algorithm_parse("concurrency", &a), -EINVAL);
+    assert_string_equal(limit_kind_name(LIMIT_CONCURRENCY), "concurrency");
+    assert_int_equal(limit_kind_parse("concurrency", &a), -EINVAL);
 }
 
 static void test_validate(void **state)
 {
-    struct limit_rule ok = {.id = 1, .algorithm = LIMIT_SLIDING_LOG, .rate = 100, .burst = 0, .window_ms = 60000};
+    struct limit_rule ok = {.id = 1, .kind = LIMIT_SLIDING_LOG, .rate = 100, .burst = 0, .window_ms = 60000};
     assert_int_equal(limit_rule_validate(&ok), 0);
     struct limit_rule r = ok;
     r.rate = 0;
@@ -157,10 +157,10 @@ static void test_validate(void **state)
     r.window_ms = 0;
     assert_int_equal(limit_rule_validate(&r), -EINVAL);
     r = ok;
-    r.algorithm = (enum limit_algorithm)(LIMIT_CONCURRENCY + 1);
+    r.kind = (enum limit_kind)(LIMIT_CONCURRENCY + 1);
     assert_int_equal(limit_rule_validate(&r), -EINVAL);
     /* a concurrency rule: N slots, the lease TTL as window, no burst */
-    struct limit_rule cc = {.id = 2, .algorithm = LIMIT_CONCURRENCY, .rate = 10, .burst = 0, .window_ms = 30000};
+    struct limit_rule cc = {.id = 2, .kind = LIMIT_CONCURRENCY, .rate = 10, .burst = 0, .window_ms = 30000};
     assert_int_equal(limit_rule_validate(&cc), 0);
     cc.burst = 1;
     assert_int_equal(limit_rule_validate(&cc), -EINVAL);
@@ -192,7 +192,7 @@ int main(void)
         cmocka_unit_test(test_parse_bound),
         cmocka_unit_test(test_format),
         cmocka_unit_test(test_window_format),
-        cmocka_unit_test(test_algorithms),
+        cmocka_unit_test(test_kind_names),
         cmocka_unit_test(test_validate),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -21,7 +21,7 @@
 static void state_copy(struct algo_state *dst, const struct algo_state *src)
 {
     *dst = *src;
-    if (src->algorithm == LIMIT_SLIDING_LOG && src->u.sl.cap > 0) {
+    if (src->kind == LIMIT_SLIDING_LOG && src->u.sl.cap > 0) {
         dst->u.sl.ts = malloc(src->u.sl.cap * sizeof(int64_t));
         assert_non_null(dst->u.sl.ts);
         memcpy(dst->u.sl.ts, src->u.sl.ts, src->u.sl.cap * sizeof(int64_t));
@@ -77,7 +77,7 @@ static void step(struct algo_state *s, const struct limit_rule *rule, int64_t no
     assert_true(v.reset_ms > 0 && v.reset_ms <= 2 * rule->window_ms + rule->window_ms * c);
     for (int64_t d = 1; d < v.reset_ms; d++)
         if (admissible(s, rule, ev.te + d) > avail)
-            fail_msg("alg %d: more admissible after %lld ms, reset_ms said %lld", rule->algorithm,
+            fail_msg("alg %d: more admissible after %lld ms, reset_ms said %lld", rule->kind,
                      (long long)d, (long long)v.reset_ms);
     assert_true(admissible(s, rule, ev.te + v.reset_ms) > avail);
 }
@@ -88,7 +88,7 @@ static void test_brute_force(void **state)
     for (int alg = 0; alg < 4; alg++) {
         for (int round = 0; round < 12; round++) {
             struct limit_rule rule = {
-                .id = 1, .algorithm = (enum limit_algorithm)alg,
+                .id = 1, .kind = (enum limit_kind)alg,
                 .rate = 1 + rand() % 4, .burst = rand() % 3, .window_ms = 5 + rand() % 40,
             };
             struct algo_state s;
@@ -160,7 +160,7 @@ static int teardown_store(void **state)
 static void test_sliding_log_exact(void **state)
 {
     struct limiter *l = limiter_memory_create(*state);
-    struct limit_rule r = {.id = 1, .algorithm = LIMIT_SLIDING_LOG, .rate = 2, .burst = 1, .window_ms = 1000};
+    struct limit_rule r = {.id = 1, .kind = LIMIT_SLIDING_LOG, .rate = 2, .burst = 1, .window_ms = 1000};
     int64_t t0 = 10000;
     for (int i = 0; i < 3; i++) {
         struct limiter_result res = check(l, "u:1", &r, 1, t0 + 100 * i);
@@ -192,8 +192,8 @@ static void test_rejected_not_recorded(void **state)
 {
     struct limiter *l = limiter_memory_create(*state);
     struct limit_rule rules[2] = {
-        {.id = 10, .algorithm = LIMIT_SLIDING_LOG, .rate = 5, .burst = 0, .window_ms = 60000},
-        {.id = 11, .algorithm = LIMIT_FIXED_WINDOW, .rate = 1, .burst = 0, .window_ms = 60000},
+        {.id = 10, .kind = LIMIT_SLIDING_LOG, .rate = 5, .burst = 0, .window_ms = 60000},
+        {.id = 11, .kind = LIMIT_FIXED_WINDOW, .rate = 1, .burst = 0, .window_ms = 60000},
     };
     struct limiter_result res = check(l, "u:2", rules, 2, 1000);
     assert_true(res.allowed);
@@ -218,7 +218,7 @@ static void test_rejected_not_recorded(void **state)
 static void test_clock_backwards(void **state)
 {
     struct limiter *l = limiter_memory_create(*state);
-    struct limit_rule r = {.id = 3, .algorithm = LIMIT_SLIDING_LOG, .rate = 2, .burst = 0, .window_ms = 1000};
+    struct limit_rule r = {.id = 3, .kind = LIMIT_SLIDING_LOG, .rate = 2, .burst = 0, .window_ms = 1000};
     assert_true(check(l, "u:3", &r, 1, 50000).allowed);
     /* the clock jumps back: the request is placed at the newest time seen, so it leaves
      * the window no earlier than it should */
@@ -237,7 +237,7 @@ static void test_token_bucket(void **state)
 {
     struct limiter *l = limiter_memory_create(*state);
     /* 2 per second, burst 2: capacity 4, a token every 500 ms */
-    struct limit_rule r = {.id = 4, .algorithm = LIMIT_TOKEN_BUCKET, .rate = 2, .burst = 2, .window_ms = 1000};
+    struct limit_rule r = {.id = 4, .kind = LIMIT_TOKEN_BUCKET, .rate = 2, .burst = 2, .window_ms = 1000};
     for (int i = 0; i < 4; i++) {
         struct limiter_result res = check(l, "u:4", &r, 1, 0);
         assert_true(res.allowed);
@@ -258,7 +258,7 @@ static void test_token_bucket(void **state)
 static void test_sliding_window(void **state)
 {
     struct limiter *l = limiter_memory_create(*state);
-    struct limit_rule r = {.id = 5, .algorithm = LIMIT_SLIDING_WINDOW, .rate = 4, .burst = 0, .window_ms = 1000};
+    struct limit_rule r = {.id = 5, .kind = LIMIT_SLIDING_WINDOW, .rate = 4, .burst = 0, .window_ms = 1000};
     for (int i = 0; i < 4; i++)
         assert_true(check(l, "u:5", &r, 1, 10000 + i).allowed);
     struct limiter_result res = check(l, "u:5", &r, 1, 10500);
@@ -277,7 +277,7 @@ static void test_sliding_window(void **state)
 static void test_fixed_window(void **state)
 {
     struct limiter *l = limiter_memory_create(*state);
-    struct limit_rule r = {.id = 6, .algorithm = LIMIT_FIXED_WINDOW, .rate = 2, .burst = 0, .window_ms = 1000};
+    struct limit_rule r = {.id = 6, .kind = LIMIT_FIXED_WINDOW, .rate = 2, .burst = 0, .window_ms = 1000};
     struct limiter_result res = check(l, "u:6", &r, 1, 5200);
     assert_int_equal(res.verdicts[0].remaining, 1);
     assert_int_equal(res.verdicts[0].reset_ms, 800);
@@ -292,7 +292,7 @@ static void test_fixed_window(void **state)
 static void test_subjects_and_rules_apart(void **state)
 {
     struct limiter *l = limiter_memory_create(*state);
-    struct limit_rule a = {.id = 7, .algorithm = LIMIT_FIXED_WINDOW, .rate = 1, .burst = 0, .window_ms = 60000};
+    struct limit_rule a = {.id = 7, .kind = LIMIT_FIXED_WINDOW, .rate = 1, .burst = 0, .window_ms = 60000};
     struct limit_rule b = a;
     b.id = 8;
     assert_true(check(l, "u:7", &a, 1, 0).allowed);
@@ -311,7 +311,7 @@ static void test_bad_arguments(void **state)
     struct limiter *l = limiter_memory_create(*state);
     struct limit_rule rules[LIMITER_MAX_RULES + 1];
     for (int i = 0; i <= LIMITER_MAX_RULES; i++)
-        rules[i] = (struct limit_rule){.id = i, .algorithm = LIMIT_SLIDING_LOG, .rate = 1, .window_ms = 1000};
+        rules[i] = (struct limit_rule){.id = i, .kind = LIMIT_SLIDING_LOG, .rate = 1, .window_ms = 1000};
     struct capture c = {0};
     assert_int_equal(limiter_check(l, "s", 1, rules, 0, 0, on_done, &c), -EINVAL);
     assert_int_equal(limiter_check(l, "s", 1, rules, LIMITER_MAX_RULES + 1, 0, on_done, &c), -EINVAL);
@@ -337,8 +337,8 @@ static void test_eviction(void **state)
     struct memory_store *store = *state;
     struct limiter *l = limiter_memory_create(store);
     struct limit_rule rules[2] = {
-        {.id = 1, .algorithm = LIMIT_SLIDING_LOG, .rate = 3, .burst = 0, .window_ms = 1000},
-        {.id = 2, .algorithm = LIMIT_TOKEN_BUCKET, .rate = 3, .burst = 0, .window_ms = 1000},
+        {.id = 1, .kind = LIMIT_SLIDING_LOG, .rate = 3, .burst = 0, .window_ms = 1000},
+        {.id = 2, .kind = LIMIT_TOKEN_BUCKET, .rate = 3, .burst = 0, .window_ms = 1000},
     };
     char subject[32];
     for (int i = 0; i < 5000; i++) {
@@ -347,8 +347,8 @@ static void test_eviction(void **state)
     }
     assert_int_equal(memory_store_subjects(store), 5000);
     /* a rejected check of a rule the subject has no state for adds none */
-    struct limit_rule full = {.id = 3, .algorithm = LIMIT_FIXED_WINDOW, .rate = 1, .window_ms = 100000};
-    struct limit_rule pair[2] = {full, {.id = 4, .algorithm = LIMIT_SLIDING_LOG, .rate = 1, .window_ms = 100000}};
+    struct limit_rule full = {.id = 3, .kind = LIMIT_FIXED_WINDOW, .rate = 1, .window_ms = 100000};
+    struct limit_rule pair[2] = {full, {.id = 4, .kind = LIMIT_SLIDING_LOG, .rate = 1, .window_ms = 100000}};
     assert_true(check(l, "full", &full, 1, 1000).allowed);
     assert_false(check(l, "full", pair, 2, 1000).allowed);
     assert_int_equal(memory_store_subjects(store), 5001);
@@ -376,7 +376,7 @@ static void test_sliding_log_window_grows(void **state)
 {
     struct memory_store *store = *state;
     struct limiter *l = limiter_memory_create(store);
-    struct limit_rule r = {.id = 7, .algorithm = LIMIT_SLIDING_LOG, .rate = 2, .burst = 0, .window_ms = 2000};
+    struct limit_rule r = {.id = 7, .kind = LIMIT_SLIDING_LOG, .rate = 2, .burst = 0, .window_ms = 2000};
     assert_true(check(l, "grow", &r, 1, 100000).allowed);
     assert_true(check(l, "grow", &r, 1, 100000).allowed);
     r.window_ms = 20000;
@@ -414,7 +414,7 @@ static void expect_verdict(const struct limit_verdict *v, bool allowed, int64_t 
 static void test_concurrency_slots(void **state)
 {
     struct limiter *l = limiter_memory_create(*state);
-    struct limit_rule cc = {.id = 40, .algorithm = LIMIT_CONCURRENCY, .rate = 3, .burst = 0, .window_ms = 30000};
+    struct limit_rule cc = {.id = 40, .kind = LIMIT_CONCURRENCY, .rate = 3, .burst = 0, .window_ms = 30000};
     char id[16];
     for (int i = 0; i < 3; i++) {
         snprintf(id, sizeof(id), "p:%d", i);
@@ -449,8 +449,8 @@ static void test_concurrency_with_rates(void **state)
 {
     struct limiter *l = limiter_memory_create(*state);
     struct limit_rule rules[2] = {
-        {.id = 41, .algorithm = LIMIT_FIXED_WINDOW, .rate = 5, .burst = 0, .window_ms = 60000},
-        {.id = 42, .algorithm = LIMIT_CONCURRENCY, .rate = 3, .burst = 0, .window_ms = 30000},
+        {.id = 41, .kind = LIMIT_FIXED_WINDOW, .rate = 5, .burst = 0, .window_ms = 60000},
+        {.id = 42, .kind = LIMIT_CONCURRENCY, .rate = 3, .burst = 0, .window_ms = 30000},
     };
     char id[16];
     for (int i = 0; i < 3; i++) {
@@ -488,8 +488,8 @@ static void test_concurrency_shared(void **state)
     struct memory_store *store = *state;
     struct limiter *a = limiter_memory_create(store), *b = limiter_memory_create(store);
     struct limit_rule cc[2] = {
-        {.id = 43, .algorithm = LIMIT_CONCURRENCY, .rate = 4, .burst = 0, .window_ms = 30000},
-        {.id = 44, .algorithm = LIMIT_CONCURRENCY, .rate = 100, .burst = 0, .window_ms = 30000},
+        {.id = 43, .kind = LIMIT_CONCURRENCY, .rate = 4, .burst = 0, .window_ms = 30000},
+        {.id = 44, .kind = LIMIT_CONCURRENCY, .rate = 100, .burst = 0, .window_ms = 30000},
     };
     assert_true(check_leased(a, "u:sh", cc, 2, 0, "a:1").allowed);
     assert_true(check_leased(a, "u:sh", cc, 2, 0, "a:2").allowed);
@@ -517,7 +517,7 @@ static void count_done(void *arg)
 static void test_concurrency_arguments(void **state)
 {
     struct limiter *l = limiter_memory_create(*state);
-    struct limit_rule cc = {.id = 45, .algorithm = LIMIT_CONCURRENCY, .rate = 2, .burst = 0, .window_ms = 30000};
+    struct limit_rule cc = {.id = 45, .kind = LIMIT_CONCURRENCY, .rate = 2, .burst = 0, .window_ms = 30000};
     struct capture c = {0};
     /* a concurrency rule needs a lease id of 1..64 bytes */
     assert_int_equal(limiter_check(l, "s", 1, &cc, 1, 0, on_done, &c), -EINVAL);
@@ -538,7 +538,7 @@ static void test_concurrency_arguments(void **state)
     assert_int_equal(c.calls, 1);
     assert_int_equal(limiter_lease_count(l), 1);
     /* rate rules only: the lease id is ignored and nothing is held */
-    struct limit_rule rate = {.id = 46, .algorithm = LIMIT_FIXED_WINDOW, .rate = 2, .burst = 0, .window_ms = 1000};
+    struct limit_rule rate = {.id = 46, .kind = LIMIT_FIXED_WINDOW, .rate = 2, .burst = 0, .window_ms = 1000};
     assert_int_equal(limiter_check_leased(l, "s", 1, &rate, 1, 0, NULL, on_done, &c), 0);
     assert_int_equal(limiter_check_leased(l, "s", 1, &rate, 1, 0, long_id, on_done, &c), 0);
     assert_int_equal(limiter_lease_count(l), 1);
@@ -562,8 +562,8 @@ static void test_concurrency_eviction(void **state)
 {
     struct memory_store *store = *state;
     struct limiter *l = limiter_memory_create(store);
-    struct limit_rule cc = {.id = 47, .algorithm = LIMIT_CONCURRENCY, .rate = 1, .burst = 0, .window_ms = 1000};
-    struct limit_rule rate = {.id = 48, .algorithm = LIMIT_FIXED_WINDOW, .rate = 5, .burst = 0, .window_ms = 1000};
+    struct limit_rule cc = {.id = 47, .kind = LIMIT_CONCURRENCY, .rate = 1, .burst = 0, .window_ms = 1000};
+    struct limit_rule rate = {.id = 48, .kind = LIMIT_FIXED_WINDOW, .rate = 5, .burst = 0, .window_ms = 1000};
     struct limit_rule both_rules[2] = {rate, cc};
     assert_true(check_leased(l, "held", both_rules, 2, 1000, "h:1").allowed);
     char subject[32];
@@ -611,8 +611,8 @@ static void *cc_hammer_main(void *arg)
     struct cc_hammer *h = arg;
     struct limiter *l = limiter_memory_create(h->store);
     struct limit_rule rules[2] = {
-        {.id = 1, .algorithm = LIMIT_TOKEN_BUCKET, .rate = 100000, .burst = 0, .window_ms = 3600000},
-        {.id = 2, .algorithm = LIMIT_CONCURRENCY, .rate = 10, .burst = 0, .window_ms = 30000},
+        {.id = 1, .kind = LIMIT_TOKEN_BUCKET, .rate = 100000, .burst = 0, .window_ms = 3600000},
+        {.id = 2, .kind = LIMIT_CONCURRENCY, .rate = 10, .burst = 0, .window_ms = 30000},
     };
     char id[32];
     for (int i = 0; i < 200; i++) {
@@ -645,7 +645,7 @@ static void test_concurrency_threads(void **state)
     assert_int_equal(total, 10);
     /* every limiter was destroyed: every slot is free again */
     struct limiter *l = limiter_memory_create(*state);
-    struct limit_rule cc = {.id = 2, .algorithm = LIMIT_CONCURRENCY, .rate = 10, .burst = 0, .window_ms = 30000};
+    struct limit_rule cc = {.id = 2, .kind = LIMIT_CONCURRENCY, .rate = 10, .burst = 0, .window_ms = 30000};
     struct limiter_result res = check_leased(l, "race", &cc, 1, 5000, "after");
     assert_int_equal(res.verdicts[0].remaining, 9);
     limiter_destroy(l);
@@ -674,8 +674,8 @@ static void *hammer_main(void *arg)
     struct hammer *h = arg;
     struct limiter *l = limiter_memory_create(h->store);
     struct limit_rule rules[2] = {
-        {.id = 1, .algorithm = LIMIT_SLIDING_LOG, .rate = LIMIT_N - 10, .burst = 10, .window_ms = 3600000},
-        {.id = 2, .algorithm = LIMIT_TOKEN_BUCKET, .rate = 100000, .burst = 0, .window_ms = 3600000},
+        {.id = 1, .kind = LIMIT_SLIDING_LOG, .rate = LIMIT_N - 10, .burst = 10, .window_ms = 3600000},
+        {.id = 2, .kind = LIMIT_TOKEN_BUCKET, .rate = 100000, .burst = 0, .window_ms = 3600000},
     };
     char other[32];
     for (int i = 0; i < ATTEMPTS; i++) {
@@ -727,7 +727,7 @@ static void test_max_subjects_evicts_least_recently_used(void **state)
     struct memory_store *store = *state;
     memory_store_set_max_subjects(store, 3);
     struct limiter *l = limiter_memory_create(store);
-    struct limit_rule r = {.id = 1, .algorithm = LIMIT_SLIDING_LOG, .rate = 1, .window_ms = 3600000};
+    struct limit_rule r = {.id = 1, .kind = LIMIT_SLIDING_LOG, .rate = 1, .window_ms = 3600000};
     int64_t t = 1000000;
     assert_true(admitted(l, "A", &r, t));
     assert_true(admitted(l, "B", &r, t));
@@ -758,8 +758,8 @@ static void test_max_subjects_keeps_lease_holders(void **state)
     struct memory_store *store = *state;
     memory_store_set_max_subjects(store, 2);
     struct limiter *l = limiter_memory_create(store);
-    struct limit_rule cc = {.id = 7, .algorithm = LIMIT_CONCURRENCY, .rate = 1, .window_ms = 30000};
-    struct limit_rule r = {.id = 1, .algorithm = LIMIT_SLIDING_LOG, .rate = 5, .window_ms = 60000};
+    struct limit_rule cc = {.id = 7, .kind = LIMIT_CONCURRENCY, .rate = 1, .window_ms = 30000};
+    struct limit_rule r = {.id = 1, .kind = LIMIT_SLIDING_LOG, .rate = 5, .window_ms = 60000};
     assert_true(check_leased(l, "holder", &cc, 1, 1000, "h:1").allowed);   /* the oldest subject */
     char name[32];
     for (int i = 0; i < 100; i++) {

@@ -286,7 +286,7 @@ static struct limiter_result both(struct fixture *f, const char *subject, const 
         fprintf(stderr, "%s ->", what);
         for (size_t i = 0; i < n; i++)
             fprintf(stderr, " id%" PRId64 "/a%d/c%" PRId64 "/w%" PRId64 " m[%d %" PRId64 " %" PRId64 "] r[%d %" PRId64 " %" PRId64 "]",
-                    rules[i].id, rules[i].algorithm, rules[i].rate + rules[i].burst, rules[i].window_ms,
+                    rules[i].id, rules[i].kind, rules[i].rate + rules[i].burst, rules[i].window_ms,
                     m.verdicts[i].allowed, m.verdicts[i].remaining, m.verdicts[i].reset_ms, r.verdicts[i].allowed,
                     r.verdicts[i].remaining, r.verdicts[i].reset_ms);
         fprintf(stderr, "\n");
@@ -309,7 +309,7 @@ static void random_walk(struct fixture *f, int alg, unsigned seed, int steps)
         for (int j = 0; j < 3; j++)
             rules[s][j] = (struct limit_rule){
                 .id = 100 + j,
-                .algorithm = (enum limit_algorithm)(alg >= 0 ? alg : rand() % 4),
+                .kind = (enum limit_kind)(alg >= 0 ? alg : rand() % 4),
                 .rate = 1 + rand() % 5,
                 .burst = rand() % 3,
                 .window_ms = windows[rand() % 3],
@@ -351,9 +351,9 @@ static void test_same_rule_changes(void **state)
     struct fixture *f = *state;
     int64_t now = 5000000;
     for (int k = 0; k < 12; k++) {
-        struct limit_rule r = {.id = 9, .algorithm = (enum limit_algorithm)(k % 4), .rate = 2, .burst = k % 2,
+        struct limit_rule r = {.id = 9, .kind = (enum limit_kind)(k % 4), .rate = 2, .burst = k % 2,
                                .window_ms = k < 4 ? 60000 : 120000};
-        struct limit_rule other = {.id = 10, .algorithm = LIMIT_FIXED_WINDOW, .rate = 1, .window_ms = 60000};
+        struct limit_rule other = {.id = 10, .kind = LIMIT_FIXED_WINDOW, .rate = 1, .window_ms = 60000};
         struct limit_rule pair[2] = {r, other};
         for (int i = 0; i < 4; i++) {
             both(f, "u:change", &r, 1, now);
@@ -377,7 +377,7 @@ static void test_same_sliding_log_long(void **state)
     struct limit_rule rules[2][3];
     for (int s = 0; s < 2; s++)
         for (int j = 0; j < 3; j++)
-            rules[s][j] = (struct limit_rule){.id = 300 + j, .algorithm = LIMIT_SLIDING_LOG, .rate = 1 + rand() % 40,
+            rules[s][j] = (struct limit_rule){.id = 300 + j, .kind = LIMIT_SLIDING_LOG, .rate = 1 + rand() % 40,
                                               .burst = rand() % 3, .window_ms = windows[rand() % 3]};
     int64_t now = 1700000000000 + rand() % 100000;
     for (int i = 0; i < 700; i++) {
@@ -417,7 +417,7 @@ static void test_same_sliding_log_long(void **state)
 static void test_sliding_log_window_shrinks(void **state)
 {
     struct fixture *f = *state;
-    struct limit_rule r = {.id = 310, .algorithm = LIMIT_SLIDING_LOG, .rate = 10, .burst = 0, .window_ms = 180000};
+    struct limit_rule r = {.id = 310, .kind = LIMIT_SLIDING_LOG, .rate = 10, .burst = 0, .window_ms = 180000};
     int64_t t = 1700000663333;
     both(f, "u:shrink", &r, 1, t - 120000);
     both(f, "u:shrink", &r, 1, t - 2000);
@@ -435,7 +435,7 @@ static void test_sliding_log_window_shrinks(void **state)
 static void test_sliding_log_limit_lowered(void **state)
 {
     struct fixture *f = *state;
-    struct limit_rule r = {.id = 311, .algorithm = LIMIT_SLIDING_LOG, .rate = 30, .burst = 0, .window_ms = 60000};
+    struct limit_rule r = {.id = 311, .kind = LIMIT_SLIDING_LOG, .rate = 30, .burst = 0, .window_ms = 60000};
     int64_t t0 = 1700000000000;
     for (int i = 0; i < 25; i++)
         assert_true(both(f, "u:lower", &r, 1, t0 + 1000 * i).allowed);
@@ -475,8 +475,8 @@ static void test_sliding_log_old_layout(void **state)
         "redis.call('PEXPIRE', KEYS[1], w) "
         "return #r - dead";
     struct limit_rule pair[2] = {
-        {.id = 320, .algorithm = LIMIT_SLIDING_LOG, .rate = 12, .burst = 2, .window_ms = 60000},
-        {.id = 321, .algorithm = LIMIT_SLIDING_LOG, .rate = 3, .burst = 0, .window_ms = 90000},
+        {.id = 320, .kind = LIMIT_SLIDING_LOG, .rate = 12, .burst = 2, .window_ms = 60000},
+        {.id = 321, .kind = LIMIT_SLIDING_LOG, .rate = 3, .burst = 0, .window_ms = 90000},
     };
     srand(21);
     int64_t now = 1700000000000;
@@ -513,12 +513,12 @@ static void test_sliding_log_stale_types(void **state)
 {
     struct fixture *f = *state;
     static const char *const writes[] = {"SET %s{u:st%d}:330 x", "RPUSH %s{u:st%d}:330 a b c", "HSET %s{u:st%d}:330 a 0:60000"};
-    struct limit_rule r = {.id = 330, .algorithm = LIMIT_SLIDING_LOG, .rate = 2, .burst = 0, .window_ms = 60000};
+    struct limit_rule r = {.id = 330, .kind = LIMIT_SLIDING_LOG, .rate = 2, .burst = 0, .window_ms = 60000};
     for (int i = 0; i < 3; i++) {
         freeReplyObject(cmd_ok(f->sync, writes[i], f->prefix, i));
         char subject[16];
         snprintf(subject, sizeof(subject), "u:st%d", i);
-        struct limit_rule other = {.id = 331, .algorithm = LIMIT_FIXED_WINDOW, .rate = 1, .window_ms = 60000};
+        struct limit_rule other = {.id = 331, .kind = LIMIT_FIXED_WINDOW, .rate = 1, .window_ms = 60000};
         struct limit_rule pair[2] = {r, other};
         both(f, subject, pair, 2, 1000000);
         assert_false(both(f, subject, pair, 2, 1000001).allowed);   /* the fixed window rejects */
@@ -535,7 +535,7 @@ static void test_sliding_log_stale_types(void **state)
 static void test_sliding_log_exact(void **state)
 {
     struct fixture *f = *state;
-    struct limit_rule r = {.id = 1, .algorithm = LIMIT_SLIDING_LOG, .rate = 2, .burst = 1, .window_ms = 60000};
+    struct limit_rule r = {.id = 1, .kind = LIMIT_SLIDING_LOG, .rate = 2, .burst = 1, .window_ms = 60000};
     int64_t t0 = 1700000000000;
     for (int i = 0; i < 3; i++) {
         struct limiter_result res = both(f, "u:exact", &r, 1, t0 + 100 * i);
@@ -561,7 +561,7 @@ static void test_sliding_log_exact(void **state)
     assert_false(res.allowed);
     assert_int_equal(res.verdicts[0].reset_ms, 100);
     /* several requests in one millisecond are each counted (one list entry each) */
-    struct limit_rule big = {.id = 2, .algorithm = LIMIT_SLIDING_LOG, .rate = 5, .burst = 0, .window_ms = 60000};
+    struct limit_rule big = {.id = 2, .kind = LIMIT_SLIDING_LOG, .rate = 5, .burst = 0, .window_ms = 60000};
     for (int i = 0; i < 5; i++)
         assert_true(both(f, "u:samems", &big, 1, t0).allowed);
     assert_false(both(f, "u:samems", &big, 1, t0).allowed);
@@ -577,7 +577,7 @@ static void test_other_algorithms_exact(void **state)
 {
     struct fixture *f = *state;
     /* token bucket: 2 per minute + burst 2: capacity 4, one token every 30 s */
-    struct limit_rule tb = {.id = 3, .algorithm = LIMIT_TOKEN_BUCKET, .rate = 2, .burst = 2, .window_ms = 60000};
+    struct limit_rule tb = {.id = 3, .kind = LIMIT_TOKEN_BUCKET, .rate = 2, .burst = 2, .window_ms = 60000};
     for (int i = 0; i < 4; i++) {
         struct limiter_result res = both(f, "u:tb", &tb, 1, 0);
         assert_int_equal(res.verdicts[0].remaining, 3 - i);
@@ -589,7 +589,7 @@ static void test_other_algorithms_exact(void **state)
     assert_true(both(f, "u:tb", &tb, 1, 30000).allowed);
 
     /* fixed window */
-    struct limit_rule fw = {.id = 4, .algorithm = LIMIT_FIXED_WINDOW, .rate = 2, .burst = 0, .window_ms = 60000};
+    struct limit_rule fw = {.id = 4, .kind = LIMIT_FIXED_WINDOW, .rate = 2, .burst = 0, .window_ms = 60000};
     res = both(f, "u:fw", &fw, 1, 600000 + 15000);
     assert_int_equal(res.verdicts[0].remaining, 1);
     assert_int_equal(res.verdicts[0].reset_ms, 45000);
@@ -601,7 +601,7 @@ static void test_other_algorithms_exact(void **state)
 
     /* sliding window: 4 at the start of a window; the next window's estimate weighs them
      * by 4 * (60000 - e) / 60000 */
-    struct limit_rule sw = {.id = 5, .algorithm = LIMIT_SLIDING_WINDOW, .rate = 4, .burst = 0, .window_ms = 60000};
+    struct limit_rule sw = {.id = 5, .kind = LIMIT_SLIDING_WINDOW, .rate = 4, .burst = 0, .window_ms = 60000};
     for (int i = 0; i < 4; i++)
         assert_true(both(f, "u:sw", &sw, 1, 600000 + i).allowed);
     res = both(f, "u:sw", &sw, 1, 630000);
@@ -641,7 +641,7 @@ static long long writes(redisContext *c)
 static void test_sliding_log_ttl_real_clock(void **state)
 {
     struct fixture *f = *state;
-    struct limit_rule r = {.id = 340, .algorithm = LIMIT_SLIDING_LOG, .rate = 1000, .burst = 0, .window_ms = 300};
+    struct limit_rule r = {.id = 340, .kind = LIMIT_SLIDING_LOG, .rate = 1000, .burst = 0, .window_ms = 300};
     char key[128];
     snprintf(key, sizeof(key), "%s{u:ttl}:340", f->prefix);
     long long pexpire = commandstat(f->sync, "pexpire");
@@ -670,7 +670,7 @@ static void test_sliding_log_ttl_real_clock(void **state)
 static void test_sliding_log_window_grows_ttl(void **state)
 {
     struct fixture *f = *state;
-    struct limit_rule r = {.id = 341, .algorithm = LIMIT_SLIDING_LOG, .rate = 2, .burst = 0, .window_ms = 200};
+    struct limit_rule r = {.id = 341, .kind = LIMIT_SLIDING_LOG, .rate = 2, .burst = 0, .window_ms = 200};
     assert_true(run(f, f->redis, "u:grow", &r, 1, -1).allowed);
     assert_true(run(f, f->redis, "u:grow", &r, 1, -1).allowed);
     r.window_ms = 5000;
@@ -687,10 +687,10 @@ static void test_rejected_writes_nothing(void **state)
 {
     struct fixture *f = *state;
     struct limit_rule rules[4] = {
-        {.id = 20, .algorithm = LIMIT_SLIDING_LOG, .rate = 5, .burst = 0, .window_ms = 60000},
-        {.id = 21, .algorithm = LIMIT_SLIDING_WINDOW, .rate = 5, .burst = 0, .window_ms = 60000},
-        {.id = 22, .algorithm = LIMIT_TOKEN_BUCKET, .rate = 5, .burst = 0, .window_ms = 60000},
-        {.id = 23, .algorithm = LIMIT_FIXED_WINDOW, .rate = 1, .burst = 0, .window_ms = 60000},
+        {.id = 20, .kind = LIMIT_SLIDING_LOG, .rate = 5, .burst = 0, .window_ms = 60000},
+        {.id = 21, .kind = LIMIT_SLIDING_WINDOW, .rate = 5, .burst = 0, .window_ms = 60000},
+        {.id = 22, .kind = LIMIT_TOKEN_BUCKET, .rate = 5, .burst = 0, .window_ms = 60000},
+        {.id = 23, .kind = LIMIT_FIXED_WINDOW, .rate = 1, .burst = 0, .window_ms = 60000},
     };
     assert_true(both(f, "u:rej", rules, 4, 120000).allowed);
     long long before = writes(f->sync);
@@ -714,10 +714,10 @@ static void test_keys_and_expiry(void **state)
 {
     struct fixture *f = *state;
     struct limit_rule rules[4] = {
-        {.id = 30, .algorithm = LIMIT_SLIDING_LOG, .rate = 5, .burst = 0, .window_ms = 60000},
-        {.id = 31, .algorithm = LIMIT_SLIDING_WINDOW, .rate = 5, .burst = 0, .window_ms = 60000},
-        {.id = 32, .algorithm = LIMIT_TOKEN_BUCKET, .rate = 5, .burst = 1, .window_ms = 60000},
-        {.id = 33, .algorithm = LIMIT_FIXED_WINDOW, .rate = 1, .burst = 0, .window_ms = 60000},
+        {.id = 30, .kind = LIMIT_SLIDING_LOG, .rate = 5, .burst = 0, .window_ms = 60000},
+        {.id = 31, .kind = LIMIT_SLIDING_WINDOW, .rate = 5, .burst = 0, .window_ms = 60000},
+        {.id = 32, .kind = LIMIT_TOKEN_BUCKET, .rate = 5, .burst = 1, .window_ms = 60000},
+        {.id = 33, .kind = LIMIT_FIXED_WINDOW, .rate = 1, .burst = 0, .window_ms = 60000},
     };
     /* real clock: the Redis server's TIME */
     int64_t before = real_ms();
@@ -751,9 +751,9 @@ static void test_one_call_per_check(void **state)
 {
     struct fixture *f = *state;
     struct limit_rule rules[3] = {
-        {.id = 40, .algorithm = LIMIT_SLIDING_LOG, .rate = 50, .burst = 0, .window_ms = 60000},
-        {.id = 41, .algorithm = LIMIT_TOKEN_BUCKET, .rate = 50, .burst = 0, .window_ms = 60000},
-        {.id = 42, .algorithm = LIMIT_FIXED_WINDOW, .rate = 50, .burst = 0, .window_ms = 60000},
+        {.id = 40, .kind = LIMIT_SLIDING_LOG, .rate = 50, .burst = 0, .window_ms = 60000},
+        {.id = 41, .kind = LIMIT_TOKEN_BUCKET, .rate = 50, .burst = 0, .window_ms = 60000},
+        {.id = 42, .kind = LIMIT_FIXED_WINDOW, .rate = 50, .burst = 0, .window_ms = 60000},
     };
     long long evalsha = commandstat(f->sync, "evalsha"), eval = commandstat(f->sync, "eval");
     for (int i = 0; i < 10; i++)
@@ -765,7 +765,7 @@ static void test_one_call_per_check(void **state)
 static void test_noscript_recovery(void **state)
 {
     struct fixture *f = *state;
-    struct limit_rule r = {.id = 50, .algorithm = LIMIT_SLIDING_LOG, .rate = 3, .burst = 0, .window_ms = 60000};
+    struct limit_rule r = {.id = 50, .kind = LIMIT_SLIDING_LOG, .rate = 3, .burst = 0, .window_ms = 60000};
     assert_true(run(f, f->redis, "u:ns", &r, 1, 1000).allowed);
     redisReply *rep = redisCommand(f->sync, "SCRIPT FLUSH");
     freeReplyObject(rep);
@@ -787,7 +787,7 @@ static void test_pipelined_two_limiters(void **state)
     char url[64];
     struct limiter *second = redis_limiter(f, tcp_url(f->srv.port, url, sizeof(url)), f->prefix, 2000);
     assert_true(wait_available(f, second, true, 5000));
-    struct limit_rule r = {.id = 60, .algorithm = LIMIT_SLIDING_LOG, .rate = 90, .burst = 10, .window_ms = 60000};
+    struct limit_rule r = {.id = 60, .kind = LIMIT_SLIDING_LOG, .rate = 90, .burst = 10, .window_ms = 60000};
     enum { N = 300 };
     static struct capture c[N];
     memset(c, 0, sizeof(c));
@@ -820,7 +820,7 @@ static void test_destroy_fails_pending(void **state)
     char url[64];
     struct limiter *l = redis_limiter(f, tcp_url(f->srv.port, url, sizeof(url)), f->prefix, 2000);
     assert_true(wait_available(f, l, true, 5000));
-    struct limit_rule r = {.id = 70, .algorithm = LIMIT_FIXED_WINDOW, .rate = 3, .burst = 0, .window_ms = 60000};
+    struct limit_rule r = {.id = 70, .kind = LIMIT_FIXED_WINDOW, .rate = 3, .burst = 0, .window_ms = 60000};
     struct capture c[5] = {0};
     for (int i = 0; i < 5; i++)
         assert_int_equal(limiter_check(l, "u:destroy", 9, &r, 1, 1000, on_done, &c[i]), 0);
@@ -840,7 +840,7 @@ static void test_destroy_fails_pending(void **state)
 
 static void expect_unavailable_now(struct limiter *l)
 {
-    struct limit_rule r = {.id = 80, .algorithm = LIMIT_SLIDING_LOG, .rate = 3, .burst = 0, .window_ms = 60000};
+    struct limit_rule r = {.id = 80, .kind = LIMIT_SLIDING_LOG, .rate = 3, .burst = 0, .window_ms = 60000};
     struct capture c = {0};
     int64_t t = store_mono_ms();
     assert_int_equal(limiter_check(l, "u:down", 6, &r, 1, -1, on_done, &c), 0);
@@ -869,7 +869,7 @@ static void test_down_and_back(void **state)
     int64_t t = store_mono_ms();
     assert_true(wait_available(f, l, true, 5000));
     assert_true(store_mono_ms() - t < 2500);
-    struct limit_rule r = {.id = 81, .algorithm = LIMIT_SLIDING_LOG, .rate = 3, .burst = 0, .window_ms = 60000};
+    struct limit_rule r = {.id = 81, .kind = LIMIT_SLIDING_LOG, .rate = 3, .burst = 0, .window_ms = 60000};
     assert_int_equal(run(f, l, "u:db", &r, 1, -1).status, LIMITER_DECIDED);
 
     /* killed: noticed, then unavailable at once */
@@ -901,7 +901,7 @@ static void test_command_timeout(void **state)
     char url[64];
     struct limiter *l = redis_limiter(f, tcp_url(s.port, url, sizeof(url)), "slow:", 150);
     assert_true(wait_available(f, l, true, 5000));
-    struct limit_rule r = {.id = 90, .algorithm = LIMIT_TOKEN_BUCKET, .rate = 3, .burst = 0, .window_ms = 60000};
+    struct limit_rule r = {.id = 90, .kind = LIMIT_TOKEN_BUCKET, .rate = 3, .burst = 0, .window_ms = 60000};
 
     /* a server that stops answering: the check fails after the timeout, not never */
     kill(s.pid, SIGSTOP);
@@ -934,7 +934,7 @@ static void test_auth_select_unix(void **state)
     struct fixture *f = *state;
     struct server s = {0};
     server_start(&s, "s3cret", true);
-    struct limit_rule r = {.id = 95, .algorithm = LIMIT_FIXED_WINDOW, .rate = 5, .burst = 0, .window_ms = 60000};
+    struct limit_rule r = {.id = 95, .kind = LIMIT_FIXED_WINDOW, .rate = 5, .burst = 0, .window_ms = 60000};
     char url[200];
 
     snprintf(url, sizeof(url), "redis://:s3cret@127.0.0.1:%d/3", s.port);
@@ -1054,8 +1054,8 @@ static void test_same_concurrency_exact(void **state)
 {
     struct fixture *f = *state;
     struct limit_rule rules[2] = {
-        {.id = 200, .algorithm = LIMIT_FIXED_WINDOW, .rate = 5, .burst = 0, .window_ms = 60000},
-        {.id = 201, .algorithm = LIMIT_CONCURRENCY, .rate = 3, .burst = 0, .window_ms = 600000},
+        {.id = 200, .kind = LIMIT_FIXED_WINDOW, .rate = 5, .burst = 0, .window_ms = 60000},
+        {.id = 201, .kind = LIMIT_CONCURRENCY, .rate = 3, .burst = 0, .window_ms = 600000},
     };
     int64_t t = 1000000;
     char id[16];
@@ -1105,10 +1105,10 @@ static void test_same_concurrency_walk(void **state)
     srand(42);
     struct limit_rule rules[3][3];
     for (int s = 0; s < 3; s++) {
-        rules[s][0] = (struct limit_rule){.id = 210, .algorithm = LIMIT_CONCURRENCY, .rate = 1 + rand() % 4,
+        rules[s][0] = (struct limit_rule){.id = 210, .kind = LIMIT_CONCURRENCY, .rate = 1 + rand() % 4,
                                           .burst = 0, .window_ms = 86400000};
         for (int j = 1; j < 3; j++)
-            rules[s][j] = (struct limit_rule){.id = 210 + j, .algorithm = (enum limit_algorithm)(rand() % 4),
+            rules[s][j] = (struct limit_rule){.id = 210 + j, .kind = (enum limit_kind)(rand() % 4),
                                               .rate = 2 + rand() % 6, .burst = rand() % 2, .window_ms = 60000};
     }
     struct held {
@@ -1155,8 +1155,8 @@ static void test_concurrency_rejected_writes_nothing(void **state)
 {
     struct fixture *f = *state;
     struct limit_rule rules[2] = {
-        {.id = 220, .algorithm = LIMIT_SLIDING_LOG, .rate = 100, .burst = 0, .window_ms = 60000},
-        {.id = 221, .algorithm = LIMIT_CONCURRENCY, .rate = 1, .burst = 0, .window_ms = 600000},
+        {.id = 220, .kind = LIMIT_SLIDING_LOG, .rate = 100, .burst = 0, .window_ms = 60000},
+        {.id = 221, .kind = LIMIT_CONCURRENCY, .rate = 1, .burst = 0, .window_ms = 600000},
     };
     assert_true(run_leased(f, f->redis, "u:ccrej", rules, 2, 5000, "a").allowed);
     long long before = writes(f->sync), evalsha = commandstat(f->sync, "evalsha");
@@ -1181,7 +1181,7 @@ static void test_concurrency_rejected_writes_nothing(void **state)
 static void test_release_frees_slot(void **state)
 {
     struct fixture *f = *state;
-    struct limit_rule cc = {.id = 230, .algorithm = LIMIT_CONCURRENCY, .rate = 2, .burst = 0, .window_ms = 600000};
+    struct limit_rule cc = {.id = 230, .kind = LIMIT_CONCURRENCY, .rate = 2, .burst = 0, .window_ms = 600000};
     assert_true(run_leased(f, f->redis, "u:rel", &cc, 1, -1, "x1").allowed);
     assert_true(run_leased(f, f->redis, "u:rel", &cc, 1, -1, "x2").allowed);
     assert_false(run_leased(f, f->redis, "u:rel", &cc, 1, -1, "x3").allowed);
@@ -1218,7 +1218,7 @@ static void on_release_notified(void *arg)
 static void test_release_notify_waits_for_redis(void **state)
 {
     struct fixture *f = *state;
-    struct limit_rule cc = {.id = 231, .algorithm = LIMIT_CONCURRENCY, .rate = 1, .burst = 0, .window_ms = 600000};
+    struct limit_rule cc = {.id = 231, .kind = LIMIT_CONCURRENCY, .rate = 1, .burst = 0, .window_ms = 600000};
     assert_true(run_leased(f, f->redis, "u:ack", &cc, 1, -1, "a1").allowed);
     struct notified n = {.f = f, .calls = 0, .zcard_seen = -1};
     limiter_release_notify(f->redis, "u:ack", 5, &cc, 1, "a1", on_release_notified, &n);
@@ -1241,7 +1241,7 @@ static void test_release_notify_waits_for_redis(void **state)
 static void test_crashed_proxy_expires(void **state)
 {
     struct fixture *f = *state;
-    struct limit_rule cc = {.id = 240, .algorithm = LIMIT_CONCURRENCY, .rate = 2, .burst = 0, .window_ms = 500};
+    struct limit_rule cc = {.id = 240, .kind = LIMIT_CONCURRENCY, .rate = 2, .burst = 0, .window_ms = 500};
     struct limiter *dead = lease_limiter(f, f->srv.port, f->prefix, 500);
     int64_t t0 = store_mono_ms();
     assert_true(run_leased(f, dead, "u:crash", &cc, 1, -1, "d1").allowed);
@@ -1263,7 +1263,7 @@ static void test_crashed_proxy_expires(void **state)
 static void test_renewal_keeps_leases(void **state)
 {
     struct fixture *f = *state;
-    struct limit_rule cc = {.id = 250, .algorithm = LIMIT_CONCURRENCY, .rate = 1, .burst = 0, .window_ms = 300};
+    struct limit_rule cc = {.id = 250, .kind = LIMIT_CONCURRENCY, .rate = 1, .burst = 0, .window_ms = 300};
     struct limiter *l = lease_limiter(f, f->srv.port, f->prefix, 300);
     enum { SUBJECTS = 25 };
     char subject[16];
@@ -1318,7 +1318,7 @@ static void test_many_leases(void **state)
 {
     struct fixture *f = *state;
     enum { N = 10000 };
-    struct limit_rule cc = {.id = 260, .algorithm = LIMIT_CONCURRENCY, .rate = 3, .burst = 0, .window_ms = 3000};
+    struct limit_rule cc = {.id = 260, .kind = LIMIT_CONCURRENCY, .rate = 3, .burst = 0, .window_ms = 3000};
     struct limiter *l = lease_limiter(f, f->srv.port, f->prefix, 3000);
     static struct capture c[N];
     memset(c, 0, sizeof(c));
@@ -1373,8 +1373,8 @@ static void test_concurrency_race(void **state)
     struct fixture *f = *state;
     struct limiter *second = lease_limiter(f, f->srv.port, f->prefix, 30000);
     struct limit_rule rules[2] = {
-        {.id = 270, .algorithm = LIMIT_TOKEN_BUCKET, .rate = 100000, .burst = 0, .window_ms = 60000},
-        {.id = 271, .algorithm = LIMIT_CONCURRENCY, .rate = 10, .burst = 0, .window_ms = 30000},
+        {.id = 270, .kind = LIMIT_TOKEN_BUCKET, .rate = 100000, .burst = 0, .window_ms = 60000},
+        {.id = 271, .kind = LIMIT_CONCURRENCY, .rate = 10, .burst = 0, .window_ms = 30000},
     };
     enum { N = 200 };
     static struct capture c[N];
@@ -1416,8 +1416,8 @@ static void test_restart_reestablishes(void **state)
     server_start(s, NULL, false);
     struct limiter *l = lease_limiter(f, s->port, "rs:", 30000);
     struct limit_rule rules[2] = {
-        {.id = 280, .algorithm = LIMIT_CONCURRENCY, .rate = 5, .burst = 0, .window_ms = 30000},
-        {.id = 281, .algorithm = LIMIT_CONCURRENCY, .rate = 5, .burst = 0, .window_ms = 30000},
+        {.id = 280, .kind = LIMIT_CONCURRENCY, .rate = 5, .burst = 0, .window_ms = 30000},
+        {.id = 281, .kind = LIMIT_CONCURRENCY, .rate = 5, .burst = 0, .window_ms = 30000},
     };
     char id[16];
     for (int i = 0; i < 3; i++) {

@@ -31,7 +31,7 @@ static void test_same_as_memory_store(void **state)
         struct limiter *mem = limiter_memory_create(store);
         struct local_limit *local = local_limit_create();
         assert_non_null(local);
-        struct limit_rule rule = {.id = 1, .algorithm = (enum limit_algorithm)(round % 4), .rate = 1 + rand() % 5,
+        struct limit_rule rule = {.id = 1, .kind = (enum limit_kind)(round % 4), .rate = 1 + rand() % 5,
                                   .burst = rand() % 3, .window_ms = 50 + rand() % 1000};
         int64_t now = 1000000 + rand() % 1000;
         for (int i = 0; i < 400; i++) {
@@ -63,7 +63,7 @@ static void test_same_as_memory_store(void **state)
 static void test_messages_per_window(void **state)
 {
     struct local_limit *l = local_limit_create();
-    struct limit_rule r = {.id = 9, .algorithm = LIMIT_SLIDING_LOG, .rate = 3, .burst = 0, .window_ms = 1000};
+    struct limit_rule r = {.id = 9, .kind = LIMIT_SLIDING_LOG, .rate = 3, .burst = 0, .window_ms = 1000};
     for (int i = 0; i < 3; i++)
         assert_true(local_limit_check(l, &r, 5000 + i, NULL));   /* v is optional */
     struct limit_verdict v;
@@ -76,8 +76,8 @@ static void test_messages_per_window(void **state)
     r.rate = 5;
     assert_true(local_limit_check(l, &r, 6001, &v));
     assert_int_equal(v.remaining, 2);
-    /* another algorithm starts afresh */
-    r.algorithm = LIMIT_FIXED_WINDOW;
+    /* another kind starts afresh */
+    r.kind = LIMIT_FIXED_WINDOW;
     assert_true(local_limit_check(l, &r, 6002, &v));
     assert_int_equal(v.remaining, 4);
     local_limit_destroy(l);
@@ -87,17 +87,17 @@ static void test_bad_rules(void **state)
 {
     struct local_limit *l = local_limit_create();
     struct limit_verdict v = {.allowed = true, .limit = 5};
-    struct limit_rule bad = {.id = 1, .algorithm = LIMIT_FIXED_WINDOW, .rate = 0, .burst = 0, .window_ms = 1000};
+    struct limit_rule bad = {.id = 1, .kind = LIMIT_FIXED_WINDOW, .rate = 0, .burst = 0, .window_ms = 1000};
     assert_false(local_limit_check(l, &bad, 0, &v));
     assert_false(v.allowed);
     assert_int_equal(v.limit, 0);
     /* a concurrency rule has no meaning here */
-    struct limit_rule cc = {.id = 2, .algorithm = LIMIT_CONCURRENCY, .rate = 5, .burst = 0, .window_ms = 1000};
+    struct limit_rule cc = {.id = 2, .kind = LIMIT_CONCURRENCY, .rate = 5, .burst = 0, .window_ms = 1000};
     assert_false(local_limit_check(l, &cc, 0, &v));
     assert_false(local_limit_check(NULL, &cc, 0, NULL));
     assert_false(local_limit_check(l, NULL, 0, NULL));
     /* nothing was recorded by those */
-    struct limit_rule one = {.id = 3, .algorithm = LIMIT_FIXED_WINDOW, .rate = 1, .burst = 0, .window_ms = 1000};
+    struct limit_rule one = {.id = 3, .kind = LIMIT_FIXED_WINDOW, .rate = 1, .burst = 0, .window_ms = 1000};
     assert_true(local_limit_check(l, &one, 0, NULL));
     assert_false(local_limit_check(l, &one, 0, NULL));
     local_limit_destroy(l);

@@ -28,7 +28,7 @@ static void test_limits_become_rules_as_the_proxy_sends_them(void **state)
     assert_int_equal(n, 3);
     assert_int_equal(rules[0].id, rate);
     assert_int_equal(rules[1].id, conc);
-    assert_int_equal(rules[1].algorithm, LIMIT_CONCURRENCY);
+    assert_int_equal(rules[1].kind, LIMIT_CONCURRENCY);
     assert_int_equal(rules[1].rate, 3);
     assert_int_equal(rules[1].burst, 0);
     assert_int_equal(rules[1].window_ms, 30000);

@@ -54,10 +54,10 @@ static int add(struct simulation *sim, uint64_t lineno, const char *text)
     return simulation_add(sim, lineno, text, strlen(text), err, sizeof(err));
 }
 
-static struct simulate_options rate_options(int64_t rate, int64_t window_ms, enum limit_algorithm algorithm)
+static struct simulate_options rate_options(int64_t rate, int64_t window_ms, enum limit_kind kind)
 {
     struct simulate_options o = {.n_given = 1};
-    o.given[0] = (struct limit_rule){.id = 1, .algorithm = algorithm, .rate = rate, .window_ms = window_ms};
+    o.given[0] = (struct limit_rule){.id = 1, .kind = kind, .rate = rate, .window_ms = window_ms};
     return o;
 }
 
@@ -209,17 +209,17 @@ static void on_done(void *arg, const struct limiter_result *result)
     *(bool *)arg = result->allowed;
 }
 
-static void test_each_algorithm_is_the_memory_stores(void **state)
+static void test_each_kind_is_the_memory_stores(void **state)
 {
     /* 20 requests 100 ms apart against 3/s, replayed and checked one by one through a
      * memory limiter of the test's own: the same verdicts. (Sliding log: 0 100 200, then
      * 1000 1100 1200; fixed window alike; token bucket: also 400 700 1000 1400 1700;
      * sliding window: 0 100 200, then 1100 1400 1700.) */
-    static const struct { enum limit_algorithm algorithm; int rejected; } cases[] = {
+    static const struct { enum limit_kind kind; int rejected; } cases[] = {
         {LIMIT_SLIDING_LOG, 14}, {LIMIT_FIXED_WINDOW, 14}, {LIMIT_TOKEN_BUCKET, 12}, {LIMIT_SLIDING_WINDOW, 14},
     };
     for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
-        struct simulate_options o = rate_options(3, 1000, cases[c].algorithm);
+        struct simulate_options o = rate_options(3, 1000, cases[c].kind);
         struct simulation *sim = NULL;
         assert_int_equal(simulation_create(&o, &sim), 0);
         for (int i = 0; i < 20; i++)
@@ -266,7 +266,7 @@ static void test_requests_are_replayed_in_the_order_they_were_checked(void **sta
 static void test_a_concurrency_slot_is_held_until_the_request_ended(void **state)
 {
     struct simulate_options o = {.n_given = 1};
-    o.given[0] = (struct limit_rule){.id = 2, .algorithm = LIMIT_CONCURRENCY, .rate = 1, .window_ms = 30000};
+    o.given[0] = (struct limit_rule){.id = 2, .kind = LIMIT_CONCURRENCY, .rate = 1, .window_ms = 30000};
     struct simulation *sim = NULL;
     assert_int_equal(simulation_create(&o, &sim), 0);
     /* checked..ended: 0..1000, 100..400 (rejected), 500..600 (rejected), 1000..1050
@@ -486,7 +486,7 @@ int main(void)
         cmocka_unit_test(test_lines_not_sent_to_the_limiter_are_not_checked),
         cmocka_unit_test(test_what_is_no_access_log_line_says_why),
         cmocka_unit_test(test_rejections_are_counted_per_request_and_user),
-        cmocka_unit_test(test_each_algorithm_is_the_memory_stores),
+        cmocka_unit_test(test_each_kind_is_the_memory_stores),
         cmocka_unit_test(test_requests_are_replayed_in_the_order_they_were_checked),
         cmocka_unit_test(test_a_concurrency_slot_is_held_until_the_request_ended),
         cmocka_unit_test(test_bad_options_are_refused),
