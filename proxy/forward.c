@@ -260,13 +260,20 @@ static void arm_upstream_timer(struct request *r)
 }
 
 
+/* The most field lines a head within FORWARD_UPSTREAM_HEAD_MAX can hold ("a:" and LF, 3
+ * bytes each): a head SPEC lets through is never refused for its number of fields. */
+#define MAX_RESP_HEADERS (FORWARD_UPSTREAM_HEAD_MAX / 3 + 1)
+
 static int add_resp_header(struct request *r, const char *name, size_t name_len, const char *value, size_t value_len)
 {
     if (r->n_resp_headers == r->cap_resp_headers) {
-        size_t cap = r->cap_resp_headers ? r->cap_resp_headers * 2 : 16;
-        if (cap > 512)
+        if (r->cap_resp_headers >= MAX_RESP_HEADERS)
             return -E2BIG;
-        /* The old array stays in scratch until the request ends: 16 KiB at most, all told. */
+        size_t cap = r->cap_resp_headers ? r->cap_resp_headers * 2 : 16;
+        if (cap > MAX_RESP_HEADERS)
+            cap = MAX_RESP_HEADERS;
+        /* The old arrays stay in scratch until the request ends: under 1 MiB all told, and
+           that only for a head of thousands of empty fields. */
         struct response_header *grown = scratch_alloc(&r->scratch, cap * sizeof(*grown));
         if (grown == NULL)
             return -ENOMEM;
@@ -367,7 +374,10 @@ static size_t on_upstream_header(char *line, size_t size, size_t nitems, void *u
         r->resp_content_length = n;
         return size * nitems;
     }
-    if (add_resp_header(r, line, name_len, value, value_len) < 0)
+    int added = add_resp_header(r, line, name_len, value, value_len);
+    if (added == -E2BIG)
+        return refuse_upstream_head(r);
+    if (added < 0)
         return 0;
     return size * nitems;
 }
@@ -460,6 +470,8 @@ static struct MHD_Response *make_response(struct request *r)
  * would say 200). The room MHD's own lines (status, Date, Content-Length, Connection) and
  * the RateLimit headers take. */
 #define MHD_OWN_LINES_BYTES 512
+_Static_assert(FORWARD_CLIENT_POOL_BYTES >= FORWARD_UPSTREAM_HEAD_MAX + MAX_HEAD_BYTES + MHD_OWN_LINES_BYTES,
+               "the pool holds the largest request head next to the largest upstream head");
 
 static bool response_head_fits(const struct request *r)
 {

@@ -442,12 +442,13 @@ static bool page_is_zero(const unsigned char *p, size_t len)
     return p[0] == 0 && memcmp(p, p + 1, len - 1) == 0;
 }
 
-/* libmicrohttpd 0.9.75 keeps an upgraded connection's memory pool (one malloc of
- * WS_CONNECTION_POOL_BYTES) until the tunnel closes. The pool's first half was the read
+/* libmicrohttpd 0.9.75 keeps an upgraded connection's memory pool (FORWARD_CLIENT_POOL_BYTES,
+ * forward.h; over 32 KiB MHD maps it with mmap, so pages it never wrote cost nothing) until
+ * the tunnel closes. The pool's first half was the read
  * buffer: the head came in at its start (extra_in is where the head ends), and before
  * writing the 101 MHD shrank the buffer to the bytes still unread (extra_in_size) and
- * zeroed the rest, then wrote the 101 just past them. That left ~16 KiB of resident
- * zeros per tunnel, more than half of what an idle tunnel cost (26 KiB -> 14 KiB).
+ * zeroed the rest, then wrote the 101 just past them. That left the read buffer's pages
+ * resident, all zeros, for the tunnel's life.
  * The pages of that range that are still all zeros are given back: private anonymous
  * memory dropped with MADV_DONTNEED reads back as zeros, so nothing anyone can see
  * changes, and a later write there faults in a fresh page. Only pages inside the read
@@ -455,7 +456,7 @@ static bool page_is_zero(const unsigned char *p, size_t len)
  * Only pages that are all zeros go, so with another MHD layout nothing is lost. */
 static void give_back_read_buffer(struct MHD_Connection *conn, const char *extra_in, size_t extra_in_size)
 {
-    const size_t read_buffer = WS_CONNECTION_POOL_BYTES / 2;
+    const size_t read_buffer = FORWARD_CLIENT_POOL_BYTES / 2;
     const union MHD_ConnectionInfo *ci = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_REQUEST_HEADER_SIZE);
     if (ci == NULL || extra_in == NULL || ci->header_size + extra_in_size >= read_buffer)
         return;

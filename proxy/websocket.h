@@ -11,11 +11,6 @@
 struct request;
 struct worker;
 
-/* libmicrohttpd's per-connection memory pool (MHD_OPTION_CONNECTION_MEMORY_LIMIT in
- * worker.c, which must be this value): an upgraded connection keeps it for the tunnel's
- * life, and websocket.c gives back the pages of it that MHD left zeroed. */
-#define WS_CONNECTION_POOL_BYTES (32 * 1024)
-
 /* True for a GET that asks to upgrade to websocket. */
 bool ws_is_upgrade(struct MHD_Connection *conn, const char *method);
 

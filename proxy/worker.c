@@ -21,7 +21,6 @@
 #include "proxy/websocket.h"
 #include "store/clock.h"
 
-_Static_assert(WS_CONNECTION_POOL_BYTES == FORWARD_CLIENT_POOL_BYTES, "one libmicrohttpd pool size");
 #include "store/limiter.h"
 #include "tiers/snapshot.h"
 
@@ -367,10 +366,9 @@ int worker_init(struct worker *w, int index, const struct proxy_shared *shared, 
                                     MHD's only backs it up (MHD_add_connection over it
                                     would close the client's socket). */
                                  MHD_OPTION_CONNECTION_LIMIT, w->connection_limit + 64,
-                                 /* Room for heads past our own limit, so that we answer them
-                                    (431, JSON). Not more: MHD zeroes the whole pool after
-                                    every request. Heads that overflow it get MHD's own 431. */
-                                 MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)WS_CONNECTION_POOL_BYTES,
+                                 /* Sized in forward.h: the 64 KiB upstream head SPEC allows,
+                                    next to the request head. */
+                                 MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)FORWARD_CLIENT_POOL_BYTES,
                                  MHD_OPTION_END);
     if (w->daemon == NULL) {
         snprintf(err, errlen, "cannot start libmicrohttpd");
