@@ -66,6 +66,16 @@ static void close_conn(struct intake_conn *c)
     worker_connection_closed(w);
 }
 
+/* Reads and drops the empty lines a client sent before its first request line (RFC 9112
+ * 2.2 lets a server ignore them; libmicrohttpd would too), so that libmicrohttpd has the
+ * head at the start of its connection pool: pool_trim.c learns where the pool is from it.
+ * The bytes were peeked, so they are there. False when the client is gone. */
+static bool drop_leading_empty_lines(int fd, const struct head_screen *hs)
+{
+    size_t n = (size_t)(hs->method - peeked);
+    return n == 0 || recv(fd, peeked, n, MSG_DONTWAIT) == (ssize_t)n;
+}
+
 static void hand_over(struct intake_conn *c)
 {
     struct worker *w = c->w;
@@ -145,7 +155,10 @@ static void screen(struct intake_conn *c, bool peer_closed)
     struct head_screen hs = head_screen(peeked, (size_t)n, MAX_HEAD_BYTES);
     switch (hs.outcome) {
     case HEAD_ACCEPTABLE:
-        hand_over(c);
+        if (drop_leading_empty_lines(c->fd, &hs))
+            hand_over(c);
+        else
+            close_conn(c);
         break;
     case HEAD_REFUSED:
         account_refusal(c->w, &c->addr, &hs);
@@ -185,7 +198,10 @@ void intake_take(struct worker *w, int fd, const struct sockaddr_storage *addr, 
         return;
     }
     if (hs.outcome == HEAD_ACCEPTABLE) {
-        worker_hand_to_mhd(w, fd, (const struct sockaddr *)addr, addrlen);
+        if (drop_leading_empty_lines(fd, &hs))
+            worker_hand_to_mhd(w, fd, (const struct sockaddr *)addr, addrlen);
+        else
+            close(fd);
         return;
     }
     struct intake_conn *c = calloc(1, sizeof(*c));

@@ -17,6 +17,7 @@
 #include "proxy/gate.h"
 #include "proxy/head_screen.h"
 #include "proxy/netaddr.h"
+#include "proxy/pool_trim.h"
 #include "proxy/respond.h"
 #include "proxy/websocket.h"
 #include "proxy/worker.h"
@@ -594,6 +595,7 @@ enum MHD_Result request_handle(void *cls, struct MHD_Connection *conn, const cha
 
     switch (r->phase) {
     case PHASE_HEAD: {
+        pool_trim_request_head(r->w->pool_trim, conn, method);
         r->method = method;
         r->phase = PHASE_BODY;
         struct head_check hc = { .bytes = strlen(r->raw_uri) + strlen(method) };
@@ -708,6 +710,8 @@ static void count_and_log(struct request *r)
 
 void request_completed(void *cls, struct MHD_Connection *conn, void **req_cls, enum MHD_RequestTerminationCode toe)
 {
+    struct worker *w = cls;
+    pool_trim_request_done(w->pool_trim, conn);
     struct request *r = *req_cls;
     if (r == NULL)
         return;

@@ -17,6 +17,7 @@
 #include "proxy/forward.h"
 #include "proxy/intake.h"
 #include "proxy/metrics.h"
+#include "proxy/pool_trim.h"
 #include "proxy/request.h"
 #include "proxy/websocket.h"
 #include "store/clock.h"
@@ -217,8 +218,10 @@ static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_
     metrics_add_connections(w->metrics, toe == MHD_CONNECTION_NOTIFY_STARTED ? 1 : -1);
     if (toe == MHD_CONNECTION_NOTIFY_STARTED) {
         w->connections++;
+        pool_trim_connection_started(w->pool_trim, socket_context);
         return;
     }
+    pool_trim_connection_closed(w->pool_trim, socket_context);
     if (w->connections > 0)
         w->connections--;
     worker_connection_closed(w);
@@ -337,7 +340,8 @@ int worker_init(struct worker *w, int index, const struct proxy_shared *shared, 
 
     w->base = event_base_new();
     w->metrics = metrics_create();
-    if (w->base == NULL || w->metrics == NULL) {
+    w->pool_trim = w->base != NULL ? pool_trim_new(w->base) : NULL;
+    if (w->base == NULL || w->metrics == NULL || w->pool_trim == NULL) {
         snprintf(err, errlen, "cannot create an event loop");
         return -ENOMEM;
     }
@@ -496,6 +500,7 @@ void worker_join_and_destroy(struct worker *w)
      * requests, which may still hold curl handles and limiter replies. */
     if (w->daemon != NULL)
         MHD_stop_daemon(w->daemon);
+    pool_trim_free(w->pool_trim);
     if (w->limiter != NULL)
         limiter_destroy(w->limiter);
     forward_destroy(w);

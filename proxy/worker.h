@@ -27,6 +27,7 @@ struct upstream_tls;
 struct intake_conn;
 struct access_log;
 struct log_throttle;
+struct pool_trim;
 
 /* What every worker shares, owned by main. */
 struct proxy_shared {
@@ -99,6 +100,7 @@ struct worker {
     unsigned active_requests;
     LIST_HEAD(, request) requests;  /* every live request, for shutdown */
     SLIST_HEAD(, request) request_pool; /* freed requests kept for reuse (request.c) */
+    struct pool_trim *pool_trim;    /* idle connections' MHD pools given back (pool_trim.c) */
     unsigned n_request_pool;
 };
 

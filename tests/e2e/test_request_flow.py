@@ -438,6 +438,50 @@ def test_upstream_head_of_64k_passes_after_the_largest_request_head(catalog, pro
         assert_whole_head_passed(exchange_on(s, head), 65536, 100)
 
 
+def test_idle_kept_alive_connections_hold_no_buffer_memory(catalog, proxies):
+    """Room for a 64 KiB upstream head in every connection's buffer costs no memory while
+    the connection sits idle: 500 kept-alive connections, each past one request, add well
+    under 8 KiB of resident memory each once idle (586b485's 32 KiB buffers: 32 KiB each)."""
+    key = wide(catalog)
+    p = proxies.start(catalog, proxy={"workers": 1})
+    req = request_head("/x", key)
+    warm = socket.create_connection(("127.0.0.1", p.port), timeout=10)
+    assert parse_raw_response(exchange_on(warm, req)).status == 200
+    time.sleep(0.5)
+    before = vm_rss_kib(p.proc.pid)
+    socks = []
+    try:
+        for _ in range(500):
+            s = socket.create_connection(("127.0.0.1", p.port), timeout=10)
+            socks.append(s)
+            assert parse_raw_response(exchange_on(s, req)).status == 200
+        per_conn = None
+        deadline = time.monotonic() + 6
+        while time.monotonic() < deadline:
+            time.sleep(0.5)
+            per_conn = (vm_rss_kib(p.proc.pid) - before) / len(socks)
+            if per_conn < 8:
+                break
+        assert per_conn < 8, "%.1f KiB resident per idle kept-alive connection" % per_conn
+        assert parse_raw_response(exchange_on(socks[0], req)).status == 200
+    finally:
+        for s in socks:
+            s.close()
+        warm.close()
+
+
+def test_empty_lines_before_the_first_head_are_ignored(catalog, proxies):
+    """RFC 9112 2.2: empty lines before a request line are ignored (the intake drops them);
+    the connection then serves a big answer head and another request."""
+    key = wide(catalog)
+    p = proxies.start(catalog)
+    with socket.create_connection(("127.0.0.1", p.port), timeout=10) as s:
+        assert_whole_head_passed(exchange_on(s, b"\r\n" * 3000 + request_head("/headsize/60000/100", key)),
+                                 60000, 100)
+        r = parse_raw_response(exchange_on(s, b"\r\n\n" + request_head("/again", key)))
+        assert r.status == 200 and json.loads(r.body)["path"] == "/again", r
+
+
 def test_malformed_upstream_head_is_502(catalog, proxies):
     key = wide(catalog)
     p = proxies.start(catalog)
