@@ -1,15 +1,15 @@
 #include "proxy/pool_trim.h"
 
+#include <stdbool.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/queue.h>
 #include <unistd.h>
 
 #include <event2/event.h>
 #include <event2/event_struct.h>
-#include <stdbool.h>
-#include <stdint.h>
-#include <sys/queue.h>
 
 #include "proxy/forward.h"
 #include "store/clock.h"
@@ -17,7 +17,7 @@
 struct client_pool {
     TAILQ_ENTRY(client_pool) dirty; /* in pool_trim.dirty while queued */
     bool queued;
-    bool first_head_seen;
+    bool first_head_seen;           /* only the first head is at the pool's start for sure */
     uintptr_t start;                /* the pool's first byte; 0: not known, left alone */
     int64_t idle_since_ms;
 };
@@ -26,17 +26,8 @@ struct pool_trim {
     TAILQ_HEAD(, client_pool) dirty; /* the longest idle first */
     struct event timer;              /* set for the first one's POOL_TRIM_IDLE_MS */
     bool armed;
+    uintptr_t page;                  /* the system's page size */
 };
-
-static uintptr_t page_size(void)
-{
-    static uintptr_t page;
-    if (page == 0) {
-        long n = sysconf(_SC_PAGESIZE);
-        page = n > 0 ? (uintptr_t)n : 4096;
-    }
-    return page;
-}
 
 static struct client_pool *pool_of(struct MHD_Connection *conn)
 {
@@ -50,9 +41,9 @@ static bool page_is_zero(const unsigned char *p, size_t len)
 }
 
 /* Drops the pool's pages that are all zeros, in runs: one madvise per run. */
-static void give_back(const struct client_pool *cp)
+static void give_back(const struct pool_trim *t, const struct client_pool *cp)
 {
-    uintptr_t page = page_size();
+    uintptr_t page = t->page;
     uintptr_t lo = cp->start, hi = cp->start + (FORWARD_CLIENT_POOL_BYTES & ~(page - 1));
     uintptr_t run = lo; /* start of the current run of zero pages */
     for (uintptr_t p = lo; p < hi; p += page) {
@@ -93,7 +84,7 @@ static void on_trim_timer(evutil_socket_t fd, short what, void *arg)
     struct client_pool *cp;
     while ((cp = TAILQ_FIRST(&t->dirty)) != NULL && now - cp->idle_since_ms >= POOL_TRIM_IDLE_MS) {
         unqueue(t, cp);
-        give_back(cp);
+        give_back(t, cp);
     }
     arm(t, now);
 }
@@ -105,6 +96,8 @@ struct pool_trim *pool_trim_new(struct event_base *base)
         return NULL;
     TAILQ_INIT(&t->dirty);
     evtimer_assign(&t->timer, base, on_trim_timer, t);
+    long page = sysconf(_SC_PAGESIZE);
+    t->page = page > 0 ? (uintptr_t)page : 4096;
     return t;
 }
 
@@ -144,7 +137,7 @@ void pool_trim_request_head(struct pool_trim *t, struct MHD_Connection *conn, co
     unqueue(t, cp); /* busy: nothing to trim until it is idle again */
     if (!cp->first_head_seen) {
         cp->first_head_seen = true;
-        if (((uintptr_t)method & (page_size() - 1)) == 0)
+        if (((uintptr_t)method & (t->page - 1)) == 0)
             cp->start = (uintptr_t)method;
     }
 }
@@ -152,7 +145,10 @@ void pool_trim_request_head(struct pool_trim *t, struct MHD_Connection *conn, co
 void pool_trim_request_done(struct pool_trim *t, struct MHD_Connection *conn)
 {
     struct client_pool *cp = pool_of(conn);
-    if (cp == NULL || cp->start == 0)
+    if (cp == NULL)
+        return;
+    cp->first_head_seen = true; /* a later head may follow empty lines: never learnt from */
+    if (cp->start == 0)
         return;
     unqueue(t, cp);
     cp->idle_since_ms = store_mono_ms();
@@ -167,6 +163,6 @@ void pool_trim_upgraded(struct pool_trim *t, struct MHD_Connection *conn)
     if (cp == NULL || cp->start == 0)
         return;
     unqueue(t, cp);
-    give_back(cp);
+    give_back(t, cp);
     cp->start = 0; /* the tunnel's buffers are its own now: nothing more to trim */
 }
