@@ -15,7 +15,7 @@ struct worker;
  * request head limit (head_screen.h) + 16 KiB for MHD's field entries (a 16 KiB head of
  * up to ~250 fields) and its own lines. Being over 32 KiB, libmicrohttpd 0.9.75 maps it
  * with mmap, so pages never written cost no memory; it zeroes the whole pool after each
- * request, so a kept-alive connection holds all of it (worker.c gives idle ones back). */
+ * request, so a kept-alive connection holds all of it (pool_trim.c gives idle ones back). */
 #define FORWARD_CLIENT_POOL_BYTES (96 * 1024)
 
 /* Sets up the worker's curl multi handle on its event loop. Returns 0 or -ENOMEM. */
