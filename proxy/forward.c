@@ -13,6 +13,7 @@
 #include <event2/event_struct.h>
 
 #include "proxy/config.h"
+#include "proxy/head_screen.h"
 #include "proxy/http1.h"
 #include "proxy/metrics.h"
 #include "proxy/upstream_tls.h"
@@ -273,13 +274,20 @@ static void arm_upstream_timer(struct upstream *u)
     evtimer_add(&u->timer, &tv);
 }
 
+/* The most field lines a head within FORWARD_UPSTREAM_HEAD_MAX can hold ("a:" and LF, 3
+ * bytes each): a head SPEC lets through is never refused for its number of fields. */
+#define MAX_RESP_FIELDS (FORWARD_UPSTREAM_HEAD_MAX / 3 + 1)
+
 static int add_field(struct upstream *u, const struct http1_field *field)
 {
     if (u->n_fields == u->cap_fields) {
-        size_t cap = u->cap_fields ? u->cap_fields * 2 : 16;
-        if (cap > 512)
+        if (u->cap_fields >= MAX_RESP_FIELDS)
             return -E2BIG;
-        /* The old array stays in scratch until the request ends: 16 KiB at most, all told. */
+        size_t cap = u->cap_fields ? u->cap_fields * 2 : 16;
+        if (cap > MAX_RESP_FIELDS)
+            cap = MAX_RESP_FIELDS;
+        /* The old arrays stay in scratch until the request ends: under 1 MiB all told, and
+           that only for a head of thousands of empty fields. */
         struct upstream_field *grown = scratch_alloc(u->scratch, cap * sizeof(*grown));
         if (grown == NULL)
             return -ENOMEM;
@@ -351,7 +359,10 @@ static size_t on_upstream_header(char *line, size_t size, size_t nitems, void *u
         u->content_length = n;
         return taken;
     }
-    return add_field(u, &field) == 0 ? taken : 0;
+    int added = add_field(u, &field);
+    if (added == -E2BIG)
+        return refuse_upstream_head(u);
+    return added == 0 ? taken : 0;
 }
 
 static size_t on_upstream_body(char *data, size_t size, size_t nmemb, void *userdata)
@@ -445,6 +456,8 @@ struct MHD_Response *upstream_response(struct upstream *u, bool head_request, bo
  * would say 200). The room MHD's own lines (status, Date, Content-Length, Connection) and
  * the RateLimit headers take. */
 #define MHD_OWN_LINES_BYTES 512
+_Static_assert(FORWARD_CLIENT_POOL_BYTES >= FORWARD_UPSTREAM_HEAD_MAX + MAX_HEAD_BYTES + MHD_OWN_LINES_BYTES,
+               "the pool holds the largest request head next to the largest upstream head");
 
 bool upstream_head_fits(const struct upstream *u, size_t client_head_bytes)
 {

@@ -27,10 +27,15 @@ struct forwarder;
 /* The largest upstream response head taken (SPEC: over it, 502 bad_upstream_response). */
 #define FORWARD_UPSTREAM_HEAD_MAX (64 * 1024)
 
-/* libmicrohttpd's per-connection pool (worker.c; websocket.h's WS_CONNECTION_POOL_BYTES
- * must equal it): the request head and the response head MHD writes must fit in it
- * together, or MHD drops the connection without an answer. */
-#define FORWARD_CLIENT_POOL_BYTES (32 * 1024)
+/* libmicrohttpd's per-connection memory pool (MHD_OPTION_CONNECTION_MEMORY_LIMIT in
+ * worker.c; the one size for every use of it). The request head (its bytes, and 64 bytes
+ * of list entry per field) and the response head MHD writes must fit in it together, or
+ * MHD drops the connection without an answer: 64 KiB of upstream head (SPEC) + the 16 KiB
+ * request head limit (head_screen.h) + 16 KiB for MHD's field entries (a 16 KiB head of
+ * up to ~250 fields) and its own lines. Being over 32 KiB, libmicrohttpd 0.9.75 maps it
+ * with mmap, so pages never written cost no memory; it zeroes the whole pool after each
+ * request, so a kept-alive connection holds all of it (pool_trim.c gives idle ones back). */
+#define FORWARD_CLIENT_POOL_BYTES (96 * 1024)
 
 /* One per worker. log_warnings: TLS failures are logged. NULL when curl cannot be set up. */
 struct forwarder *forwarder_create(struct event_base *base, const struct proxy_config *cfg, struct metrics *metrics,

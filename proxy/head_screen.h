@@ -7,9 +7,9 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-/* The largest request head (request line, headers and the blank line) accepted. Half of
- * libmicrohttpd's per-connection pool, so a later head on a kept-alive connection that is
- * over it still fits there and gets the proxy's own JSON 431. */
+/* The largest request head (request line, headers and the blank line) accepted. Well under
+ * libmicrohttpd's per-connection pool (FORWARD_CLIENT_POOL_BYTES), so a later head on a
+ * kept-alive connection that is over it still fits there and gets the proxy's own JSON 431. */
 #define MAX_HEAD_BYTES (16 * 1024)
 
 enum head_screen_outcome {

@@ -103,6 +103,16 @@ static void close_conn(struct intake_conn *c)
     in->hooks.closed(in->hooks.ctx);
 }
 
+/* Reads and drops the empty lines a client sent before its first request line (RFC 9112
+ * 2.2 lets a server ignore them; libmicrohttpd would too), so that libmicrohttpd has the
+ * head at the start of its connection pool: pool_trim.c learns where the pool is from it.
+ * The bytes were peeked, so they are there. False when the client is gone. */
+static bool drop_leading_empty_lines(int fd, const struct head_screen *hs)
+{
+    size_t n = (size_t)(hs->method - peeked);
+    return n == 0 || recv(fd, peeked, n, MSG_DONTWAIT) == (ssize_t)n;
+}
+
 static void hand_over(struct intake_conn *c)
 {
     struct intake *in = c->in;
@@ -182,7 +192,10 @@ static void screen(struct intake_conn *c, bool peer_closed)
     struct head_screen hs = head_screen(peeked, (size_t)n, MAX_HEAD_BYTES);
     switch (hs.outcome) {
     case HEAD_ACCEPTABLE:
-        hand_over(c);
+        if (drop_leading_empty_lines(c->fd, &hs))
+            hand_over(c);
+        else
+            close_conn(c);
         break;
     case HEAD_REFUSED:
         account_refusal(c->in, &c->addr, &hs);
@@ -222,7 +235,10 @@ void intake_take(struct intake *in, int fd, const struct sockaddr_storage *addr,
         return;
     }
     if (hs.outcome == HEAD_ACCEPTABLE) {
-        in->hooks.hand_over(in->hooks.ctx, fd, (const struct sockaddr *)addr, addrlen);
+        if (drop_leading_empty_lines(fd, &hs))
+            in->hooks.hand_over(in->hooks.ctx, fd, (const struct sockaddr *)addr, addrlen);
+        else
+            close(fd);
         return;
     }
     struct intake_conn *c = calloc(1, sizeof(*c));

@@ -20,6 +20,7 @@
 #include "proxy/http1.h"
 #include "proxy/metrics.h"
 #include "proxy/netaddr.h"
+#include "proxy/pool_trim.h"
 #include "proxy/respond.h"
 #include "proxy/scratch.h"
 #include "proxy/websocket.h"
@@ -876,6 +877,7 @@ enum MHD_Result request_handle(void *cls, struct MHD_Connection *conn, const cha
 
     switch (r->phase) {
     case PHASE_HEAD: {
+        pool_trim_request_head(r->ctx->pool_trim, conn, method);
         r->method = method;
         r->phase = PHASE_BODY;
         struct head_check hc = { .bytes = strlen(r->raw_uri) + strlen(method) };
@@ -992,9 +994,9 @@ static void count_and_log(struct request *r)
 
 void request_completed(void *cls, struct MHD_Connection *conn, void **req_cls, enum MHD_RequestTerminationCode toe)
 {
+    struct request_context *ctx = cls;
+    pool_trim_request_done(ctx->pool_trim, conn);
     struct request *r = *req_cls;
-    (void)cls;
-    (void)conn;
     (void)toe;
     if (r == NULL)
         return;

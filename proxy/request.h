@@ -20,6 +20,7 @@ struct snapshot;
 struct snapshot_watch;
 struct access_log;
 struct log_throttle;
+struct pool_trim;
 struct request;
 
 struct request_context {
@@ -33,6 +34,7 @@ struct request_context {
     struct snapshot_watch *catalog;
     struct access_log *access_log;     /* NULL when off */
     struct log_throttle *rejection_warnings;
+    struct pool_trim *pool_trim;       /* told of each head and each end (pool_trim.h) */
     bool log_warnings;
     const char *instance_id;           /* names this process's concurrency leases */
     int worker_index;

@@ -6,7 +6,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
-#include <sys/mman.h>
 #include <sys/queue.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -21,6 +20,7 @@
 #include "proxy/config.h"
 #include "proxy/http1.h"
 #include "proxy/metrics.h"
+#include "proxy/pool_trim.h"
 #include "proxy/upstream_tls.h"
 #include "proxy/ws_frame.h"
 #include "store/clock.h"
@@ -59,6 +59,7 @@ struct ws_context {
     struct ws_upstreams *upstreams;  /* cfg's upstreams, resolved */
     struct upstream_tls *tls;        /* TLS settings of tunnels to https upstreams */
     unsigned next;                   /* round robin over the upstreams */
+    struct pool_trim *pool_trim;     /* gives back an upgraded connection's pool */
     void (*kick_mhd)(void *ctx);     /* get libmicrohttpd to run (after MHD_upgrade_action) */
     void *kick_ctx;
     LIST_HEAD(, ws_tunnel) tunnels;
@@ -224,6 +225,7 @@ struct ws_context *ws_context_create(const struct ws_context_params *p, char *er
     ctx->metrics = p->metrics;
     ctx->rejection_warnings = p->rejection_warnings;
     ctx->log_warnings = p->log_warnings;
+    ctx->pool_trim = p->pool_trim;
     ctx->kick_mhd = p->kick_mhd;
     ctx->kick_ctx = p->kick_ctx;
     LIST_INIT(&ctx->tunnels);
@@ -503,51 +505,12 @@ static void on_up_open_event(struct bufferevent *bev, short what, void *arg)
     }
 }
 
-static bool page_is_zero(const unsigned char *p, size_t len)
-{
-    return p[0] == 0 && memcmp(p, p + 1, len - 1) == 0;
-}
-
-/* libmicrohttpd 0.9.75 keeps an upgraded connection's memory pool (one malloc of
- * WS_CONNECTION_POOL_BYTES) until the tunnel closes. The pool's first half was the read
- * buffer: the head came in at its start (extra_in is where the head ends), and before
- * writing the 101 MHD shrank the buffer to the bytes still unread (extra_in_size) and
- * zeroed the rest, then wrote the 101 just past them. That left ~16 KiB of resident
- * zeros per tunnel, more than half of what an idle tunnel cost (26 KiB -> 14 KiB).
- * The pages of that range that are still all zeros are given back: private anonymous
- * memory dropped with MADV_DONTNEED reads back as zeros, so nothing anyone can see
- * changes, and a later write there faults in a fresh page. Only pages inside the read
- * buffer are looked at: they are this connection's, which no other thread touches.
- * Only pages that are all zeros go, so with another MHD layout nothing is lost. */
-static void give_back_read_buffer(struct MHD_Connection *conn, const char *extra_in, size_t extra_in_size)
-{
-    const size_t read_buffer = WS_CONNECTION_POOL_BYTES / 2;
-    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_REQUEST_HEADER_SIZE);
-    if (ci == NULL || extra_in == NULL || ci->header_size + extra_in_size >= read_buffer)
-        return;
-    long pagesize = sysconf(_SC_PAGESIZE);
-    uintptr_t page = pagesize > 0 ? (uintptr_t)pagesize : 4096;
-    uintptr_t zeroed_from = (uintptr_t)(extra_in + extra_in_size);
-    uintptr_t zeroed_to = (uintptr_t)extra_in - ci->header_size + read_buffer;
-    uintptr_t lo = (zeroed_from + page - 1) & ~(page - 1), hi = zeroed_to & ~(page - 1);
-    uintptr_t run = lo; /* start of the current run of zero pages */
-    for (uintptr_t p = lo; p < hi; p += page) {
-        if (!page_is_zero((const unsigned char *)p, page)) {
-            if (p > run)
-                (void)madvise((void *)run, p - run, MADV_DONTNEED);
-            run = p + page;
-        }
-    }
-    if (hi > run)
-        (void)madvise((void *)run, hi - run, MADV_DONTNEED);
-}
-
 static void on_upgraded(void *cls, struct MHD_Connection *connection, void *req_cls, const char *extra_in,
                         size_t extra_in_size, MHD_socket sock, struct MHD_UpgradeResponseHandle *urh)
 {
     struct ws_tunnel *t = cls;
     t->urh = urh;
-    give_back_read_buffer(connection, extra_in, extra_in_size);
+    pool_trim_upgraded(t->ctx->pool_trim, connection);
     t->client = bufferevent_socket_new(t->ctx->base, sock, 0);
     if (t->client == NULL || t->up == NULL || t->state != TUNNEL_WAIT_UPGRADE) {
         tunnel_closed(t);

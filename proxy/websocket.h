@@ -21,14 +21,10 @@
 struct event_base;
 struct metrics;
 struct log_throttle;
+struct pool_trim;
 struct proxy_config;
 struct ws_context;
 struct ws_tunnel;
-
-/* libmicrohttpd's per-connection memory pool (MHD_OPTION_CONNECTION_MEMORY_LIMIT in
- * worker.c, which must be this value): an upgraded connection keeps it for the tunnel's
- * life, and websocket.c gives back the pages of it that MHD left zeroed. */
-#define WS_CONNECTION_POOL_BYTES (32 * 1024)
 
 struct ws_context_params {
     struct event_base *base;
@@ -36,6 +32,7 @@ struct ws_context_params {
     struct metrics *metrics;
     struct log_throttle *rejection_warnings;
     bool log_warnings;
+    struct pool_trim *pool_trim;   /* told when a connection is upgraded */
     void (*kick_mhd)(void *ctx);   /* gets libmicrohttpd to run soon (from a loop callback) */
     void *kick_ctx;
 };

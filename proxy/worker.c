@@ -17,13 +17,13 @@
 #include "proxy/forward.h"
 #include "proxy/intake.h"
 #include "proxy/metrics.h"
+#include "proxy/pool_trim.h"
 #include "proxy/request.h"
 #include "proxy/websocket.h"
 #include "store/clock.h"
 #include "store/limiter.h"
 #include "tiers/snapshot.h"
 
-_Static_assert(WS_CONNECTION_POOL_BYTES == FORWARD_CLIENT_POOL_BYTES, "one libmicrohttpd pool size");
 
 /* How long SIGTERM waits for in-flight requests. */
 #define DRAIN_MS 10000
@@ -212,8 +212,10 @@ static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_
     metrics_add_connections(w->metrics, toe == MHD_CONNECTION_NOTIFY_STARTED ? 1 : -1);
     if (toe == MHD_CONNECTION_NOTIFY_STARTED) {
         w->connections++;
+        pool_trim_connection_started(w->pool_trim, socket_context);
         return;
     }
+    pool_trim_connection_closed(w->pool_trim, socket_context);
     if (w->connections > 0)
         w->connections--;
     connection_closed(w);
@@ -333,7 +335,8 @@ int worker_init(struct worker *w, int index, const struct proxy_shared *shared, 
 
     w->base = event_base_new();
     w->metrics = metrics_create();
-    if (w->base == NULL || w->metrics == NULL) {
+    w->pool_trim = w->base != NULL ? pool_trim_new(w->base) : NULL;
+    if (w->base == NULL || w->metrics == NULL || w->pool_trim == NULL) {
         snprintf(err, errlen, "cannot create an event loop");
         return -ENOMEM;
     }
@@ -362,10 +365,9 @@ int worker_init(struct worker *w, int index, const struct proxy_shared *shared, 
                                     MHD's only backs it up (MHD_add_connection over it
                                     would close the client's socket). */
                                  MHD_OPTION_CONNECTION_LIMIT, w->connection_limit + 64,
-                                 /* Room for heads past our own limit, so that we answer them
-                                    (431, JSON). Not more: MHD zeroes the whole pool after
-                                    every request. Heads that overflow it get MHD's own 431. */
-                                 MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)WS_CONNECTION_POOL_BYTES,
+                                 /* Sized in forward.h: the 64 KiB upstream head SPEC allows,
+                                    next to the request head. */
+                                 MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)FORWARD_CLIENT_POOL_BYTES,
                                  MHD_OPTION_END);
     if (w->daemon == NULL) {
         snprintf(err, errlen, "cannot start libmicrohttpd");
@@ -401,6 +403,7 @@ int worker_init(struct worker *w, int index, const struct proxy_shared *shared, 
         .metrics = w->metrics,
         .rejection_warnings = shared->rejection_warnings,
         .log_warnings = shared->log_warnings,
+        .pool_trim = w->pool_trim,
         .kick_mhd = kick_mhd,
         .kick_ctx = w,
     };
@@ -446,6 +449,7 @@ int worker_init(struct worker *w, int index, const struct proxy_shared *shared, 
     rc->access_log = shared->access_log;
     rc->rejection_warnings = shared->rejection_warnings;
     rc->log_warnings = shared->log_warnings;
+    rc->pool_trim = w->pool_trim;
     rc->instance_id = shared->instance_id;
     rc->worker_index = index;
     rc->kick_mhd = kick_mhd;
@@ -514,6 +518,7 @@ void worker_join_and_destroy(struct worker *w)
      * requests, which may still hold curl handles and limiter replies. */
     if (w->daemon != NULL)
         MHD_stop_daemon(w->daemon);
+    pool_trim_free(w->pool_trim);
     if (w->limiter != NULL)
         limiter_destroy(w->limiter);
     intake_destroy(w->intake); /* after MHD_stop_daemon, whose closing notifications read its count */

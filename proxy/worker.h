@@ -29,6 +29,7 @@ struct forwarder;
 struct ws_context;
 struct access_log;
 struct log_throttle;
+struct pool_trim;
 
 /* What every worker shares, owned by main. */
 struct proxy_shared {
@@ -83,6 +84,7 @@ struct worker {
     struct request_context requests;
     struct forwarder *forwarder;    /* curl transfers */
     struct ws_context *ws;          /* WebSocket tunnels */
+    struct pool_trim *pool_trim;    /* idle connections' MHD pools given back (pool_trim.c) */
 
     bool stopping;
     int64_t drain_deadline_ms;

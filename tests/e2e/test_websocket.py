@@ -478,3 +478,25 @@ def test_many_idle_websockets_on_one_worker(catalog, proxies, ws_upstream):
         assert_echo(opened[-1], "last")
     finally:
         close_all(opened)
+
+
+def test_tunnel_on_a_kept_alive_connection_after_empty_lines(catalog, proxies, ws_upstream):
+    """A handshake that comes as a connection's second request, after a page's worth of
+    empty lines (libmicrohttpd skips them, so its head is not at its buffer's start): the
+    tunnel opens and echoes, and the proxy serves on."""
+    import socket
+    from conftest import read_answer
+    from fleet_helpers import ws_finish, ws_handshake_bytes
+    _, key = ws_plan(catalog, "wskept")
+    p = proxies.start(catalog, upstream=ws_upstream, proxy={"workers": 1})
+    s = socket.create_connection(("127.0.0.1", p.port), timeout=10 * SLOW)
+    s.sendall(b"GET /plain HTTP/1.1\r\nHost: t\r\nAuthorization: Bearer " + key.encode() + b"\r\n\r\n")
+    assert read_answer(s).startswith(b"HTTP/1.1 200"), "the first request"
+    s.sendall(b"\r\n" * 2048 + ws_handshake_bytes("/ws", key, ()))
+    ws = ws_finish(s)
+    try:
+        for i in range(3):
+            assert_echo(ws, "after empty lines %d" % i)
+    finally:
+        ws.close()
+    assert p.get("/x", key=key).status == 200

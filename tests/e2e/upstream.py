@@ -17,6 +17,9 @@ Endpoints (any method):
   /headers?name=value    the echo, plus each query pair as a response header (repeats kept)
   /bighead/<bytes>       the echo, with a response head of at least <bytes> bytes: header
                          lines X-Pad-<i> of up to 4000 bytes each
+  /headsize/<total>/<line>  a 200 whose raw head (status line to blank line) is exactly
+                         <total> bytes: header lines X-H-<i> of <line> bytes each (CRLF
+                         included; the last one takes up the rest), body "ok"
   /badhead[/<kind>]      a malformed response head, then closes; kind: nocolon (a field
                          line without a colon, the default), ctl (a control character in
                          a value), name (a space in a field name)
@@ -67,6 +70,22 @@ class Stats:
 
 
 STATS = Stats()
+
+
+def exact_head(total, line):
+    """A 200 head of exactly `total` bytes: fields X-H-<i> of `line` bytes each (the last
+    one longer, to make up the rest), for a 2-byte body."""
+    start, end = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n", b"\r\n"
+    fields, left, i = [], total - len(start) - len(end), 0
+    while left > 0:
+        name = b"X-H-%d: " % i
+        n = line if left - line >= line else left   # the last one takes the rest
+        fields.append(name + b"v" * (n - len(name) - 2) + b"\r\n")
+        left -= n
+        i += 1
+    head = start + b"".join(fields) + end
+    assert len(head) == total, (len(head), total)
+    return head
 
 
 class Handler(http.server.BaseHTTPRequestHandler):
@@ -181,6 +200,9 @@ class Handler(http.server.BaseHTTPRequestHandler):
                     want -= n + 16
                     i += 1
                 return self.send_bytes(200, self.echo(body), extra=pads)
+            if parts[0] == "headsize" and len(parts) == 3:
+                self.wfile.write(exact_head(int(parts[1]), int(parts[2])) + b"ok")
+                return None
             if parts[0] == "badhead":
                 kind = parts[1] if len(parts) == 2 else "nocolon"
                 line = {"nocolon": b"no colon here", "ctl": b"X-A: a\x01b",
