@@ -19,6 +19,18 @@
 # before each $DURATION s measured run), the whole cycle $CYCLES times (rows interleaved).
 # Each cycle also runs, for P7, both tierproxy rows at -c$P7_CONNS and with the bench429 keys.
 #
+# Before/after: BASELINE_TIERPROXY_BIN=/path/to/older/tierproxy adds, for each tierproxy row
+# in ROWS, its pair (or list them in ROWS yourself, next to their pair):
+#   tierproxy_memory_baseline, tierproxy_redis_baseline   that binary, same config, same Redis
+# Each runs right after its pair in odd cycles and right before it in even ones, so drift of
+# the host within a cycle falls on both sides; no P7 runs for them. They read the same catalog
+# unless BASELINE_TIERCTL_BIN is given, which makes them a catalog (and keys) of their own
+# with that tierctl, for an older proxy that cannot read the newer catalog (the sanity checks
+# fail on a catalog a proxy cannot read). The report compares each pair's proxy CPU µs per
+# request: after/before is the median of per-cycle ratios (both rows from the same cycle), and
+# the run's noise is the min-max of those ratios: "within noise" when that range holds 1.00,
+# "worse" ("better") when every cycle is above (below) 1.00; 3 cycles at least to judge.
+#
 # Reported: median req/s, ratios to nginx_proxy and direct (medians of per-cycle ratios),
 # p50/p99, CPU µs per request of every process (utime+stime of its process group from
 # /proc/PID/stat; wrk's own from `times`), Redis EVALSHA calls and Redis CPU per request
@@ -36,7 +48,7 @@
 #   ROWS="direct nginx_proxy tierproxy_memory tierproxy_redis"   P7=1 (0: skip the P7 runs)
 #   BUSY_PCT=15 MAX_RETRY=2 RETRY_PAUSE=10 QUIET_MAX=60 (s to wait for a quiet box at start)
 #   UPSTREAM=auto|nginx|builtin   BUILD_DIR=build NO_BUILD=0   TIERPROXY_BIN TIERCTL_BIN
-#   RESULTS_DIR
+#   BASELINE_TIERPROXY_BIN BASELINE_TIERCTL_BIN   RESULTS_DIR
 set -euo pipefail
 export LC_ALL=C
 
@@ -52,7 +64,7 @@ esac
 
 # the exact command, as typed: the knobs given in the environment, then the script
 KNOBS=(DURATION WARMUP CYCLES CONNS P7_CONNS THREADS ROWS P7 BUSY_PCT MAX_RETRY RETRY_PAUSE QUIET_MAX
-       UPSTREAM BUILD_DIR NO_BUILD TIERPROXY_BIN TIERCTL_BIN RESULTS_DIR)
+       UPSTREAM BUILD_DIR NO_BUILD TIERPROXY_BIN TIERCTL_BIN BASELINE_TIERPROXY_BIN BASELINE_TIERCTL_BIN RESULTS_DIR)
 COMMAND=""
 for v in "${KNOBS[@]}"; do
   [[ -n ${!v+x} ]] && COMMAND+="$v=$(printf '%q' "${!v}") "
@@ -83,8 +95,19 @@ log() { printf '[%(%H:%M:%S)T] %s\n' -1 "$*" >&2; }
 die() { log "ERROR: $*"; exit 1; }
 
 for r in $ROWS; do
-  case $r in direct|nginx_proxy|tierproxy_memory|tierproxy_redis) ;; *) die "unknown row in ROWS: $r" ;; esac
+  case $r in
+    direct|nginx_proxy|tierproxy_memory|tierproxy_redis) ;;
+    tierproxy_memory_baseline|tierproxy_redis_baseline)
+      [[ -n ${BASELINE_TIERPROXY_BIN:-} ]] || die "row $r needs BASELINE_TIERPROXY_BIN"
+      [[ " $ROWS " == *" ${r%_baseline} "* ]] || die "row $r needs its pair ${r%_baseline} in ROWS" ;;
+    *) die "unknown row in ROWS: $r" ;;
+  esac
 done
+if [[ -n ${BASELINE_TIERPROXY_BIN:-} ]]; then   # given a baseline, compare every tierproxy row in ROWS
+  for r in tierproxy_memory tierproxy_redis; do
+    [[ " $ROWS " == *" $r "* && " $ROWS " != *" ${r}_baseline "* ]] && ROWS+=" ${r}_baseline"
+  done
+fi
 for tool in wrk redis-server redis-cli curl ss awk setsid timeout getconf cc; do
   command -v "$tool" >/dev/null 2>&1 || die "missing tool: $tool (etc/setup.sh --bench installs what the benchmark needs)"
 done
@@ -110,11 +133,24 @@ fi
 TIERPROXY_BIN=$(realpath "${TIERPROXY_BIN:-$BUILD_DIR/proxy/tierproxy}")
 TIERCTL_BIN=$(realpath "${TIERCTL_BIN:-$BUILD_DIR/tiers/tierctl}")
 [[ -x $TIERPROXY_BIN && -x $TIERCTL_BIN ]] || die "not built: $TIERPROXY_BIN / $TIERCTL_BIN"
-BUILDTYPE="?"
-if [[ -f $BUILD_DIR/meson-info/intro-buildoptions.json ]]; then
-  BUILDTYPE=$("$PY" -c 'import json,sys; o={x["name"]: x["value"] for x in json.load(open(sys.argv[1]))}; print(o.get("buildtype","?"), "b_sanitize=" + str(o.get("b_sanitize","none")))' \
-    "$BUILD_DIR/meson-info/intro-buildoptions.json" 2>/dev/null || echo "?")
+if [[ -n ${BASELINE_TIERPROXY_BIN:-} ]]; then
+  BASELINE_TIERPROXY_BIN=$(realpath "$BASELINE_TIERPROXY_BIN")
+  [[ -x $BASELINE_TIERPROXY_BIN ]] || die "BASELINE_TIERPROXY_BIN is not an executable: $BASELINE_TIERPROXY_BIN"
 fi
+if [[ -n ${BASELINE_TIERCTL_BIN:-} ]]; then
+  BASELINE_TIERCTL_BIN=$(realpath "$BASELINE_TIERCTL_BIN")
+  [[ -x $BASELINE_TIERCTL_BIN ]] || die "BASELINE_TIERCTL_BIN is not an executable: $BASELINE_TIERCTL_BIN"
+fi
+build_info() {               # build_info BIN : "buildtype b_sanitize=..., commit" of the meson build dir holding BIN
+  local d bt="?"
+  d=$(dirname "$1")
+  while [[ $d != / && ! -d $d/meson-info ]]; do d=$(dirname "$d"); done
+  if [[ -f $d/meson-info/intro-buildoptions.json ]]; then
+    bt=$("$PY" -c 'import json,sys; o={x["name"]: x["value"] for x in json.load(open(sys.argv[1]))}; print(o.get("buildtype","?"), "b_sanitize=" + str(o.get("b_sanitize","none")))' \
+      "$d/meson-info/intro-buildoptions.json" 2>/dev/null || echo "?")
+  fi
+  echo "$bt, $(git -C "$(dirname "$1")" describe --always --dirty 2>/dev/null || echo '?')"
+}
 
 CLK_TCK=$(getconf CLK_TCK)
 NPROC=$(nproc)
@@ -397,24 +433,45 @@ log "run dir $RUNDIR, results $RESULTS_DIR"
 DB=$RUNDIR/plans.db
 KEYFILE=$RESULTS_DIR/keys.txt            # API keys of plan "bench" (nothing rejected)
 DENYFILE=$RESULTS_DIR/keys-429.txt       # API keys of plan "bench429" (1/min)
-: >"$KEYFILE"; : >"$DENYFILE"
-if want tierproxy_memory || want tierproxy_redis; then
-  log "making the catalog: plan bench ($HIGH_RATE)$([[ $P7 == 1 ]] && echo ", plan bench429 ($DENY_RATE)"), $KEYS users each"
-  # tierctl says each change on stderr: kept in the run dir, not on the terminal
-  "$TIERCTL_BIN" --db "$DB" init >/dev/null 2>>"$RUNDIR/tierctl.log"
-  "$TIERCTL_BIN" --db "$DB" plan add bench --rate "$HIGH_RATE" --algorithm sliding-log >/dev/null 2>>"$RUNDIR/tierctl.log"
-  "$TIERCTL_BIN" --db "$DB" plan add bench429 --rate "$DENY_RATE" --algorithm sliding-log >/dev/null 2>>"$RUNDIR/tierctl.log"
+# make_catalog TIERCTL DB KEYFILE DENYFILE
+make_catalog() {
+  local ctl=$1 db=$2 keyfile=$3 denyfile=$4 i
+  : >"$keyfile"; : >"$denyfile"
+  log "making the catalog $(basename "$db"): plan bench ($HIGH_RATE)$([[ $P7 == 1 ]] && echo ", plan bench429 ($DENY_RATE)"), $KEYS users each"
+  # tierctl says each change on stderr: kept in the run dir, not on the terminal; the key is
+  # the last line of key create's stdout (before 62f439e tierctl printed a heading line first)
+  "$ctl" --db "$db" init >/dev/null 2>>"$RUNDIR/tierctl.log"
+  "$ctl" --db "$db" plan add bench --rate "$HIGH_RATE" --algorithm sliding-log >/dev/null 2>>"$RUNDIR/tierctl.log"
+  "$ctl" --db "$db" plan add bench429 --rate "$DENY_RATE" --algorithm sliding-log >/dev/null 2>>"$RUNDIR/tierctl.log"
   for i in $(seq 1 "$KEYS"); do
-    "$TIERCTL_BIN" --db "$DB" user add "bench-$i" --plan bench >/dev/null 2>>"$RUNDIR/tierctl.log"
-    "$TIERCTL_BIN" --db "$DB" key create "bench-$i" >>"$KEYFILE" 2>>"$RUNDIR/tierctl.log"
+    "$ctl" --db "$db" user add "bench-$i" --plan bench >/dev/null 2>>"$RUNDIR/tierctl.log"
+    "$ctl" --db "$db" key create "bench-$i" 2>>"$RUNDIR/tierctl.log" | tail -n 1 >>"$keyfile"
     if [[ $P7 == 1 ]]; then
-      "$TIERCTL_BIN" --db "$DB" user add "bench429-$i" --plan bench429 >/dev/null 2>>"$RUNDIR/tierctl.log"
-      "$TIERCTL_BIN" --db "$DB" key create "bench429-$i" >>"$DENYFILE" 2>>"$RUNDIR/tierctl.log"
+      "$ctl" --db "$db" user add "bench429-$i" --plan bench429 >/dev/null 2>>"$RUNDIR/tierctl.log"
+      "$ctl" --db "$db" key create "bench429-$i" 2>>"$RUNDIR/tierctl.log" | tail -n 1 >>"$denyfile"
     fi
   done
-  [[ $(grep -c . "$KEYFILE") == "$KEYS" ]] || die "expected $KEYS keys in $KEYFILE"
+  [[ $(grep -c . "$keyfile") == "$KEYS" ]] || die "expected $KEYS keys in $keyfile"
+}
+declare -A DB_OF=() KEYFILE_OF=() DENYFILE_OF=()   # per tierproxy row; other rows use KEYFILE
+if want tierproxy_memory || want tierproxy_redis; then
+  make_catalog "$TIERCTL_BIN" "$DB" "$KEYFILE" "$DENYFILE"
 else
+  : >"$KEYFILE"; : >"$DENYFILE"
   for i in $(seq 1 "$KEYS"); do echo "key-$i" >>"$KEYFILE"; done   # no proxy checks them
+fi
+for store in memory redis; do
+  DB_OF[tierproxy_$store]=$DB; KEYFILE_OF[tierproxy_$store]=$KEYFILE; DENYFILE_OF[tierproxy_$store]=$DENYFILE
+  DB_OF[tierproxy_${store}_baseline]=$DB; KEYFILE_OF[tierproxy_${store}_baseline]=$KEYFILE
+  DENYFILE_OF[tierproxy_${store}_baseline]=$DENYFILE
+done
+if [[ -n ${BASELINE_TIERCTL_BIN:-} ]] && { want tierproxy_memory_baseline || want tierproxy_redis_baseline; }; then
+  make_catalog "$BASELINE_TIERCTL_BIN" "$RUNDIR/plans-baseline.db" "$RESULTS_DIR/keys-baseline.txt" "$RESULTS_DIR/keys-429-baseline.txt"
+  for store in memory redis; do
+    DB_OF[tierproxy_${store}_baseline]=$RUNDIR/plans-baseline.db
+    KEYFILE_OF[tierproxy_${store}_baseline]=$RESULTS_DIR/keys-baseline.txt
+    DENYFILE_OF[tierproxy_${store}_baseline]=$RESULTS_DIR/keys-429-baseline.txt
+  done
 fi
 KEY1=$(head -n 1 "$KEYFILE")
 
@@ -452,7 +509,7 @@ if want nginx_proxy; then
   fi
 fi
 
-if want tierproxy_redis; then
+if want tierproxy_redis || want tierproxy_redis_baseline; then
   free_port REDIS_PORT
   start_bg redis redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --save '' --appendonly no \
     --daemonize no --dir "$RUNDIR"
@@ -467,9 +524,10 @@ fi
 
 SHIM=$RUNDIR/sqlite_count.so
 cc -O2 -shared -fPIC -o "$SHIM" "$BENCH/sqlite_count.c" -ldl || die "could not compile $BENCH/sqlite_count.c"
-for store in memory redis; do
-  name=tierproxy_$store
+for name in tierproxy_memory tierproxy_memory_baseline tierproxy_redis tierproxy_redis_baseline; do
   want "$name" || continue
+  store=${name#tierproxy_}; store=${store%_baseline}
+  bin=$TIERPROXY_BIN; [[ $name == *_baseline ]] && bin=$BASELINE_TIERPROXY_BIN
   free_port port
   cat >"$RUNDIR/$name.ini" <<INI
 [proxy]
@@ -479,7 +537,7 @@ workers = 1
 [admin]
 listen =
 [plans]
-db = $DB
+db = ${DB_OF[$name]}
 [limits]
 store = $store
 redis = redis://127.0.0.1:${REDIS_PORT:-6379}/0
@@ -489,38 +547,42 @@ INI
   cp -f "$RUNDIR/$name.ini" "$RESULTS_DIR/conf/"
   truncate -s 4096 "$RUNDIR/$name.sqlite-count"
   start_bg "$name" env LD_PRELOAD="$SHIM" TP_BENCH_SQLITE_COUNTER="$RUNDIR/$name.sqlite-count" \
-    "$TIERPROXY_BIN" -c "$RUNDIR/$name.ini"
+    "$bin" -c "$RUNDIR/$name.ini"
   PORT_OF[$name]=$port
-  wait_http "$name" "$port" "$KEY1" 30
+  wait_http "$name" "$port" "$(head -n 1 "${KEYFILE_OF[$name]}")" 30
   ACTIVE+=("$name")
   DESC_OF[$name]="tierproxy, workers = 1, store = $store, access log off; plan bench: sliding-log $HIGH_RATE (nothing rejected)"
+  if [[ $name == *_baseline ]]; then
+    DESC_OF[$name]="the same with BASELINE_TIERPROXY_BIN $bin ($(build_info "$bin"))${BASELINE_TIERCTL_BIN:+, its own catalog made by $BASELINE_TIERCTL_BIN}"
+  fi
 done
 [[ ${#ACTIVE[@]} -gt 0 ]] || die "no row to run (ROWS=$ROWS)"
 
 # ------------------------------------------------------------------ sanity checks
 for row in "${ACTIVE[@]}"; do
-  code=$(curl -s -o "$RUNDIR/check.body" -w '%{http_code}' --max-time 3 -H "Authorization: Bearer $KEY1" "http://127.0.0.1:${PORT_OF[$row]}/")
+  code=$(curl -s -o "$RUNDIR/check.body" -w '%{http_code}' --max-time 3 -H "Authorization: Bearer $(head -n 1 "${KEYFILE_OF[$row]:-$KEYFILE}")" "http://127.0.0.1:${PORT_OF[$row]}/")
   [[ $code == 200 ]] || die "sanity: $row answered $code for an allowed key"
   [[ $(<"$RUNDIR/check.body") == "$BODY" ]] || die "sanity: $row returned a different body: $(head -c 200 "$RUNDIR/check.body")"
 done
-for row in tierproxy_memory tierproxy_redis; do
+for row in tierproxy_memory tierproxy_memory_baseline tierproxy_redis tierproxy_redis_baseline; do
   [[ -n ${PORT_OF[$row]:-} ]] || continue
   c=$(curl -s -o /dev/null -w '%{http_code}' -H "Authorization: Bearer bench-no-such-key" "http://127.0.0.1:${PORT_OF[$row]}/")
   [[ $c == 401 ]] || die "sanity: $row answered $c for an unknown key (expected 401)"
   if [[ $P7 == 1 ]]; then
-    k=$(head -n 1 "$DENYFILE")
+    k=$(head -n 1 "${DENYFILE_OF[$row]}")
     c1=$(curl -s -o /dev/null -w '%{http_code}' -H "Authorization: Bearer $k" "http://127.0.0.1:${PORT_OF[$row]}/")
     c2=$(curl -s -o /dev/null -w '%{http_code}' -H "Authorization: Bearer $k" "http://127.0.0.1:${PORT_OF[$row]}/")
     [[ $c2 == 429 ]] || die "sanity: $row answered $c1 then $c2 for a bench429 key (expected 429 the second time)"
   fi
 done
-if [[ -n ${PORT_OF[tierproxy_redis]:-} ]]; then
+for row in tierproxy_redis tierproxy_redis_baseline; do
+  [[ -n ${PORT_OF[$row]:-} ]] || continue
   b=$(redis_stats)
-  curl -s -o /dev/null -H "Authorization: Bearer $KEY1" "http://127.0.0.1:${PORT_OF[tierproxy_redis]}/"
+  curl -s -o /dev/null -H "Authorization: Bearer $(head -n 1 "${KEYFILE_OF[$row]}")" "http://127.0.0.1:${PORT_OF[$row]}/"
   a=$(redis_stats)
   (( $(kv evalsha_calls "$a") + $(kv eval_calls "$a") > $(kv evalsha_calls "$b") + $(kv eval_calls "$b") )) \
-    || die "sanity: tierproxy_redis made no EVAL/EVALSHA call in redis-server for a request"
-fi
+    || die "sanity: $row made no EVAL/EVALSHA call in redis-server for a request"
+done
 log "all rows answer correctly: ${ACTIVE[*]}"
 
 # ------------------------------------------------------------------ load runs
@@ -532,7 +594,15 @@ nruns=$(( ${#ACTIVE[@]} + 2 * ${#P7_TARGETS[@]} ))
 log "$CYCLES cycles x $nruns runs x $((WARMUP + DURATION)) s: about $(( CYCLES * nruns * (WARMUP + DURATION + 1) / 60 + 1 )) min"
 for cycle in $(seq 1 "$CYCLES"); do
   log "cycle $cycle/$CYCLES"
-  for row in "${ACTIVE[@]}"; do measure "$cycle" "$row" "$row" "$CONNS" "$KEYFILE"; done
+  order=("${ACTIVE[@]}")
+  if (( cycle % 2 == 0 )); then              # even cycles: each baseline row just before its pair
+    for i in "${!order[@]}"; do
+      if [[ ${order[$i]} == *_baseline && $i -gt 0 && ${order[$((i - 1))]} == "${order[$i]%_baseline}" ]]; then
+        order[$i]=${order[$((i - 1))]}; order[$((i - 1))]=${order[$i]}_baseline
+      fi
+    done
+  fi
+  for row in "${order[@]}"; do measure "$cycle" "$row" "$row" "$CONNS" "${KEYFILE_OF[$row]:-$KEYFILE}"; done
   for row in "${P7_TARGETS[@]}"; do measure "$cycle" "${row}@c$P7_CONNS" "$row" "$P7_CONNS" "$KEYFILE"; done
   for row in "${P7_TARGETS[@]}"; do measure "$cycle" "${row}@429" "$row" "$CONNS" "$DENYFILE"; done
 done
@@ -543,7 +613,7 @@ META=$RESULTS_DIR/meta.txt
   printf 'date=%s\n' "$(date -u '+%Y-%m-%d %H:%M UTC')"
   printf 'command=%s\n' "$COMMAND"
   printf 'machine=%s\n' "$(nproc) CPUs ($(awk -F': ' '/model name/ { print $2; exit }' /proc/cpuinfo)), kernel $(uname -r), $(. /etc/os-release 2>/dev/null; echo "${PRETTY_NAME:-?}"), $(awk '/MemTotal/ { printf "%.0f GiB RAM", $2 / 1048576 }' /proc/meminfo)"
-  printf 'tools=%s\n' "$( [[ $HAVE_NGINX == 1 ]] && nginx -v 2>&1 | sed 's/^nginx version: //'), $(redis-server --version | awk '{ print "redis", $3 }' | sed 's/v=//'), $(wrk -v 2>&1 | head -n1 | sed 's/ *Copyright.*//'), $("$TIERPROXY_BIN" --version 2>/dev/null | head -n1) ($BUILDTYPE, $(git -C "$ROOT" describe --always --dirty 2>/dev/null || echo '?'))"
+  printf 'tools=%s\n' "$( [[ $HAVE_NGINX == 1 ]] && nginx -v 2>&1 | sed 's/^nginx version: //'), $(redis-server --version | awk '{ print "redis", $3 }' | sed 's/v=//'), $(wrk -v 2>&1 | head -n1 | sed 's/ *Copyright.*//'), $("$TIERPROXY_BIN" --version 2>/dev/null | head -n1) ($(build_info "$TIERPROXY_BIN"))"
   printf 'load=wrk -t%s -c%s -d%ss --latency --timeout 5s -s etc/bench/wrk-keys.lua (after a %ss unrecorded warm-up), Authorization: Bearer KEY rotating per request over %s API keys made with tierctl; rows interleaved, %s cycles; every server has one worker\n' \
     "$THREADS" "$CONNS" "$DURATION" "$WARMUP" "$KEYS" "$CYCLES"
   printf 'conns=%s\np7_conns=%s\nbusy_pct=%s\nmax_retry=%s\nnproc=%s\nresults=%s\nduration=%s\n' "$CONNS" "$P7_CONNS" "$BUSY_PCT" "$MAX_RETRY" "$NPROC" "$RESULTS_DIR" "$DURATION"

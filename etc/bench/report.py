@@ -145,6 +145,43 @@ def main():
       "whatever else runs on it: treat differences under ~10% between rows as noise.")
     w("")
 
+    # ---------------------------------------------------------------- after / before
+    pairs = [(t, t + "_baseline") for t in ("tierproxy_memory", "tierproxy_redis")
+             if R.has(t) and R.has(t + "_baseline")]
+    if pairs:
+        w("## This build against BASELINE_TIERPROXY_BIN (proxy CPU per request)")
+        w("")
+        w("| store | proxy µs/req after (min–max) | proxy µs/req before (min–max) | after/before | per-cycle ratios "
+          "| verdict | req/s after/before | redis-server µs/req after/before |")
+        w("|---|---:|---:|---:|---|---|---:|---:|")
+        for after, before in pairs:
+            a = R.per_cycle(after, "us_proxy")
+            b = R.per_cycle(before, "us_proxy")
+            q = [a[c] / b[c] for c in sorted(a) if c in b and b[c] > 0]
+            if len(q) < 3:
+                verdict_text = f"too few cycles to judge ({len(q)})"
+            elif min(q) > 1.0:
+                verdict_text = "**worse, beyond noise** (every cycle above 1.00)"
+            elif max(q) < 1.0:
+                verdict_text = "better, beyond noise (every cycle below 1.00)"
+            else:
+                verdict_text = "within noise (the per-cycle range holds 1.00)"
+            av, bv = list(a.values()), list(b.values())
+            redis = "redis" in after
+            w(f"| {after[10:]} | {f(R.med(after, 'us_proxy'), '{:.2f}')} ({min(av):.2f}–{max(av):.2f}) "
+              f"| {f(R.med(before, 'us_proxy'), '{:.2f}')} ({min(bv):.2f}–{max(bv):.2f}) "
+              f"| {f(R.ratio(after, before, 'us_proxy'), '{:.3f}')} | {' / '.join(f'{x:.3f}' for x in q)} "
+              f"| {verdict_text} | {f(R.ratio(after, before), '{:.3f}')} "
+              f"| {f(R.ratio(after, before, 'us_redis'), '{:.3f}') if redis else '-'} |")
+        w("")
+        w("after = the rows above without a suffix (TIERPROXY_BIN), before = the *_baseline rows "
+          "(BASELINE_TIERPROXY_BIN); each pair ran back to back in every cycle (the baseline second in odd "
+          "cycles, first in even ones). after/before = median of per-cycle ratios of proxy CPU µs per request; "
+          "the run's noise is the min–max of those per-cycle ratios: within noise when that range holds 1.00, "
+          "worse (better) when every cycle is above (below) 1.00, which 3 or more cycles are needed to judge. "
+          "The min–max after each median is the per-cycle spread of that row alone, host drift included.")
+        w("")
+
     # ---------------------------------------------------------------- store / catalog
     tp_runs = [n for n in names if n.startswith("tierproxy_") and R.has(n)]
     if tp_runs:
