@@ -400,12 +400,7 @@ static ssize_t read_response_body(void *cls, uint64_t pos, char *buf, size_t max
     if (avail > 0) {
         size_t n = avail < max ? avail : max;
         memcpy(buf, u->body.data + u->body.off, n);
-        bytebuf_consume(&u->body, n);
-        *u->bytes_sent += n;
-        if (u->curl_paused && u->body.len < RESP_BUFFER_LOW && !u->done) {
-            u->curl_paused = false;
-            curl_easy_pause(u->easy, CURLPAUSE_CONT);
-        }
+        upstream_body_sent(u, n);
         return (ssize_t)n;
     }
     if (u->done && !slots_pending && u->body.len == 0)
@@ -414,6 +409,27 @@ static ssize_t read_response_body(void *cls, uint64_t pos, char *buf, size_t max
     u->reader_waiting = true;
     u->hooks->starved(u->owner);
     return 0;
+}
+
+void upstream_want_body(struct upstream *u)
+{
+    u->reader_waiting = true;
+}
+
+size_t upstream_body_pending(const struct upstream *u, const char **data)
+{
+    *data = u->body.data != NULL ? u->body.data + u->body.off : "";
+    return u->body.len;
+}
+
+void upstream_body_sent(struct upstream *u, size_t n)
+{
+    bytebuf_consume(&u->body, n);
+    *u->bytes_sent += n;
+    if (u->curl_paused && u->body.len < RESP_BUFFER_LOW && !u->done) {
+        u->curl_paused = false;
+        curl_easy_pause(u->easy, CURLPAUSE_CONT);
+    }
 }
 
 /* libmicrohttpd callocs the block with every response: a small body gets a small one. */
@@ -456,8 +472,8 @@ struct MHD_Response *upstream_response(struct upstream *u, bool head_request, bo
  * would say 200). The room MHD's own lines (status, Date, Content-Length, Connection) and
  * the RateLimit headers take. */
 #define MHD_OWN_LINES_BYTES 512
-_Static_assert(FORWARD_CLIENT_POOL_BYTES >= FORWARD_UPSTREAM_HEAD_MAX + MAX_HEAD_BYTES + MHD_OWN_LINES_BYTES,
-               "the pool holds the largest request head next to the largest upstream head");
+_Static_assert(FORWARD_CLIENT_POOL_BYTES >= MAX_HEAD_BYTES + MHD_OWN_LINES_BYTES + 4096,
+               "the pool holds the largest request head and an ordinary response head");
 
 bool upstream_head_fits(const struct upstream *u, size_t client_head_bytes)
 {

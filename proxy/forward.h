@@ -30,12 +30,13 @@ struct forwarder;
 /* libmicrohttpd's per-connection memory pool (MHD_OPTION_CONNECTION_MEMORY_LIMIT in
  * worker.c; the one size for every use of it). The request head (its bytes, and 64 bytes
  * of list entry per field) and the response head MHD writes must fit in it together, or
- * MHD drops the connection without an answer: 64 KiB of upstream head (SPEC) + the 16 KiB
- * request head limit (head_screen.h) + 16 KiB for MHD's field entries (a 16 KiB head of
- * up to ~250 fields) and its own lines. Being over 32 KiB, libmicrohttpd 0.9.75 maps it
- * with mmap, so pages never written cost no memory; it zeroes the whole pool after each
- * request, so a kept-alive connection holds all of it (pool_trim.c gives idle ones back). */
-#define FORWARD_CLIENT_POOL_BYTES (96 * 1024)
+ * MHD drops the connection without an answer; a response head that would not fit goes out
+ * without MHD (raw_response.h). libmicrohttpd 0.9.75 zeroes the whole pool after every
+ * request, so its size is paid on every request: 96 KiB, enough for SPEC's 64 KiB upstream
+ * heads, cost 8-11% more proxy CPU per request than 32 KiB (etc/bench.sh). 36 KiB is the
+ * smallest size it maps with mmap (over 32 KiB, whole pages): page-aligned and untouched
+ * pages free, so pool_trim.c can give an idle connection's pages back. */
+#define FORWARD_CLIENT_POOL_BYTES (36 * 1024)
 
 /* One per worker. log_warnings: TLS failures are logged. NULL when curl cannot be set up. */
 struct forwarder *forwarder_create(struct event_base *base, const struct proxy_config *cfg, struct metrics *metrics,
@@ -122,6 +123,14 @@ bool upstream_head_fits(const struct upstream *u, size_t client_head_bytes);
  * arrived (and the slots are back), else streamed from the body as it comes. *bodiless is
  * set for HEAD, 204, 304 and an empty body. NULL when memory runs out. */
 struct MHD_Response *upstream_response(struct upstream *u, bool head_request, bool *bodiless);
+
+/* For a response written without libmicrohttpd (raw_response.c): the body bytes received
+ * and not yet sent (*data points at them), and the n of them that went to the client
+ * (dropped, counted in the owner's bytes_sent; a paused transfer goes on). */
+size_t upstream_body_pending(const struct upstream *u, const char **data);
+/* ... and hooks->body_in is called when the next bytes come. */
+void upstream_want_body(struct upstream *u);
+void upstream_body_sent(struct upstream *u, size_t n);
 
 /* Stops a transfer still under way (the client left, or the request ends). Idempotent. */
 void upstream_abort(struct upstream *u);

@@ -21,6 +21,7 @@
 #include "proxy/metrics.h"
 #include "proxy/netaddr.h"
 #include "proxy/pool_trim.h"
+#include "proxy/raw_response.h"
 #include "proxy/respond.h"
 #include "proxy/scratch.h"
 #include "proxy/websocket.h"
@@ -112,6 +113,7 @@ struct request {
     bool forwarded;               /* up was started (forward.c's) */
     struct upstream up;
     struct ws_tunnel *ws;         /* a WebSocket handshake's tunnel (websocket.c's) */
+    struct raw_response *raw;     /* the response written without MHD (a head too big for it) */
 
     /* for the access log and metrics */
     unsigned status;              /* the status queued; 0 when none was */
@@ -282,6 +284,7 @@ static void request_unref(struct request *r)
     if (r->close_watch != NULL)
         event_free(r->close_watch);
     ws_free(r->ws);
+    raw_response_free(r->raw);
     upstream_release(&r->up);
     if (r->pending != NULL)
         MHD_destroy_response(r->pending);
@@ -355,7 +358,10 @@ static void on_client_closed(evutil_socket_t fd, short what, void *arg)
     request_release_slots(r);
     if (r->forwarded)
         upstream_abort(&r->up);
-    if (r->phase == PHASE_RESPONDING)
+    if (r->raw != NULL) {
+        raw_response_cut(r->raw); /* part of the answer is out: nothing more can go */
+        request_wake(r);
+    } else if (r->phase == PHASE_RESPONDING)
         request_wake(r); /* the body reader sees the transfer cut short and ends */
     else
         request_set_pending(r, 499, respond_error("client_closed_request", &r->bytes_sent));
@@ -492,6 +498,10 @@ static void finish_client_side(struct request *r)
         deliver_stashed(r);
         return;
     }
+    if (r->raw != NULL) {
+        raw_response_pump(r->raw); /* the end may go now */
+        return;
+    }
     const struct upstream *u = &r->up;
     /* curl refuses some malformed heads itself (a field line without a colon) */
     if (u->bad_head || (!u->head_done && u->result == CURLE_WEIRD_SERVER_REPLY)) {
@@ -507,7 +517,11 @@ static void finish_client_side(struct request *r)
 
 static void on_upstream_progress(void *owner)
 {
-    request_wake(owner);
+    struct request *r = owner;
+    if (r->raw != NULL)
+        raw_response_pump(r->raw);
+    else
+        request_wake(r);
 }
 
 static void on_upstream_finished(void *owner)
@@ -535,15 +549,61 @@ static const struct upstream_hooks upstream_hooks = {
     .slots_pending = upstream_waits_for_slots,
 };
 
+static void on_raw_over(void *owner)
+{
+    struct request *r = owner;
+    if (r->forwarded)
+        upstream_abort(&r->up); /* cut short: the client is gone or stopped reading */
+    request_wake(r); /* MHD asks again and is told to close the connection */
+}
+
+static const struct raw_response_hooks raw_hooks = {
+    .slots_pending = upstream_waits_for_slots,
+    .over = on_raw_over,
+};
+
+static void add_raw_field(void *rr, const char *name, const char *value)
+{
+    raw_response_field(rr, name, value);
+}
+
+/* The upstream's head does not fit MHD's connection pool beside the request's: the proxy
+ * writes the response on the socket itself (raw_response.h). False when it cannot. */
+static bool respond_raw(struct request *r)
+{
+    struct upstream *u = &r->up;
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(r->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+    if (ci == NULL)
+        return false;
+    r->raw = raw_response_create(r->ctx->base, ci->connect_fd, u, r->ctx->cfg->upstream_timeout_ms, &raw_hooks, r);
+    if (r->raw == NULL)
+        return false;
+    for (size_t i = 0; i < u->n_fields; i++)
+        raw_response_field(r->raw, u->fields[i].name, u->fields[i].value);
+    respond_ratelimit_fields(r->ctx->cfg->headers, &r->gate, decided(r), add_raw_field, r->raw);
+    bool bodiless = strcmp(r->method, "HEAD") == 0 || u->status == 204 || u->status == 304;
+    r->status = (unsigned)u->status;
+    if (raw_response_send(r->raw, (unsigned)u->status, bodiless, u->content_length) < 0) {
+        raw_response_free(r->raw);
+        r->raw = NULL;
+        r->status = 0;
+        return false;
+    }
+    return true;
+}
+
 /* MHD asks for the response and the upstream's head is in: it becomes r->pending, or
- * r->stashed when a bodiless response must wait for the slots' release, or a 502. */
+ * r->stashed when a bodiless response must wait for the slots' release, or goes out
+ * without MHD when its head is too big for MHD, or a 502. */
 static void respond_from_upstream(struct request *r)
 {
     r->response_made = true;
     struct upstream *u = &r->up;
     if (!upstream_head_fits(u, r->head_bytes)) {
+        if (respond_raw(r))
+            return;
         upstream_abort(u);
-        r->pending = respond_error("bad_upstream_response", &r->bytes_sent);
+        r->pending = respond_error("upstream_unavailable", &r->bytes_sent);
         r->pending_status = MHD_HTTP_BAD_GATEWAY;
         return;
     }
@@ -940,6 +1000,12 @@ enum MHD_Result request_handle(void *cls, struct MHD_Connection *conn, const cha
     case PHASE_FORWARDING:
         if (r->forwarded && r->up.head_done && !r->response_made && r->pending == NULL)
             respond_from_upstream(r);
+        if (r->raw != NULL) {
+            if (raw_response_over(r->raw))
+                return MHD_NO; /* written without MHD: the connection closes */
+            request_suspend(r);
+            return MHD_YES;
+        }
         if (r->pending != NULL)
             return queue_pending(r);
         request_suspend(r);
@@ -1004,6 +1070,8 @@ void request_completed(void *cls, struct MHD_Connection *conn, void **req_cls, e
     r->mhd_done = true;
     if (r->forwarded)
         upstream_abort(&r->up);
+    if (r->raw != NULL)
+        raw_response_cut(r->raw); /* MHD closes the socket */
     bool tunnel_holds_slots = false;
     if (r->ws != NULL) {
         bool upgrade_missed;

@@ -94,6 +94,15 @@ static size_t ratelimit_items(const struct gate_check *check, const struct limit
     return n;
 }
 
+void respond_ratelimit_fields(unsigned styles, const struct gate_check *check, const struct limiter_result *result,
+                              header_add_fn *add, void *arg)
+{
+    struct ratelimit_item items[LIMITER_MAX_RULES];
+    size_t n = ratelimit_items(check, result, items);
+    if (n > 0)
+        ratelimit_headers_render(styles, items, n, result->now_ms, add, arg);
+}
+
 void respond_add_ratelimit_headers(unsigned styles, const struct gate_check *check, const struct limiter_result *result,
                                    struct MHD_Response *response)
 {

@@ -5,6 +5,7 @@
 #include <stdint.h>
 
 #include "proxy/gate.h"
+#include "proxy/ratelimit_headers.h"
 #include "store/limiter.h"
 
 /* The body of every JSON error, {"error_code": code}, into buf; its length (snprintf's). */
@@ -30,6 +31,11 @@ struct MHD_Response *respond_limited(const char *error_code, int64_t retry_after
  * (proxy_config.headers). */
 void respond_add_ratelimit_headers(unsigned styles, const struct gate_check *check, const struct limiter_result *result,
                                    struct MHD_Response *response);
+
+/* The same fields given to add(arg, name, value) one by one (for a response written without
+ * libmicrohttpd, raw_response.c). */
+void respond_ratelimit_fields(unsigned styles, const struct gate_check *check, const struct limiter_result *result,
+                              header_add_fn *add, void *arg);
 
 /* The verdict of the limit closest to running out (ratelimit_closest's rule), which the
  * draft and x headers and the access log's limit/remaining describe; for a refused request

@@ -365,8 +365,8 @@ int worker_init(struct worker *w, int index, const struct proxy_shared *shared, 
                                     MHD's only backs it up (MHD_add_connection over it
                                     would close the client's socket). */
                                  MHD_OPTION_CONNECTION_LIMIT, w->connection_limit + 64,
-                                 /* Sized in forward.h: the 64 KiB upstream head SPEC allows,
-                                    next to the request head. */
+                                 /* Sized in forward.h: paid on every request (MHD zeroes it
+                                    after each); bigger response heads bypass it. */
                                  MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)FORWARD_CLIENT_POOL_BYTES,
                                  MHD_OPTION_END);
     if (w->daemon == NULL) {

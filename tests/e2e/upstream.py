@@ -20,6 +20,9 @@ Endpoints (any method):
   /headsize/<total>/<line>  a 200 whose raw head (status line to blank line) is exactly
                          <total> bytes: header lines X-H-<i> of <line> bytes each (CRLF
                          included; the last one takes up the rest), body "ok"
+  /widehead/<n>[/close]  a 200 with a 50 KB head (X-H-<i> fields of 100 bytes) and a body
+                         of n bytes "b", written in 64 KiB pieces 10 ms apart, with
+                         Content-Length, or close-delimited with /close; HEAD: the head only
   /badhead[/<kind>]      a malformed response head, then closes; kind: nocolon (a field
                          line without a colon, the default), ctl (a control character in
                          a value), name (a space in a field name)
@@ -202,6 +205,23 @@ class Handler(http.server.BaseHTTPRequestHandler):
                 return self.send_bytes(200, self.echo(body), extra=pads)
             if parts[0] == "headsize" and len(parts) == 3:
                 self.wfile.write(exact_head(int(parts[1]), int(parts[2])) + b"ok")
+                return None
+            if parts[0] == "widehead" and len(parts) in (2, 3):
+                n, close = int(parts[1]), len(parts) == 3 and parts[2] == "close"
+                self.send_response(200)
+                for i in range(500):
+                    self.send_header("X-H-%d" % i, "v" * 90)
+                if close:
+                    self.send_header("Connection", "close")
+                    self.close_connection = True
+                else:
+                    self.send_header("Content-Length", str(n))
+                self.end_headers()
+                if self.command != "HEAD":
+                    for off in range(0, n, 65536):
+                        self.wfile.write(b"b" * min(65536, n - off))
+                        self.wfile.flush()
+                        time.sleep(0.01)
                 return None
             if parts[0] == "badhead":
                 kind = parts[1] if len(parts) == 2 else "nocolon"
