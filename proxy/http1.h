@@ -6,6 +6,8 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
+#include <strings.h>
 
 bool http1_name_ok(const char *name, size_t len);   /* a token (RFC 9110 5.1) */
 bool http1_value_ok(const char *value, size_t len); /* no control character but HTAB (RFC 9110 5.5) */
@@ -25,8 +27,12 @@ struct http1_field {
 };
 int http1_field_line(const char *line, size_t len, struct http1_field *out);
 
-/* True for a name that is a case-insensitive match of `literal`. */
-bool http1_name_is(const char *name, size_t len, const char *literal);
+/* True for a name that is a case-insensitive match of `literal` (inline: the literal's
+ * length folds away). */
+static inline bool http1_name_is(const char *name, size_t len, const char *literal)
+{
+    return strlen(literal) == len && strncasecmp(name, literal, len) == 0;
+}
 
 /* Fields meant for one connection, never forwarded (RFC 9110 7.6.1), plus the old
  * Keep-Alive and Proxy-Connection that clients still send. */

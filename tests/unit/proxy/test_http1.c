@@ -26,6 +26,22 @@ static void test_field_characters(void **state)
     assert_true(http1_name_ok("X-A_b!#", 7));
 }
 
+/* Every byte value at every position of values up to 24 long, as the byte rule says:
+ * the eight-at-a-time scan must miss nothing and refuse nothing more. */
+static void test_value_scan_matches_the_byte_rule(void **state)
+{
+    (void)state;
+    char v[24];
+    for (size_t len = 1; len <= sizeof(v); len++)
+        for (size_t at = 0; at < len; at++)
+            for (int c = 0; c < 256; c++) {
+                memset(v, 'a', sizeof(v));
+                v[at] = (char)c;
+                bool byte_ok = (c >= 0x20 && c != 0x7f) || c == '\t';
+                assert_int_equal(http1_value_ok(v, len), byte_ok);
+            }
+}
+
 static void test_content_length_values(void **state)
 {
     (void)state;
@@ -90,6 +106,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_field_characters),
+        cmocka_unit_test(test_value_scan_matches_the_byte_rule),
         cmocka_unit_test(test_content_length_values),
         cmocka_unit_test(test_field_lines),
         cmocka_unit_test(test_hop_by_hop_names),
