@@ -1,88 +1,109 @@
--- check.lua: one atomic check of every rule (rate and concurrency) of one subject
+-- check.lua: one atomic check of every rule (rate, quota and concurrency) of one subject
 -- (store/limiter_redis.c).
 -- The same arithmetic as store/algorithms.c (see the meaning of the numbers there); change
 -- both together: tests/unit/store/test_limiter_redis.c holds them to equal answers.
 --
 -- KEYS[i]            state of rule i: "<prefix>{<subject>}:<rule id>" (one slot per check)
--- ARGV[1]            now in Unix ms, or negative: the server clock (TIME)
--- ARGV[4i-2 .. 4i+1] rule i: kind (enum limit_kind: 0 sliding-log, 1 sliding-window,
---                    2 token-bucket, 3 fixed-window, 4 concurrency), rate, burst, window_ms
+-- ARGV[1]            now in Unix ms, or negative: the server clock (TIME); "peek:<now>":
+--                    decide and answer every rule, record nothing (limiter_peek)
+-- ARGV[5i-3 .. 5i+1] rule i: kind (enum limit_kind: 0 sliding-log, 1 sliding-window,
+--                    2 token-bucket, 3 fixed-window, 4 concurrency, 5 quota), rate, burst,
+--                    window_ms (a quota: its period, enum limit_period: 1 day, 2 week,
+--                    3 month), cost (>= 1: the units this request counts; concurrency: 1)
 --                    (concurrency: rate = N slots, burst 0, window_ms = the lease TTL)
--- ARGV[4n+2]         the lease id; present only when some rule is a concurrency rule
+-- ARGV[5n+2]         the lease id; present only when some rule is a concurrency rule
 -- Returns {now, all_allowed, then per rule: allowed, limit, remaining, reset_ms}.
 -- Reads first; writes (with a TTL on every key written) only when every rule allows; the
 -- one write otherwise: a sliding log whose window grew (a limit changed in place) gets the
 -- new window's TTL, so its entries still count past the old window's.
--- C = rate + burst; t = now, or the state's newest time when that is later (a clock that
--- goes backwards is clamped).
+-- C = rate + burst; k = cost; t = now, or the state's newest time when that is later (a
+-- clock that goes backwards is clamped). A request of cost k is allowed when k requests of
+-- cost 1 would all be, and counts as k units.
 --
--- Sliding log: a list, one entry per admitted request, oldest first (times never decrease).
---   Every entry starts with byte 1 and its time in ms (7-byte big-endian). The last entry
---   (the tail) also carries the state, so that a check reads one entry and writes one:
---     struct '>BI7I7I7I7B' .. 8 x 'I7': 1, t, w, count, dead, j, l1..l8
+-- Sliding log: a list, one entry per admitted request, oldest first (times never
+--   decrease). Every entry starts with byte 2, its time in ms and cum, the running total
+--   of the weights (costs) pushed to the log up to it, mod 2^52 (7-byte big-endian each;
+--   a difference of two, mod 2^52, is exact: a log never holds C >= 2^52 units). The last
+--   entry (the tail) also carries the state, so that a check reads one entry and writes
+--   one:
+--     struct '>BI7I7I7I7I7I7B' .. 8 x 'I7' .. 8 x 'I7': 2, t, cum, w, count, dead, base, j,
+--     l1..l8, c1..c8
 --   w      the window it was recorded under;
 --   dead   the entries at the head that have left the log (kept for a later LTRIM): the
 --          log is entries dead .. dead + count - 1, all in (t - w, t], the tail included;
---   l1..lj the times of the j oldest entries of the log, newest first (j <= 8; slots past
---          j are meaningless). Past them the times are read with LRANGE / LINDEX.
---   Entries other than the tail are only read for their time. A check at t' >= t counts
---   the log's entries later than t' - w: those of l1..lj that are (all of them when
---   j = count), else it reads on from entry dead + j. A different window re-reads the log.
---   An admitted request drops the expired entries from the log (dead grows; LTRIM once 32
---   are dead), pushes its entry, and sets the TTL to 2w when the key is new or its newest
---   entry is of an earlier w-aligned period (floor(t / w) changed): so the TTL is set at
---   the first request of each period and the key outlives its newest entry by at least w.
---   A sorted set (the layout before: score = ms, member = "<ms>:<count before>") is read
---   as the log it is and rewritten as a list when a request is admitted (the script
---   before takes a list for a stale key: the two must not share a Redis).
---   Verdict, on the log after the check: remaining C - count, reset = its oldest + w - t
---   (0 when it is empty); a rejected request waits for the (count - C + 1)th oldest.
+--   base   the running total before entry dead: the log weighs (cum - base) mod 2^52;
+--   l1..lj, c1..cj  the times and running totals of the j oldest entries of the log,
+--          newest first (j <= 8; slots past j are meaningless). Past them the entries are
+--          read with LRANGE / LINDEX.
+--   Entries other than the tail are only read for their time and running total. A check
+--   at t' >= t counts the log's entries later than t' - w: those of l1..lj that are (all
+--   of them when j = count), else it reads on from entry dead + j. A different window
+--   re-reads the log. A rejected request waits for the oldest entry whose running total
+--   from the log's start reaches used + k - C. An admitted request drops the expired
+--   entries from the log (dead grows; LTRIM once 32 are dead), pushes its entry, and sets
+--   the TTL to 2w when the key is new or its newest entry is of an earlier w-aligned
+--   period (floor(t / w) changed): so the TTL is set at the first request of each period
+--   and the key outlives its newest entry by at least w.
+--   The layouts before -- a list whose entries start with byte 1 (no weights, an 86-byte
+--   tail: 1, t, w, count, dead, j, l1..l8) and a sorted set (score = ms, member =
+--   "<ms>:<count before>") -- are read as the logs they are (weight 1 each) and rewritten
+--   in this layout when a request is admitted (those scripts take this layout for a stale
+--   key: proxies of two versions must not share a Redis).
+--   Verdict, on the log after the check: remaining C - used, reset = its oldest + w - t
+--   (0 when it is empty).
 -- Sliding window: hash a=<tag> w=<window index> c=<count> p=<previous count>, TTL 2w.
 -- Token bucket:   hash a=<tag> l=<tokens * window_ms> t=<ms of l>.
 -- Fixed window:   hash a=<tag> w=<window index> n=<count>, TTL w.
---   tag = "<kind>:<window_ms>"; a hash of another tag, or a key of another type, is
---   stale: treated as empty and replaced when the request is recorded.
+-- Quota:          hash a=<tag> s=<period start, Unix ms> n=<units used in it>, expiring
+--   at the period's end (PEXPIRE end - t). A hash of an earlier period reads as 0 units.
+--   tag = "<kind>:<window_ms>" (a quota: "5:<period>"); a hash of another tag, or a key
+--   of another type, is stale: treated as empty and replaced when the request is recorded.
 -- Concurrency: sorted set, member = lease id, score = its expiry in ms. It counts the
 --   leases whose expiry is after now (live); it allows when live < N, and then drops the
 --   expired ones, adds the lease with score now + TTL and makes sure the key lives at least
 --   TTL longer. Verdict: remaining N - held, reset 1000 when rejected (when a lease ends is
 --   unknowable). store/renew.lua keeps held leases alive.
 
-local floor, byte, type, tonumber = math.floor, string.byte, type, tonumber
+local floor, byte, sub, type, tonumber = math.floor, string.byte, string.sub, type, tonumber
 local call, rpcall = redis.call, redis.pcall
 local tunpack = unpack
 local pack, unpack = struct.pack, struct.unpack
 
-local now = tonumber(ARGV[1])
+local now, peek = tonumber(ARGV[1]), false
+if not now then peek, now = true, tonumber(sub(ARGV[1], 6)) end
 if now < 0 then
   local tm = call('TIME')
   now = tm[1] * 1000 + floor(tm[2] / 1000)
 end
 local n = #KEYS
 
-local K = 8                                           -- times kept in a sliding log's tail
-local TAIL = '>BI7I7I7I7BI7I7I7I7I7I7I7I7'            -- 1, t, w, count, dead, j, l1..l8
-local LIST = '>I7I7I7I7I7I7I7I7'                      -- l1..l8, from byte 31
-local TAIL_LEN = 30 + 7 * K
+local K = 8                                           -- entries known in a sliding log's tail
+local M = 4503599627370496                            -- 2^52: running totals are kept mod M
+local HEAD = '>BI7I7I7I7I7I7B'                        -- 2, t, cum, w, count, dead, base, j
+local HEADR = '>xI7I7I7I7I7I7B'                       -- the same, read
+local LIST = '>I7I7I7I7I7I7I7I7'                      -- l1..l8 from byte 45, c1..c8 from 101
+local TAIL_LEN = 44 + 14 * K
+local TAIL1_LEN = 30 + 7 * K                          -- the layout before
 local TRIM = 32                                       -- dead entries worth an LTRIM
 
 -- The common check, inline (function definitions cost every call): one sliding-log rule
 -- whose tail, or the K entries after its known ones, know enough. The same steps as
--- sl_decide and sl_record below, which do the rest (and all of it for more rules).
+-- sl_decide, sl_reach and sl_record below, which do the rest (and all of it for more rules).
 local m1                                              -- rule 1's last entry, once read
-if n == 1 and ARGV[2] == '0' then
+if n == 1 and ARGV[2] == '0' and not peek then
   local k, w = KEYS[1], tonumber(ARGV[5])
   m1 = rpcall('LINDEX', k, '-1')
-  if type(m1) == 'string' and #m1 == TAIL_LEN and byte(m1, 1) == 1 then
-    local tn, wn, cnt, dead, j = unpack('>xI7I7I7I7B', m1)
+  if type(m1) == 'string' and #m1 == TAIL_LEN and byte(m1, 1) == 2 then
+    local tn, cn, wn, cnt, dead, base, j = unpack(HEADR, m1)
     if wn == w and j <= K and j <= cnt then
       local t = now
       if tn > t then t = tn end
       local lo = t - w
-      local e, p, o = 0, 24 + 7 * j, t                -- l_j, the oldest known, at byte 31 + 7(j-1)
+      local e, p, o = 0, 38 + 7 * j, t                -- l_j, the oldest known, at byte 45 + 7(j-1); c_j 56 on
       while e < j do
         o = unpack('>I7', m1, p)
         if o > lo then break end
+        base = unpack('>I7', m1, p + 56)              -- it left the log
         e = e + 1
         p = p - 7
       end
@@ -91,45 +112,60 @@ if n == 1 and ARGV[2] == '0' then
         r = call('LRANGE', k, dead + e, dead + e + K - 1)
         nk = -1                                       -- unless one of them is in the window
         for x = 1, #r do
-          o = unpack('>xI7', r[x])
-          if o > lo then
-            rx, e = x - 1, e + x - 1
+          local ot, oc = unpack('>xI7I7', r[x])
+          if ot > lo then
+            o, rx, e = ot, x - 1, e + x - 1
             count, nk = cnt - e, #r - rx
             break
           end
+          base = oc
         end
       end
       if nk >= 0 then
-        local c = tonumber(ARGV[3]) + tonumber(ARGV[4])
-        if count < c then
+        local c, cost = tonumber(ARGV[3]) + tonumber(ARGV[4]), tonumber(ARGV[6])
+        local used = (cn - base) % M
+        if used + cost <= c then
           dead = dead + e
           local expire = floor(tn / w) ~= floor(t / w)
           if dead >= TRIM then                        -- (when it empties the list, the key goes)
             call('LTRIM', k, dead, -1)
             dead, expire = 0, expire or count == 0
           end
+          local cnew = (cn + cost) % M
           local tail
           if r then
-            local d = {}                              -- newest first, K of them
-            if count == nk and nk < K then d[1] = t end
-            for x = #r, rx + 1, -1 do d[#d + 1] = unpack('>xI7', r[x]) end
-            local jn = #d
-            for x = jn + 1, K do d[x] = 0 end
-            tail = pack(TAIL, 1, t, w, count + 1, dead, jn, tunpack(d))
+            local ts, cs = {}, {}                     -- newest first, K of them
+            if count == nk and nk < K then ts[1], cs[1] = t, cnew end
+            for x = #r, rx + 1, -1 do ts[#ts + 1], cs[#cs + 1] = unpack('>xI7I7', r[x]) end
+            local jn = #ts
+            for x = jn + 1, K do ts[x], cs[x] = 0, 0 end
+            tail = pack(HEAD, 2, t, cnew, w, count + 1, dead, base, jn) .. pack(LIST, tunpack(ts)) ..
+                   pack(LIST, tunpack(cs))
           elseif count == nk and nk < K then
-            tail = pack(TAIL, 1, t, w, count + 1, dead, nk + 1, t, unpack(LIST, m1, 31))
+            tail = pack(HEAD, 2, t, cnew, w, count + 1, dead, base, nk + 1) .. pack('>I7', t) .. sub(m1, 45, 93) ..
+                   pack('>I7', cnew) .. sub(m1, 101, 149)
           else
-            tail = pack(TAIL, 1, t, w, count + 1, dead, nk, unpack(LIST, m1, 31))
+            tail = pack(HEAD, 2, t, cnew, w, count + 1, dead, base, nk) .. sub(m1, 45, TAIL_LEN)
           end
           call('RPUSH', k, tail)
           if expire then call('PEXPIRE', k, 2 * w) end
           if count == 0 then o = t end
-          return {now, 1, 1, c, c - count - 1, o + w - t}
+          return {now, 1, 1, c, c - used - cost, o + w - t}
         end
-        if count - c < nk then                        -- rejected: wait for the (count - C + 1)th oldest
-          if r then o = unpack('>xI7', r[rx + count - c + 1])
-          else o = unpack('>I7', m1, 24 + 7 * (nk - count + c)) end
-          return {now, 0, 0, c, 0, o + w - t}
+        local need = used + cost - c                  -- rejected: wait for the oldest entry reaching it
+        if r then
+          for x = rx + 1, #r do
+            local ot, oc = unpack('>xI7I7', r[x])
+            if (oc - base) % M >= need then return {now, 0, 0, c, 0, ot + w - t} end
+          end
+        else
+          p = 38 + 7 * nk
+          for x = 1, nk do                            -- l_nk (the oldest) .. l_1
+            if (unpack('>I7', m1, p + 56) - base) % M >= need then
+              return {now, 0, 0, c, 0, unpack('>I7', m1, p) + w - t}
+            end
+            p = p - 7
+          end
         end
       end
     end
@@ -141,135 +177,214 @@ local ceil, min = math.ceil, math.min
 
 -- ---- sliding log ----
 
-local function sl_time(e) return (unpack('>xI7', e)) end
+local EMPTY = {}
+
+-- A log with nothing in it (stale: replace the key when recording).
+local function sl_empty(t, stale)
+  return {t = t, count = 0, first = 0, used = 0, base = 0, cn = 0, lt = EMPTY, lc = EMPTY, stale = stale,
+          expire = true}
+end
+
+-- A log of an earlier layout, its live times ascending (weight 1 each): rewritten when a
+-- request is recorded.
+local function sl_migrate(t, mig)
+  local lt, lc = {}, {}
+  for x = 1, min(#mig, K) do lt[x], lc[x] = mig[x], x end
+  return {t = t, count = #mig, first = 0, used = #mig, base = 0, cn = #mig, lt = lt, lc = lc, stale = true,
+          expire = true, mig = mig}
+end
 
 -- The first index in [a, b) whose time is after lo (the times there ascend; those before a
--- are not after lo), or b; and up to K times from it, ascending.
-local function sl_scan(k, a, b, lo)
+-- are not after lo), the times and running totals of up to K entries from it, ascending,
+-- and the running total before it (base: that of the entry before a, when it is a; nil
+-- when no entry is after lo).
+local function sl_scan(k, a, b, lo, base)
   local r = call('LRANGE', k, a, min(a + K, b) - 1)
   for x = 1, #r do
-    if sl_time(r[x]) > lo then
-      local l = {}
-      for y = x, #r do l[y - x + 1] = sl_time(r[y]) end
-      return a + x - 1, l
+    local ti, ci = unpack('>xI7I7', r[x])
+    if ti > lo then
+      local lt, lc = {}, {}
+      for y = x, #r do lt[y - x + 1], lc[y - x + 1] = unpack('>xI7I7', r[y]) end
+      return a + x - 1, lt, lc, base
     end
+    base = ci
   end
   a = a + #r
   local step = 1
   while a < b do                                      -- gallop, then bisect
     local i = min(a + step - 1, b - 1)
-    if sl_time(call('LINDEX', k, i)) > lo then
+    if unpack('>xI7', call('LINDEX', k, i)) > lo then
       while a < i do
         local mid = floor((a + i) / 2)
-        if sl_time(call('LINDEX', k, mid)) > lo then i = mid else a = mid + 1 end
+        if unpack('>xI7', call('LINDEX', k, mid)) > lo then i = mid else a = mid + 1 end
       end
-      local l = {}
-      r = call('LRANGE', k, a, min(a + K, b) - 1)
-      for x = 1, #r do l[x] = sl_time(r[x]) end
-      return a, l
+      local lt, lc = {}, {}
+      r = call('LRANGE', k, a - 1, min(a + K, b) - 1)   -- from the entry before it
+      local _, bc = unpack('>xI7I7', r[1])
+      for x = 2, #r do lt[x - 1], lc[x - 1] = unpack('>xI7I7', r[x]) end
+      return a, lt, lc, bc
     end
     a = i + 1
     step = step * 2
   end
-  return b, {}
+  return b, EMPTY, EMPTY, nil
 end
 
 -- Decides a sliding-log rule (reads only; m: the key's last entry, when already read).
--- Returns t, count, first (index of the log's first entry), oldest (its time; nil when
--- count = 0), stale (replace the key), expire (set the TTL), the known oldest times of
--- the log: m, nk (l1..lnk of that tail), or l (ascending, a prefix of the log), or mig (the
--- whole log, from a sorted set); and grown (the log was recorded under a shorter window).
+-- Returns the log as it stands at t: t, count (entries), first (index of the first),
+-- used (units), base and cn (running totals before the first and of the last), lt/lc
+-- (times and running totals of its oldest entries, ascending, up to K), stale (replace
+-- the key), expire (set the TTL), mig (a log of an earlier layout: every live time),
+-- grown (the log was recorded under a shorter window).
 local function sl_decide(k, w, m)
   local t = now
   if m == nil then m = rpcall('LINDEX', k, '-1') end
   if type(m) == 'string' then
-    if #m == TAIL_LEN and byte(m, 1) == 1 then
-      local tn, wn, cnt, dead, j = unpack('>xI7I7I7I7B', m)
+    local tag = byte(m, 1)
+    if #m == TAIL_LEN and tag == 2 then
+      local tn, cn, wn, cnt, dead, base, j = unpack(HEADR, m)
       if j <= K and j <= cnt then
         if tn > t then t = tn end
         local lo, expire = t - w, true
         if wn == w then
-          local e, p, o = 0, 24 + 7 * j, nil          -- l_j, the oldest known, at byte 31 + 7(j-1)
-          while e < j do
-            o = unpack('>I7', m, p)
-            if o > lo then break end
-            e = e + 1
-            p = p - 7
+          local lt, lc, e = {}, {}, 0
+          for i = j, 1, -1 do                         -- oldest first
+            local ti, ci = unpack('>I7', m, 38 + 7 * i), unpack('>I7', m, 94 + 7 * i)
+            if ti > lo then lt[#lt + 1], lc[#lc + 1] = ti, ci
+            else base, e = ci, e + 1 end
           end
           expire = floor(tn / w) ~= floor(t / w)
-          if e < j then return t, cnt - e, dead + e, o, false, expire, m, j - e end
-          if e == cnt then return t, 0, dead + e, nil, false, expire, m, 0 end
+          if e < j or e == cnt then
+            return {t = t, count = cnt - e, first = dead + e, used = (cn - base) % M, base = base, cn = cn,
+                    lt = lt, lc = lc, expire = expire}
+          end
           dead, cnt = dead + j, cnt - j               -- all known ones expired: read on
         end
-        local f, l = sl_scan(k, dead, dead + cnt, lo)
-        return t, dead + cnt - f, f, l[1], false, expire, nil, 0, l, nil, wn < w
+        local f, lt, lc, b = sl_scan(k, dead, dead + cnt, lo, base)
+        b = b or cn
+        return {t = t, count = dead + cnt - f, first = f, used = (cn - b) % M, base = b, cn = cn, lt = lt, lc = lc,
+                expire = expire, grown = wn < w}
       end
+    elseif #m == TAIL1_LEN and tag == 1 then          -- the list layout before (weight 1 each)
+      local tn, _, cnt, dead = unpack('>xI7I7I7I7', m)
+      if tn > t then t = tn end
+      local mig = {}
+      for x = dead, dead + cnt - 1, 1000 do
+        local r = call('LRANGE', k, x, min(x + 999, dead + cnt - 1))
+        for y = 1, #r do
+          local ti = unpack('>xI7', r[y])
+          if ti > t - w then mig[#mig + 1] = ti end
+        end
+      end
+      return sl_migrate(t, mig)
     end
-  elseif m and call('TYPE', k)['ok'] == 'zset' then   -- a log of the layout before
+  elseif m and call('TYPE', k)['ok'] == 'zset' then   -- the sorted-set layout before that
     local last = call('ZRANGE', k, -1, -1, 'WITHSCORES')
-    local l = {}
+    local mig = {}
     if last[2] then
       local newest = tonumber(last[2])
       if newest > t then t = newest end
       if newest > t - w then
         local r = call('ZRANGEBYSCORE', k, fmt('(%d', t - w), '+inf', 'WITHSCORES')
-        for x = 2, #r, 2 do l[x / 2] = tonumber(r[x]) end
+        for x = 2, #r, 2 do mig[x / 2] = tonumber(r[x]) end
       end
     end
-    return t, #l, 0, l[1], true, true, nil, 0, nil, l
+    return sl_migrate(t, mig)
   elseif not m then
-    return t, 0, 0, nil, false, true, nil, 0          -- no log yet
+    return sl_empty(t, false)                         -- no log yet
   end
-  return t, 0, 0, nil, true, true, nil, 0             -- another type, or not a log of ours
+  return sl_empty(t, true)                            -- another type, or not a log of ours
 end
 
--- The x-th (from 0) oldest time of the log, for a rejected request.
-local function sl_at(k, x, first, m, nk, l, mig)
-  if m then
-    if x < nk then return (unpack('>I7', m, 24 + 7 * (nk - x))) end
-  elseif mig then
-    return mig[x + 1]
-  elseif l and l[x + 1] then
-    return l[x + 1]
+-- The time of the oldest entry whose running total from the log's start reaches need
+-- (1 <= need <= used), for a rejected request.
+local function sl_reach(k, L, need)
+  local lt, lc, base = L.lt, L.lc, L.base
+  for x = 1, #lt do
+    if (lc[x] - base) % M >= need then return lt[x] end
   end
-  return sl_time(call('LINDEX', k, first + x))
+  if L.mig then return L.mig[need] end                -- weight 1 each
+  local a, b = L.first + #lt, L.first + L.count - 1   -- the last entry reaches it (it is all of used)
+  while a < b do
+    local mid = floor((a + b) / 2)
+    local _, c = unpack('>xI7I7', call('LINDEX', k, mid))
+    if (c - base) % M >= need then b = mid else a = mid + 1 end
+  end
+  return (unpack('>xI7', call('LINDEX', k, a)))
 end
 
--- Records the request (every rule allowed it).
-local function sl_record(k, w, t, count, dead, stale, expire, m, nk, l, mig)
-  if stale then call('DEL', k) end
+-- Records the request (every rule allowed it): one entry of weight cost.
+local function sl_record(k, w, L, cost)
+  local t, count, dead, expire = L.t, L.count, L.first, L.expire
+  if L.stale then
+    call('DEL', k)
+    dead = 0
+  end
+  local mig = L.mig
+  if mig then                                         -- the old log's live entries first
+    for x = 1, count, 1000 do
+      local e = {}
+      for y = x, min(x + 999, count) do e[#e + 1] = pack('>BI7I7', 2, mig[y], y) end
+      call('RPUSH', k, tunpack(e))
+    end
+  end
   if dead >= TRIM then                                -- (when it empties the list, the key goes)
     call('LTRIM', k, dead, -1)
     dead, expire = 0, expire or count == 0
   end
-  local tail
-  if m then
-    if count == nk and nk < K then
-      tail = pack(TAIL, 1, t, w, count + 1, dead, nk + 1, t, unpack(LIST, m, 31))
-    else
-      tail = pack(TAIL, 1, t, w, count + 1, dead, nk, unpack(LIST, m, 31))
-    end
-  else
-    l = l or mig or {}
-    local n = min(#l, K)
-    local d = {}                                      -- newest first, K of them
-    if count == #l and n < K then d[1] = t end
-    for x = n, 1, -1 do d[#d + 1] = l[x] end
-    local j = #d
-    for x = j + 1, K do d[x] = 0 end
-    tail = pack(TAIL, 1, t, w, count + 1, dead, j, tunpack(d))
-    if mig then                                       -- the rest of the old log, first
-      local x = 1
-      while x <= count do
-        local e = {}
-        for y = x, min(x + 999, count) do e[#e + 1] = pack('>BI7', 1, mig[y]) end
-        call('RPUSH', k, tunpack(e))
-        x = x + 1000
-      end
-    end
-  end
-  call('RPUSH', k, tail)
+  local cnew = (L.cn + cost) % M
+  local lt, lc = L.lt, L.lc
+  local ts, cs = {}, {}                               -- newest first, K of them
+  if count == #lt and #lt < K then ts[1], cs[1] = t, cnew end
+  for x = #lt, 1, -1 do ts[#ts + 1], cs[#cs + 1] = lt[x], lc[x] end
+  local j = #ts
+  for x = j + 1, K do ts[x], cs[x] = 0, 0 end
+  call('RPUSH', k, pack(HEAD, 2, t, cnew, w, count + 1, dead, L.base, j) .. pack(LIST, tunpack(ts)) ..
+       pack(LIST, tunpack(cs)))
   if expire then call('PEXPIRE', k, 2 * w) end
+end
+
+-- ---- quota: calendar periods in UTC (limit_period_start_ms / _end_ms in store/limit.c) ----
+
+local DAY = 86400000
+
+local function days_from_civil(y, m, d)
+  if m <= 2 then y = y - 1 end
+  local era = floor(y / 400)
+  local yoe = y - era * 400
+  local mp = m + 9
+  if m > 2 then mp = m - 3 end
+  local doy = floor((153 * mp + 2) / 5) + d - 1
+  local doe = yoe * 365 + floor(yoe / 4) - floor(yoe / 100) + doy
+  return era * 146097 + doe - 719468
+end
+
+local function civil_from_days(z)
+  z = z + 719468
+  local era = floor(z / 146097)
+  local doe = z - era * 146097
+  local yoe = floor((doe - floor(doe / 1460) + floor(doe / 36524) - floor(doe / 146096)) / 365)
+  local doy = doe - (365 * yoe + floor(yoe / 4) - floor(yoe / 100))
+  local mp = floor((5 * doy + 2) / 153)
+  local m = mp - 9
+  if mp < 10 then m = mp + 3 end
+  local y = yoe + era * 400
+  if m <= 2 then y = y + 1 end
+  return y, m
+end
+
+-- Start and end (exclusive) of the period (1 day, 2 week from Monday, 3 month) holding t.
+local function period_bounds(p, t)
+  local day = floor(t / DAY)
+  if p == 1 then return day * DAY, (day + 1) * DAY end
+  if p == 2 then
+    local s = day - (day + 3) % 7                     -- 1970-01-01 was a Thursday
+    return s * DAY, (s + 7) * DAY
+  end
+  local y, m = civil_from_days(day)
+  local s = days_from_civil(y, m, 1)
+  if m == 12 then y, m = y + 1, 1 else m = m + 1 end
+  return s * DAY, days_from_civil(y, m, 1) * DAY
 end
 
 -- ---- sliding window, token bucket ----
@@ -297,17 +412,17 @@ local all = 1
 
 -- Decide every rule; read only.
 for i = 1, n do
-  local k, j = KEYS[i], 4 * i - 2
-  local g, r, w = tonumber(ARGV[j]), tonumber(ARGV[j + 1]), tonumber(ARGV[j + 3])
+  local k, j = KEYS[i], 5 * i - 3
+  local g, r, w, cost = tonumber(ARGV[j]), tonumber(ARGV[j + 1]), tonumber(ARGV[j + 3]), tonumber(ARGV[j + 4])
   local c = r + tonumber(ARGV[j + 2])
-  local s = {g = g, r = r, c = c, w = w}
+  local s = {g = g, r = r, c = c, w = w, k = cost}
   rules[i] = s
   if g == 0 then
     local m
     if i == 1 then m = m1 end
-    s.sl = {sl_decide(k, w, m)}                       -- t, count, first, oldest, stale, expire, m, nk, l, mig, grown
-    s.t = s.sl[1]
-    s.ok = s.sl[2] < c
+    local L = sl_decide(k, w, m)
+    s.sl, s.t = L, L.t
+    s.ok = L.used + cost <= c
   elseif g == 4 then
     local live = rpcall('ZCOUNT', k, fmt('(%d', now), '+inf')
     if type(live) ~= 'number' then
@@ -322,7 +437,8 @@ for i = 1, n do
     s.tag = ARGV[j] .. ':' .. ARGV[j + 3]
     if g == 1 then h = rpcall('HMGET', k, 'a', 'w', 'c', 'p')
     elseif g == 2 then h = rpcall('HMGET', k, 'a', 'l', 't')
-    else h = rpcall('HMGET', k, 'a', 'w', 'n') end
+    elseif g == 3 then h = rpcall('HMGET', k, 'a', 'w', 'n')
+    else h = rpcall('HMGET', k, 'a', 's', 'n') end
     local have = false
     if h.err then s.stale = true
     elseif h[1] then
@@ -337,7 +453,7 @@ for i = 1, n do
       elseif have and idx == sw + 1 then prev = tonumber(h[3]) end
       local e = t - idx * w
       s.a, s.b, s.p = idx, cur, prev
-      s.ok = prev * (w - e) + cur * w < c * w
+      s.ok = prev * (w - e) + (cur + cost - 1) * w < c * w
     elseif g == 2 then
       local cw = c * w
       local level = cw
@@ -349,88 +465,118 @@ for i = 1, n do
         else level = level + (t - lt) * r end
       end
       s.a = level
-      s.ok = level >= w
-    else
+      s.ok = level >= cost * w
+    elseif g == 3 then
       local fw = have and tonumber(h[2])
       if have and t < fw * w then t = fw * w end
       local idx = floor(t / w)
       local count = 0
       if have and idx == fw then count = tonumber(h[3]) end
       s.a, s.b = idx, count
-      s.ok = count < c
+      s.ok = count + cost <= c
+    else                                              -- quota; w is its period
+      local qs = have and tonumber(h[2])
+      if have and t < qs then t = qs end              -- a clock that went back stays in its period
+      local start, stop = period_bounds(w, t)
+      local used = 0
+      if have and qs == start then used = tonumber(h[3]) end
+      s.a, s.b, s.e = start, used, stop
+      s.ok = used + cost <= c
     end
     s.t = t
   end
   if not s.ok then all = 0 end
 end
 
--- Record (only when all allow) and answer.
+-- Record (only when all allow, and not for a peek) and answer.
+local record = all == 1 and not peek
 local out = {now, all}
 for i = 1, n do
   local k, s = KEYS[i], rules[i]
-  local g, c, w, r, t = s.g, s.c, s.w, s.r, s.t
+  local g, c, w, r, t, cost = s.g, s.c, s.w, s.r, s.t, s.k
   local rem, reset
   if g == 0 then
-    local sl = s.sl
-    local count, first, oldest = sl[2], sl[3], sl[4]
-    if all == 1 then
-      sl_record(k, w, t, count, first, sl[5], sl[6], sl[7], sl[8], sl[9], sl[10])
-      rem, reset = c - count - 1, (oldest or t) + w - t
+    local L = s.sl
+    local count, used = L.count, L.used
+    local oldest = L.lt[1]
+    if record then
+      sl_record(k, w, L, cost)
+      rem, reset = c - used - cost, (oldest or t) + w - t
     else
-      if sl[11] then call('PEXPIRE', k, 2 * w) end    -- the window grew: keep the log for it
+      if L.grown and not peek then call('PEXPIRE', k, 2 * w) end   -- the window grew: keep the log for it
       if s.ok then
-        rem, reset = c - count, 0
+        rem, reset = c - used, 0
         if count > 0 then reset = oldest + w - t end
       else
-        rem, reset = 0, sl_at(k, count - c, first, sl[7], sl[8], sl[9], sl[10]) + w - t
+        rem, reset = 0, sl_reach(k, L, used + cost - c) + w - t
       end
     end
   else
-    if all == 1 and s.stale then call('DEL', k) end
+    if record and s.stale then call('DEL', k) end
     if g == 1 then
       local idx, cur, prev = s.a, s.b, s.p
-      if all == 1 then
-        cur = cur + 1
+      if record then
+        cur = cur + cost
         call('HSET', k, 'a', s.tag, 'w', fmt('%d', idx), 'c', fmt('%d', cur), 'p', fmt('%d', prev))
         call('PEXPIRE', k, fmt('%d', 2 * w))
       end
       local e = t - idx * w
-      local d = c * w - prev * (w - e)
-      local avail = 0
-      if d > 0 then avail = ceil_div(d, w) - cur end
-      if avail < 0 then avail = 0 end
-      rem, reset = avail, sw_reset(c, w, e, cur, prev, avail)
+      if s.ok then
+        local d = c * w - prev * (w - e)
+        local avail = 0
+        if d > 0 then avail = ceil_div(d, w) - cur end
+        if avail < 0 then avail = 0 end
+        rem, reset = avail, sw_reset(c, w, e, cur, prev, avail)
+      else                                            -- wait until k units are admissible
+        rem, reset = 0, sw_reset(c, w, e, cur, prev, cost - 1)
+      end
     elseif g == 2 then
       local cw, level = c * w, s.a
-      if all == 1 then
-        level = level - w
+      if record then
+        level = level - cost * w
         call('HSET', k, 'a', s.tag, 'l', fmt('%d', level), 't', fmt('%d', t))
         local ttl = ceil_div(cw - level, r)
         if ttl < w then ttl = w end
         call('PEXPIRE', k, fmt('%d', ttl))
       end
-      local avail = floor(level / w)
-      rem, reset = avail, 0
-      if level < cw then reset = ceil_div((avail + 1) * w - level, r) end
+      if s.ok then
+        local avail = floor(level / w)
+        rem, reset = avail, 0
+        if level < cw then reset = ceil_div((avail + 1) * w - level, r) end
+      else
+        rem, reset = 0, ceil_div(cost * w - level, r)
+      end
     elseif g == 3 then
       local idx, count = s.a, s.b
-      if all == 1 then
-        count = count + 1
+      if record then
+        count = count + cost
         call('HSET', k, 'a', s.tag, 'w', fmt('%d', idx), 'n', fmt('%d', count))
         call('PEXPIRE', k, fmt('%d', w))
       end
       rem, reset = 0, 0
-      if count < c then rem = c - count end
+      if s.ok and count < c then rem = c - count end
       if count > 0 then reset = (idx + 1) * w - t end
     elseif g == 4 then
       local held = s.a
-      if all == 1 then
+      if record then
         call('ZREMRANGEBYSCORE', k, '-inf', fmt('%d', t))
-        call('ZADD', k, fmt('%d', t + w), ARGV[4 * n + 2])
+        call('ZADD', k, fmt('%d', t + w), ARGV[5 * n + 2])
         if call('PTTL', k) < w then call('PEXPIRE', k, fmt('%d', w)) end
         held = held + 1
       end
       if s.ok then rem, reset = c - held, 0 else rem, reset = 0, 1000 end
+    else
+      local used = s.b
+      if record then
+        used = used + cost
+        call('HSET', k, 'a', s.tag, 's', fmt('%d', s.a), 'n', fmt('%d', used))
+        call('PEXPIRE', k, fmt('%d', s.e - t))        -- the period's end
+      end
+      rem, reset = 0, s.e - t
+      if s.ok then
+        rem = c - used
+        if used == 0 then reset = 0 end
+      end
     end
   end
   local a = 0

@@ -460,20 +460,36 @@ static redisReply *cmd_ok(redisContext *c, const char *fmt, ...)
     return r;
 }
 
-/* A log kept in the layout before (a sorted set: score = ms, member = "<ms>:<count before>",
- * TTL w) is read as the log it is, and rewritten as a list by the next admitted request. */
+/* A log kept in a layout before (a sorted set: score = ms, member = "<ms>:<count before>",
+ * TTL w; or a list without weights, whose entries start with byte 1) is read as the log it
+ * is, and rewritten in the weighted layout by the next admitted request. */
 static void test_sliding_log_old_layout(void **state)
 {
     struct fixture *f = *state;
     /* list -> sorted set holding the log's live entries (those after the dead ones) */
     static const char to_zset[] =
         "local r = redis.call('LRANGE', KEYS[1], 0, -1) "
-        "local _, w, count, dead = struct.unpack('>xI7I7I7I7', r[#r]) "
+        "local _, _, w, count, dead = struct.unpack('>xI7I7I7I7I7', r[#r]) "
         "redis.call('DEL', KEYS[1]) "
         "for i = dead + 1, #r do local t = struct.unpack('>xI7', r[i]) "
         "  redis.call('ZADD', KEYS[1], string.format('%d', t), string.format('%d:%d', t, i - dead - 1)) end "
         "redis.call('PEXPIRE', KEYS[1], w) "
         "return #r - dead";
+    /* list -> the list layout before weights: '>BI7' entries, an 86-byte tail
+     * 1, t, w, count, dead, j, l1..l8 (every entry of the test weighs 1) */
+    static const char to_list1[] =
+        "local r = redis.call('LRANGE', KEYS[1], 0, -1) "
+        "local _, _, w, count, dead = struct.unpack('>xI7I7I7I7I7', r[#r]) "
+        "local ts = {} "
+        "for i = dead + 1, #r do ts[#ts + 1] = struct.unpack('>xI7', r[i]) end "
+        "redis.call('DEL', KEYS[1]) "
+        "for i = 1, #ts - 1 do redis.call('RPUSH', KEYS[1], struct.pack('>BI7', 1, ts[i])) end "
+        "local j = math.min(#ts, 8) local l = {} "
+        "for x = j, 1, -1 do l[#l + 1] = ts[x] end "
+        "for x = #l + 1, 8 do l[x] = 0 end "
+        "redis.call('RPUSH', KEYS[1], struct.pack('>BI7I7I7I7BI7I7I7I7I7I7I7I7', 1, ts[#ts], w, #ts, 0, j, unpack(l))) "
+        "redis.call('PEXPIRE', KEYS[1], 2 * w) "
+        "return #ts";
     struct limit_rule pair[2] = {
         {.id = 320, .kind = LIMIT_SLIDING_LOG, .rate = 12, .burst = 2, .window_ms = 60000},
         {.id = 321, .kind = LIMIT_SLIDING_LOG, .rate = 3, .burst = 0, .window_ms = 90000},
@@ -490,9 +506,10 @@ static void test_sliding_log_old_layout(void **state)
         for (int j = 0; j < 2; j++) {
             char key[128];
             snprintf(key, sizeof(key), "%s{u:old}:%lld", f->prefix, (long long)pair[j].id);
-            freeReplyObject(cmd_ok(f->sync, "EVAL %s 1 %s", to_zset, key));
+            bool zset = (round + j) % 2 == 0;
+            freeReplyObject(cmd_ok(f->sync, "EVAL %s 1 %s", zset ? to_zset : to_list1, key));
             redisReply *r = cmd_ok(f->sync, "TYPE %s", key);
-            assert_string_equal(r->str, "zset");
+            assert_string_equal(r->str, zset ? "zset" : "list");
             freeReplyObject(r);
         }
         if (round == 3)
