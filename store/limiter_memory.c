@@ -250,14 +250,18 @@ static struct mem_entry *find_entry(struct mem_stripe *st, size_t b, uint64_t ha
     return e;
 }
 
-/* When a slot may be dropped: one window after its state is dead (a quota: when its period
- * ends, as Redis expires its key); never while it holds leases. */
+/* How long a quota's state outlives its period, as its Redis key does (check.lua's
+ * QUOTA_GRACE): a clock that steps back over the period's end still finds it. */
+#define QUOTA_GRACE_MS 60000
+
+/* When a slot may be dropped: one window after its state is dead (a quota: a minute after
+ * its period ends); never while it holds leases. */
 static int64_t slot_evict_ms(const struct mem_slot *slot, const struct limit_rule *rule)
 {
     int64_t dead = algo_dead_ms(&slot->st, rule);
-    if (dead == INT64_MIN || dead == INT64_MAX || rule->kind == LIMIT_QUOTA)
+    if (dead == INT64_MIN || dead == INT64_MAX)
         return dead;
-    return dead + rule->window_ms;
+    return dead + (rule->kind == LIMIT_QUOTA ? QUOTA_GRACE_MS : rule->window_ms);
 }
 
 static struct mem_slot *find_slot(struct mem_entry *e, int64_t id)
