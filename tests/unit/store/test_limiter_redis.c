@@ -915,6 +915,42 @@ static void test_cost_ten_under_hundred(void **state)
     }
 }
 
+/* A long weighted log: a rejected request waits for an entry far past the ones the tail
+ * knows (found by running total), and checks after many entries expired read on past
+ * them (gallop and bisect by time), on both stores alike. */
+static void test_sliding_log_weighted_deep(void **state)
+{
+    struct fixture *f = *state;
+    struct limit_rule r = {.id = 480, .kind = LIMIT_SLIDING_LOG, .rate = 300, .window_ms = 60000};
+    const int64_t t0 = 1800000000000;
+    int64_t used = 0;
+    for (int i = 0; i < 100; i++) {
+        r.cost = 1 + i % 3;
+        used += r.cost;
+        assert_true(both(f, "u:deep", &r, 1, t0 + 100 * i).allowed);
+    }
+    assert_int_equal(used, 199);
+    long long lindex = commandstat(f->sync, "lindex");
+    int checks = 0;
+    for (int64_t cost = 102; cost <= 300; cost += 7) {   /* waits for entries all over the log */
+        r.cost = cost;
+        struct limiter_result res = both(f, "u:deep", &r, 1, t0 + 10000);
+        assert_false(res.allowed);
+        checks++;
+    }
+    /* one LINDEX for the tail per check, the others searched the log */
+    long long searched = commandstat(f->sync, "lindex") - lindex - checks;
+    if (searched < 3 * checks)
+        fail_msg("%lld LINDEX beyond the tails for %d rejections", searched, checks);
+    srand(48);
+    int64_t now = t0 + 60000 + 3050;   /* 31 entries have left: past the known ones */
+    for (int i = 0; i < 200; i++) {
+        r.cost = rand() % 4 == 0 ? 1 + rand() % 300 : 1 + rand() % 3;
+        both(f, "u:deep", &r, 1, now);
+        now += rand() % 700;
+    }
+}
+
 /* A rejected check adds nothing to any rule, costs and quotas included. */
 static void test_cost_rejected_adds_nothing(void **state)
 {
@@ -1876,6 +1912,7 @@ int main(void)
         T(test_quota_week_exact),
         T(test_cost_ten_under_hundred),
         T(test_cost_rejected_adds_nothing),
+        T(test_sliding_log_weighted_deep),
         T(test_peek),
         T(test_quota_key_expiry),
         T(test_same_rule_changes),
