@@ -185,8 +185,8 @@ local EMPTY = {}
 
 -- A log with nothing in it (stale: replace the key when recording).
 local function sl_empty(t, stale)
-  return {t = t, count = 0, first = 0, used = 0, base = 0, cn = 0, lt = EMPTY, lc = EMPTY, stale = stale,
-          expire = true}
+  return {t = t, count = 0, first = 0, used = 0, base = 0, cn = 0, nk = 0, lt = EMPTY, lc = EMPTY,
+          stale = stale, expire = true}
 end
 
 -- A log of an earlier layout, its live times ascending (weight 1 each): rewritten when a
@@ -194,8 +194,8 @@ end
 local function sl_migrate(t, mig)
   local lt, lc = {}, {}
   for x = 1, min(#mig, K) do lt[x], lc[x] = mig[x], x end
-  return {t = t, count = #mig, first = 0, used = #mig, base = 0, cn = #mig, lt = lt, lc = lc, stale = true,
-          expire = true, mig = mig}
+  return {t = t, count = #mig, first = 0, used = #mig, base = 0, cn = #mig, oldest = mig[1], nk = 0, lt = lt,
+          lc = lc, stale = true, expire = true, mig = mig}
 end
 
 -- The first index in [a, b) whose time is after lo (the times there ascend; those before a
@@ -236,10 +236,11 @@ end
 
 -- Decides a sliding-log rule (reads only; m: the key's last entry, when already read).
 -- Returns the log as it stands at t: t, count (entries), first (index of the first),
--- used (units), base and cn (running totals before the first and of the last), lt/lc
--- (times and running totals of its oldest entries, ascending, up to K), stale (replace
--- the key), expire (set the TTL), mig (a log of an earlier layout: every live time),
--- grown (the log was recorded under a shorter window).
+-- used (units), base and cn (running totals before the first and of the last), oldest
+-- (the first's time), its oldest entries as known: m and nk (l1..lnk of that tail) or
+-- lt/lc (times and running totals, ascending, up to K), stale (replace the key), expire
+-- (set the TTL), mig (a log of an earlier layout: every live time), grown (the log was
+-- recorded under a shorter window).
 local function sl_decide(k, w, m)
   local t = now
   if m == nil then m = rpcall('LINDEX', k, '-1') end
@@ -251,23 +252,26 @@ local function sl_decide(k, w, m)
         if tn > t then t = tn end
         local lo, expire = t - w, true
         if wn == w then
-          local lt, lc, e = {}, {}, 0
-          for i = j, 1, -1 do                         -- oldest first
-            local ti, ci = unpack('>I7', m, 38 + 7 * i), unpack('>I7', m, 94 + 7 * i)
-            if ti > lo then lt[#lt + 1], lc[#lc + 1] = ti, ci
-            else base, e = ci, e + 1 end
+          local e, p, o = 0, 38 + 7 * j, nil          -- l_j, the oldest known; c_j 56 bytes on
+          while e < j do
+            o = unpack('>I7', m, p)
+            if o > lo then break end
+            base = unpack('>I7', m, p + 56)           -- it left the log
+            e = e + 1
+            p = p - 7
           end
           expire = floor(tn / w) ~= floor(t / w)
           if e < j or e == cnt then
+            if e == j then o = nil end
             return {t = t, count = cnt - e, first = dead + e, used = (cn - base) % M, base = base, cn = cn,
-                    lt = lt, lc = lc, expire = expire}
+                    oldest = o, m = m, nk = j - e, lt = EMPTY, lc = EMPTY, expire = expire}
           end
           dead, cnt = dead + j, cnt - j               -- all known ones expired: read on
         end
         local f, lt, lc, b = sl_scan(k, dead, dead + cnt, lo, base)
         b = b or cn
-        return {t = t, count = dead + cnt - f, first = f, used = (cn - b) % M, base = b, cn = cn, lt = lt, lc = lc,
-                expire = expire, grown = wn < w}
+        return {t = t, count = dead + cnt - f, first = f, used = (cn - b) % M, base = b, cn = cn, oldest = lt[1],
+                nk = 0, lt = lt, lc = lc, expire = expire, grown = wn < w}
       end
     elseif #m == TAIL1_LEN and tag == 1 then          -- the list layout before (weight 1 each)
       local tn, _, cnt, dead = unpack('>xI7I7I7I7', m)
@@ -303,12 +307,15 @@ end
 -- The time of the oldest entry whose running total from the log's start reaches need
 -- (1 <= need <= used), for a rejected request.
 local function sl_reach(k, L, need)
-  local lt, lc, base = L.lt, L.lc, L.base
+  local lt, lc, base, m, nk = L.lt, L.lc, L.base, L.m, L.nk
+  for x = nk, 1, -1 do                                -- l_nk, the oldest known, first
+    if (unpack('>I7', m, 94 + 7 * x) - base) % M >= need then return (unpack('>I7', m, 38 + 7 * x)) end
+  end
   for x = 1, #lt do
     if (lc[x] - base) % M >= need then return lt[x] end
   end
   if L.mig then return L.mig[need] end                -- weight 1 each
-  local a, b = L.first + #lt, L.first + L.count - 1   -- the last entry reaches it (it is all of used)
+  local a, b = L.first + nk + #lt, L.first + L.count - 1   -- the last entry reaches it (it is all of used)
   while a < b do
     local mid = floor((a + b) / 2)
     local _, c = unpack('>xI7I7', call('LINDEX', k, mid))
@@ -337,14 +344,25 @@ local function sl_record(k, w, L, cost)
     dead, expire = 0, expire or count == 0
   end
   local cnew = (L.cn + cost) % M
-  local lt, lc = L.lt, L.lc
-  local ts, cs = {}, {}                               -- newest first, K of them
-  if count == #lt and #lt < K then ts[1], cs[1] = t, cnew end
-  for x = #lt, 1, -1 do ts[#ts + 1], cs[#cs + 1] = lt[x], lc[x] end
-  local j = #ts
-  for x = j + 1, K do ts[x], cs[x] = 0, 0 end
-  call('RPUSH', k, pack(HEAD, 2, t, cnew, w, count + 1, dead, L.base, j) .. pack(LIST, tunpack(ts)) ..
-       pack(LIST, tunpack(cs)))
+  local m, nk = L.m, L.nk
+  local tail
+  if m then                                           -- the known ones of the tail, shifted
+    if count == nk and nk < K then
+      tail = pack(HEAD, 2, t, cnew, w, count + 1, dead, L.base, nk + 1) .. pack('>I7', t) .. sub(m, 45, 93) ..
+             pack('>I7', cnew) .. sub(m, 101, 149)
+    else
+      tail = pack(HEAD, 2, t, cnew, w, count + 1, dead, L.base, nk) .. sub(m, 45, TAIL_LEN)
+    end
+  else
+    local lt, lc = L.lt, L.lc
+    local ts, cs = {}, {}                             -- newest first, K of them
+    if count == #lt and #lt < K then ts[1], cs[1] = t, cnew end
+    for x = #lt, 1, -1 do ts[#ts + 1], cs[#cs + 1] = lt[x], lc[x] end
+    local j = #ts
+    for x = j + 1, K do ts[x], cs[x] = 0, 0 end
+    tail = pack(HEAD, 2, t, cnew, w, count + 1, dead, L.base, j) .. pack(LIST, tunpack(ts)) .. pack(LIST, tunpack(cs))
+  end
+  call('RPUSH', k, tail)
   if expire then call('PEXPIRE', k, 2 * w) end
 end
 
@@ -502,7 +520,7 @@ for i = 1, n do
   if g == 0 then
     local L = s.sl
     local count, used = L.count, L.used
-    local oldest = L.lt[1]
+    local oldest = L.oldest
     if record then
       sl_record(k, w, L, cost)
       rem, reset = c - used - cost, (oldest or t) + w - t
