@@ -21,34 +21,40 @@
 -- cost 1 would all be, and counts as k units.
 --
 -- Sliding log: a list, one entry per admitted request, oldest first (times never
---   decrease). Every entry starts with byte 2, its time in ms and cum, the running total
---   of the weights (costs) pushed to the log up to it, mod 2^52 (7-byte big-endian each;
---   a difference of two, mod 2^52, is exact: a log never holds C >= 2^52 units). The last
---   entry (the tail) also carries the state, so that a check reads one entry and writes
---   one:
---     struct '>BI7I7I7I7I7I7B' .. 8 x 'I7' .. 8 x 'I7': 2, t, cum, w, count, dead, base, j,
---     l1..l8, c1..c8
+--   decrease). Every entry starts with a tag byte and its time in ms (7-byte big-endian).
+--   The last entry (the tail) also carries the state, so that a check reads one entry and
+--   writes one. A log is in one of two layouts, chosen at each admitted request:
+--   unweighted (every live entry weighs 1; tag 1, the layout of the proxies before costs),
+--     tail struct '>BI7I7I7I7B' .. 8 x 'I7': 1, t, w, count, dead, j, l1..l8;
+--   weighted (some live entry weighs more; tag 2): every entry also carries cum, the
+--     running total of the weights (costs) pushed to the log up to it, mod 2^52 (a
+--     difference of two, mod 2^52, is exact: a log never holds C >= 2^52 units):
+--     entry '>BI7I7': 2, t, cum; tail struct '>BI7I7I7I7I7I7B' .. 8 x 'I7' .. 8 x 'I7':
+--     2, t, cum, w, count, dead, base, j, l1..l8, c1..c8.
 --   w      the window it was recorded under;
 --   dead   the entries at the head that have left the log (kept for a later LTRIM): the
 --          log is entries dead .. dead + count - 1, all in (t - w, t], the tail included;
---   base   the running total before entry dead: the log weighs (cum - base) mod 2^52;
---   l1..lj, c1..cj  the times and running totals of the j oldest entries of the log,
+--   base   the running total before entry dead: the log weighs (cum - base) mod 2^52
+--          (unweighted: count);
+--   l1..lj (c1..cj)  the times (and running totals) of the j oldest entries of the log,
 --          newest first (j <= 8; slots past j are meaningless). Past them the entries are
 --          read with LRANGE / LINDEX.
---   Entries other than the tail are only read for their time and running total. A check
+--   Entries other than the tail are only read for their time (and running total). A check
 --   at t' >= t counts the log's entries later than t' - w: those of l1..lj that are (all
 --   of them when j = count), else it reads on from entry dead + j. A different window
---   re-reads the log. A rejected request waits for the oldest entry whose running total
---   from the log's start reaches used + k - C. An admitted request drops the expired
---   entries from the log (dead grows; LTRIM once 32 are dead), pushes its entry, and sets
---   the TTL to 2w when the key is new or its newest entry is of an earlier w-aligned
---   period (floor(t / w) changed): so the TTL is set at the first request of each period
---   and the key outlives its newest entry by at least w.
---   The layouts before -- a list whose entries start with byte 1 (no weights, an 86-byte
---   tail: 1, t, w, count, dead, j, l1..l8) and a sorted set (score = ms, member =
---   "<ms>:<count before>") -- are read as the logs they are (weight 1 each) and rewritten
---   in this layout when a request is admitted (those scripts take this layout for a stale
---   key: proxies of two versions must not share a Redis).
+--   re-reads the log. A rejected request of cost k waits for the oldest entry whose
+--   running total from the log's start reaches used + k - C. An admitted request drops the
+--   expired entries from the log (dead grows; LTRIM once 32 are dead), pushes its entry,
+--   and sets the TTL to 2w when the key is new or its newest entry is of an earlier
+--   w-aligned period (floor(t / w) changed): so the TTL is set at the first request of
+--   each period and the key outlives its newest entry by at least w.
+--   Layouts: an unweighted log stays so while requests cost 1 (the hot path is that of
+--   the proxies before costs, entries of 86 bytes); the first admitted request that costs
+--   more rewrites its live entries with running totals (once per entry, amortized); a
+--   weighted log becomes unweighted again with the first cost-1 request after its last
+--   heavier entry left (an unweighted tail reads only the times of the entries before it).
+--   A sorted set (the layout before those: score = ms, member = "<ms>:<count before>")
+--   is read as the log it is and rewritten as a list when a request is admitted.
 --   Verdict, on the log after the check: remaining C - used, reset = its oldest + w - t
 --   (0 when it is empty).
 -- Sliding window: hash a=<tag> w=<window index> c=<count> p=<previous count>, TTL 2w.
@@ -79,26 +85,90 @@ end
 local n = #KEYS
 
 local K = 8                                           -- entries known in a sliding log's tail
+local TAIL1 = '>BI7I7I7I7BI7I7I7I7I7I7I7I7'           -- unweighted: 1, t, w, count, dead, j, l1..l8
+local HEAD1 = '>BI7I7I7I7B'                           -- its first 30 bytes
+local TAIL1_LEN = 30 + 7 * K
+local HEAD2 = '>BI7I7I7I7I7I7B'                       -- weighted: 2, t, cum, w, count, dead, base, j
+local HEAD2R = '>xI7I7I7I7I7I7B'                      -- the same, read
+local TAIL2_LEN = 44 + 14 * K                         -- then l1..l8 from byte 45, c1..c8 from 101
+local LIST = '>I7I7I7I7I7I7I7I7'
 local M = 4503599627370496                            -- 2^52: running totals are kept mod M
-local HEAD = '>BI7I7I7I7I7I7B'                        -- 2, t, cum, w, count, dead, base, j
-local HEADR = '>xI7I7I7I7I7I7B'                       -- the same, read
-local LIST = '>I7I7I7I7I7I7I7I7'                      -- l1..l8 from byte 45, c1..c8 from 101
-local TAIL_LEN = 44 + 14 * K
-local TAIL1_LEN = 30 + 7 * K                          -- the layout before
 local TRIM = 32                                       -- dead entries worth an LTRIM
 -- A quota's key lives this long past its period's end (read as 0 units then): a check in
 -- the period's last ms on an explicit clock (the unit tests) must still find it.
 local QUOTA_GRACE = 60000
 
--- The common check, inline (function definitions cost every call): one sliding-log rule
--- whose tail, or the K entries after its known ones, know enough. The same steps as
--- sl_decide, sl_reach and sl_record below, which do the rest (and all of it for more rules).
+-- The common checks, inline (function definitions cost every call): one sliding-log rule
+-- whose tail, or the K entries after its known ones, know enough; an unweighted log and a
+-- request of cost 1 (the same code as before costs), or a weighted log. The same steps as
+-- sl_decide and sl_record below (and the verdict of a rejected request in the check), which
+-- do the rest (and all of it for more rules).
 local m1                                              -- rule 1's last entry, once read
 if n == 1 and ARGV[2] == '0' and not peek then
   local k, w = KEYS[1], tonumber(ARGV[5])
   m1 = rpcall('LINDEX', k, '-1')
-  if type(m1) == 'string' and #m1 == TAIL_LEN and byte(m1, 1) == 2 then
-    local tn, cn, wn, cnt, dead, base, j = unpack(HEADR, m1)
+  if type(m1) == 'string' and #m1 == TAIL1_LEN and byte(m1, 1) == 1 and ARGV[6] == '1' then
+    local tn, wn, cnt, dead, j = unpack('>xI7I7I7I7B', m1)
+    if wn == w and j <= K and j <= cnt then
+      local t = now
+      if tn > t then t = tn end
+      local lo = t - w
+      local e, p, o = 0, 24 + 7 * j, t                -- l_j, the oldest known, at byte 31 + 7(j-1)
+      while e < j do
+        o = unpack('>I7', m1, p)
+        if o > lo then break end
+        e = e + 1
+        p = p - 7
+      end
+      local count, nk, r, rx = cnt - e, j - e, nil, 0
+      if e == j and e < cnt then                      -- all known ones left: the next K
+        r = call('LRANGE', k, dead + e, dead + e + K - 1)
+        nk = -1                                       -- unless one of them is in the window
+        for x = 1, #r do
+          o = unpack('>xI7', r[x])
+          if o > lo then
+            rx, e = x - 1, e + x - 1
+            count, nk = cnt - e, #r - rx
+            break
+          end
+        end
+      end
+      if nk >= 0 then
+        local c = tonumber(ARGV[3]) + tonumber(ARGV[4])
+        if count < c then
+          dead = dead + e
+          local expire = floor(tn / w) ~= floor(t / w)
+          if dead >= TRIM then                        -- (when it empties the list, the key goes)
+            call('LTRIM', k, dead, -1)
+            dead, expire = 0, expire or count == 0
+          end
+          local tail
+          if r then
+            local d = {}                              -- newest first, K of them
+            if count == nk and nk < K then d[1] = t end
+            for x = #r, rx + 1, -1 do d[#d + 1] = unpack('>xI7', r[x]) end
+            local jn = #d
+            for x = jn + 1, K do d[x] = 0 end
+            tail = pack(TAIL1, 1, t, w, count + 1, dead, jn, tunpack(d))
+          elseif count == nk and nk < K then
+            tail = pack(TAIL1, 1, t, w, count + 1, dead, nk + 1, t, unpack(LIST, m1, 31))
+          else
+            tail = pack(TAIL1, 1, t, w, count + 1, dead, nk, unpack(LIST, m1, 31))
+          end
+          call('RPUSH', k, tail)
+          if expire then call('PEXPIRE', k, 2 * w) end
+          if count == 0 then o = t end
+          return {now, 1, 1, c, c - count - 1, o + w - t}
+        end
+        if count - c < nk then                        -- rejected: wait for the (count - C + 1)th oldest
+          if r then o = unpack('>xI7', r[rx + count - c + 1])
+          else o = unpack('>I7', m1, 24 + 7 * (nk - count + c)) end
+          return {now, 0, 0, c, 0, o + w - t}
+        end
+      end
+    end
+  elseif type(m1) == 'string' and #m1 == TAIL2_LEN and byte(m1, 1) == 2 then
+    local tn, cn, wn, cnt, dead, base, j = unpack(HEAD2R, m1)
     if wn == w and j <= K and j <= cnt then
       local t = now
       if tn > t then t = tn end
@@ -128,10 +198,10 @@ if n == 1 and ARGV[2] == '0' and not peek then
       if nk >= 0 then
         local c, cost = tonumber(ARGV[3]) + tonumber(ARGV[4]), tonumber(ARGV[6])
         local used = (cn - base) % M
-        if used + cost <= c then
+        if used + cost <= c and (used ~= count or cost ~= 1) then   -- (else it becomes unweighted: below)
           dead = dead + e
           local expire = floor(tn / w) ~= floor(t / w)
-          if dead >= TRIM then                        -- (when it empties the list, the key goes)
+          if dead >= TRIM then
             call('LTRIM', k, dead, -1)
             dead, expire = 0, expire or count == 0
           end
@@ -143,32 +213,34 @@ if n == 1 and ARGV[2] == '0' and not peek then
             for x = #r, rx + 1, -1 do ts[#ts + 1], cs[#cs + 1] = unpack('>xI7I7', r[x]) end
             local jn = #ts
             for x = jn + 1, K do ts[x], cs[x] = 0, 0 end
-            tail = pack(HEAD, 2, t, cnew, w, count + 1, dead, base, jn) .. pack(LIST, tunpack(ts)) ..
+            tail = pack(HEAD2, 2, t, cnew, w, count + 1, dead, base, jn) .. pack(LIST, tunpack(ts)) ..
                    pack(LIST, tunpack(cs))
           elseif count == nk and nk < K then
-            tail = pack(HEAD, 2, t, cnew, w, count + 1, dead, base, nk + 1) .. pack('>I7', t) .. sub(m1, 45, 93) ..
+            tail = pack(HEAD2, 2, t, cnew, w, count + 1, dead, base, nk + 1) .. pack('>I7', t) .. sub(m1, 45, 93) ..
                    pack('>I7', cnew) .. sub(m1, 101, 149)
           else
-            tail = pack(HEAD, 2, t, cnew, w, count + 1, dead, base, nk) .. sub(m1, 45, TAIL_LEN)
+            tail = pack(HEAD2, 2, t, cnew, w, count + 1, dead, base, nk) .. sub(m1, 45, TAIL2_LEN)
           end
           call('RPUSH', k, tail)
           if expire then call('PEXPIRE', k, 2 * w) end
           if count == 0 then o = t end
           return {now, 1, 1, c, c - used - cost, o + w - t}
         end
-        local need = used + cost - c                  -- rejected: wait for the oldest entry reaching it
-        if r then
-          for x = rx + 1, #r do
-            local ot, oc = unpack('>xI7I7', r[x])
-            if (oc - base) % M >= need then return {now, 0, 0, c, 0, ot + w - t} end
-          end
-        else
-          p = 38 + 7 * nk
-          for x = 1, nk do                            -- l_nk (the oldest) .. l_1
-            if (unpack('>I7', m1, p + 56) - base) % M >= need then
-              return {now, 0, 0, c, 0, unpack('>I7', m1, p) + w - t}
+        if used + cost > c then                       -- rejected: wait for the oldest entry reaching it
+          local need = used + cost - c
+          if r then
+            for x = rx + 1, #r do
+              local ot, oc = unpack('>xI7I7', r[x])
+              if (oc - base) % M >= need then return {now, 0, 0, c, 0, ot + w - t} end
             end
-            p = p - 7
+          else
+            p = 38 + 7 * nk
+            for x = 1, nk do                          -- l_nk (the oldest) .. l_1
+              if (unpack('>I7', m1, p + 56) - base) % M >= need then
+                return {now, 0, 0, c, 0, unpack('>I7', m1, p) + w - t}
+              end
+              p = p - 7
+            end
           end
         end
       end
@@ -183,35 +255,23 @@ local ceil, min = math.ceil, math.min
 
 local EMPTY = {}
 
--- A log with nothing in it (stale: replace the key when recording).
-local function sl_empty(t, stale)
-  return {t = t, count = 0, first = 0, used = 0, base = 0, cn = 0, nk = 0, lt = EMPTY, lc = EMPTY,
-          stale = stale, expire = true}
-end
-
--- A log of an earlier layout, its live times ascending (weight 1 each): rewritten when a
--- request is recorded.
-local function sl_migrate(t, mig)
-  local lt, lc = {}, {}
-  for x = 1, min(#mig, K) do lt[x], lc[x] = mig[x], x end
-  return {t = t, count = #mig, first = 0, used = #mig, base = 0, cn = #mig, oldest = mig[1], nk = 0, lt = lt,
-          lc = lc, stale = true, expire = true, mig = mig}
-end
-
 -- The first index in [a, b) whose time is after lo (the times there ascend; those before a
--- are not after lo), the times and running totals of up to K entries from it, ascending,
--- and the running total before it (base: that of the entry before a, when it is a; nil
--- when no entry is after lo).
+-- are not after lo), the times of up to K entries from it, ascending, and for a weighted
+-- log (base given: the running total before entry a) their running totals and the running
+-- total before the first (nil when no entry is after lo).
 local function sl_scan(k, a, b, lo, base)
   local r = call('LRANGE', k, a, min(a + K, b) - 1)
   for x = 1, #r do
-    local ti, ci = unpack('>xI7I7', r[x])
+    local ti = unpack('>xI7', r[x])
     if ti > lo then
       local lt, lc = {}, {}
-      for y = x, #r do lt[y - x + 1], lc[y - x + 1] = unpack('>xI7I7', r[y]) end
+      for y = x, #r do
+        if base then lt[y - x + 1], lc[y - x + 1] = unpack('>xI7I7', r[y])
+        else lt[y - x + 1] = unpack('>xI7', r[y]) end
+      end
       return a + x - 1, lt, lc, base
     end
-    base = ci
+    if base then base = unpack('>xxxxxxxxI7', r[x]) end
   end
   a = a + #r
   local step = 1
@@ -223,10 +283,15 @@ local function sl_scan(k, a, b, lo, base)
         if unpack('>xI7', call('LINDEX', k, mid)) > lo then i = mid else a = mid + 1 end
       end
       local lt, lc = {}, {}
-      r = call('LRANGE', k, a - 1, min(a + K, b) - 1)   -- from the entry before it
-      local _, bc = unpack('>xI7I7', r[1])
-      for x = 2, #r do lt[x - 1], lc[x - 1] = unpack('>xI7I7', r[x]) end
-      return a, lt, lc, bc
+      if base then
+        r = call('LRANGE', k, a - 1, min(a + K, b) - 1)   -- from the entry before it
+        base = unpack('>xxxxxxxxI7', r[1])
+        for x = 2, #r do lt[x - 1], lc[x - 1] = unpack('>xI7I7', r[x]) end
+      else
+        r = call('LRANGE', k, a, min(a + K, b) - 1)
+        for x = 1, #r do lt[x] = unpack('>xI7', r[x]) end
+      end
+      return a, lt, lc, base
     end
     a = i + 1
     step = step * 2
@@ -235,58 +300,54 @@ local function sl_scan(k, a, b, lo, base)
 end
 
 -- Decides a sliding-log rule (reads only; m: the key's last entry, when already read).
--- Returns the log as it stands at t: t, count (entries), first (index of the first),
--- used (units), base and cn (running totals before the first and of the last), oldest
--- (the first's time), its oldest entries as known: m and nk (l1..lnk of that tail) or
--- lt/lc (times and running totals, ascending, up to K), stale (replace the key), expire
--- (set the TTL), mig (a log of an earlier layout: every live time), grown (the log was
--- recorded under a shorter window).
+-- Returns the log as it stands at t: v (1 unweighted, 2 weighted), t, count (entries),
+-- first (index of the first), used (units), base and cn (weighted: the running totals
+-- before the first and of the last), oldest (the first's time), its oldest entries as
+-- known: m and nk (l1..lnk of that tail) or lt/lc (times and running totals, ascending,
+-- up to K), stale (replace the key), expire (set the TTL), mig (a log of the sorted-set
+-- layout: every live time), grown (the log was recorded under a shorter window).
 local function sl_decide(k, w, m)
   local t = now
   if m == nil then m = rpcall('LINDEX', k, '-1') end
   if type(m) == 'string' then
-    local tag = byte(m, 1)
-    if #m == TAIL_LEN and tag == 2 then
-      local tn, cn, wn, cnt, dead, base, j = unpack(HEADR, m)
-      if j <= K and j <= cnt then
-        if tn > t then t = tn end
-        local lo, expire = t - w, true
-        if wn == w then
-          local e, p, o = 0, 38 + 7 * j, nil          -- l_j, the oldest known; c_j 56 bytes on
-          while e < j do
-            o = unpack('>I7', m, p)
-            if o > lo then break end
-            base = unpack('>I7', m, p + 56)           -- it left the log
-            e = e + 1
-            p = p - 7
-          end
-          expire = floor(tn / w) ~= floor(t / w)
-          if e < j or e == cnt then
-            if e == j then o = nil end
-            return {t = t, count = cnt - e, first = dead + e, used = (cn - base) % M, base = base, cn = cn,
-                    oldest = o, m = m, nk = j - e, lt = EMPTY, lc = EMPTY, expire = expire}
-          end
-          dead, cnt = dead + j, cnt - j               -- all known ones expired: read on
-        end
-        local f, lt, lc, b = sl_scan(k, dead, dead + cnt, lo, base)
-        b = b or cn
-        return {t = t, count = dead + cnt - f, first = f, used = (cn - b) % M, base = b, cn = cn, oldest = lt[1],
-                nk = 0, lt = lt, lc = lc, expire = expire, grown = wn < w}
-      end
-    elseif #m == TAIL1_LEN and tag == 1 then          -- the list layout before (weight 1 each)
-      local tn, _, cnt, dead = unpack('>xI7I7I7I7', m)
-      if tn > t then t = tn end
-      local mig = {}
-      for x = dead, dead + cnt - 1, 1000 do
-        local r = call('LRANGE', k, x, min(x + 999, dead + cnt - 1))
-        for y = 1, #r do
-          local ti = unpack('>xI7', r[y])
-          if ti > t - w then mig[#mig + 1] = ti end
-        end
-      end
-      return sl_migrate(t, mig)
+    local v = byte(m, 1)
+    local tn, cn, wn, cnt, dead, base, j
+    if v == 1 and #m == TAIL1_LEN then
+      tn, wn, cnt, dead, j = unpack('>xI7I7I7I7B', m)
+      cn, base = cnt, 0
+    elseif v == 2 and #m == TAIL2_LEN then
+      tn, cn, wn, cnt, dead, base, j = unpack(HEAD2R, m)
     end
-  elseif m and call('TYPE', k)['ok'] == 'zset' then   -- the sorted-set layout before that
+    if tn and j <= K and j <= cnt then
+      if tn > t then t = tn end
+      local lo, expire = t - w, true
+      if wn == w then
+        local e, p, o = 0, 24 + 7 * j, nil            -- l_j, the oldest known (weighted: 14 bytes on; c_j 56 more)
+        if v == 2 then p = p + 14 end
+        while e < j do
+          o = unpack('>I7', m, p)
+          if o > lo then break end
+          if v == 2 then base = unpack('>I7', m, p + 56) end   -- it left the log
+          e = e + 1
+          p = p - 7
+        end
+        expire = floor(tn / w) ~= floor(t / w)
+        if e < j or e == cnt then
+          if e == j then o = nil end
+          if v == 1 then cn, base = cnt - e, 0 end
+          return {v = v, t = t, count = cnt - e, first = dead + e, used = (cn - base) % M, base = base, cn = cn,
+                  oldest = o, m = m, nk = j - e, lt = EMPTY, lc = EMPTY, expire = expire}
+        end
+        dead, cnt = dead + j, cnt - j                 -- all known ones expired: read on
+      end
+      if v == 1 then base = nil end
+      local f, lt, lc, b = sl_scan(k, dead, dead + cnt, lo, base)
+      if v == 1 then cn, b = dead + cnt - f, 0 end
+      b = b or cn
+      return {v = v, t = t, count = dead + cnt - f, first = f, used = (cn - b) % M, base = b, cn = cn, oldest = lt[1],
+              nk = 0, lt = lt, lc = lc, expire = expire, grown = wn < w}
+    end
+  elseif m and call('TYPE', k)['ok'] == 'zset' then   -- a log of the layout before
     local last = call('ZRANGE', k, -1, -1, 'WITHSCORES')
     local mig = {}
     if last[2] then
@@ -297,116 +358,101 @@ local function sl_decide(k, w, m)
         for x = 2, #r, 2 do mig[x / 2] = tonumber(r[x]) end
       end
     end
-    return sl_migrate(t, mig)
-  elseif not m then
-    return sl_empty(t, false)                         -- no log yet
+    return {v = 1, t = t, count = #mig, first = 0, used = #mig, base = 0, cn = #mig, oldest = mig[1], nk = 0,
+            lt = mig, lc = EMPTY, stale = true, expire = true, mig = mig}
+  elseif not m then                                   -- no log yet
+    return {v = 1, t = t, count = 0, first = 0, used = 0, base = 0, cn = 0, nk = 0, lt = EMPTY, lc = EMPTY,
+            expire = true}
   end
-  return sl_empty(t, true)                            -- another type, or not a log of ours
-end
-
--- The time of the oldest entry whose running total from the log's start reaches need
--- (1 <= need <= used), for a rejected request.
-local function sl_reach(k, L, need)
-  local lt, lc, base, m, nk = L.lt, L.lc, L.base, L.m, L.nk
-  for x = nk, 1, -1 do                                -- l_nk, the oldest known, first
-    if (unpack('>I7', m, 94 + 7 * x) - base) % M >= need then return (unpack('>I7', m, 38 + 7 * x)) end
-  end
-  for x = 1, #lt do
-    if (lc[x] - base) % M >= need then return lt[x] end
-  end
-  if L.mig then return L.mig[need] end                -- weight 1 each
-  local a, b = L.first + nk + #lt, L.first + L.count - 1   -- the last entry reaches it (it is all of used)
-  while a < b do
-    local mid = floor((a + b) / 2)
-    local _, c = unpack('>xI7I7', call('LINDEX', k, mid))
-    if (c - base) % M >= need then b = mid else a = mid + 1 end
-  end
-  return (unpack('>xI7', call('LINDEX', k, a)))
+  return {v = 1, t = t, count = 0, first = 0, used = 0, base = 0, cn = 0, nk = 0, lt = EMPTY, lc = EMPTY,
+          stale = true, expire = true}                -- another type, or not a log of ours
 end
 
 -- Records the request (every rule allowed it): one entry of weight cost.
 local function sl_record(k, w, L, cost)
   local t, count, dead, expire = L.t, L.count, L.first, L.expire
-  if L.stale then
+  local m, nk, lt, lc, mig, base, cn = L.m, L.nk, L.lt, L.lc, L.mig, L.base, L.cn
+  local weighted = L.used ~= count or cost ~= 1       -- after it, some entry weighs more than 1
+  if weighted and L.v == 1 and count > 0 then
+    -- entries without running totals: the log's live ones, rewritten with them (weight 1)
+    if not mig then
+      mig = {}
+      local m0, lt0 = m, lt
+      if m0 and nk == count then                      -- all known: no read
+        for x = 1, nk do mig[x] = unpack('>I7', m0, 24 + 7 * (nk - x + 1)) end
+      elseif #lt0 == count then
+        mig = lt0
+      else
+        for x = dead, dead + count - 1, 1000 do
+          local r = call('LRANGE', k, x, min(x + 999, dead + count - 1))
+          for y = 1, #r do mig[#mig + 1] = unpack('>xI7', r[y]) end
+        end
+      end
+    end
     call('DEL', k)
-    dead = 0
-  end
-  local mig = L.mig
-  if mig then                                         -- the old log's live entries first
     for x = 1, count, 1000 do
       local e = {}
       for y = x, min(x + 999, count) do e[#e + 1] = pack('>BI7I7', 2, mig[y], y) end
       call('RPUSH', k, tunpack(e))
     end
+    dead, expire, base, cn, m, nk, lt, lc = 0, true, 0, count, nil, 0, {}, {}
+    for x = 1, min(count, K) do lt[x], lc[x] = mig[x], x end
+  elseif L.stale then
+    call('DEL', k)
+    dead = 0
+    if mig then                                       -- the old log, first (weight 1 each)
+      for x = 1, count, 1000 do
+        local e = {}
+        for y = x, min(x + 999, count) do e[#e + 1] = pack('>BI7', 1, mig[y]) end
+        call('RPUSH', k, tunpack(e))
+      end
+    end
   end
+  if L.v == 1 and weighted then m = nil end           -- (an empty log: nothing known)
   if dead >= TRIM then                                -- (when it empties the list, the key goes)
     call('LTRIM', k, dead, -1)
     dead, expire = 0, expire or count == 0
   end
-  local cnew = (L.cn + cost) % M
-  local m, nk = L.m, L.nk
+  local off = 31                                      -- where m's times start
+  if L.v == 2 then off = 45 end
   local tail
-  if m then                                           -- the known ones of the tail, shifted
-    if count == nk and nk < K then
-      tail = pack(HEAD, 2, t, cnew, w, count + 1, dead, L.base, nk + 1) .. pack('>I7', t) .. sub(m, 45, 93) ..
-             pack('>I7', cnew) .. sub(m, 101, 149)
+  if not weighted then
+    if m then
+      if count == nk and nk < K then
+        tail = pack(HEAD1, 1, t, w, count + 1, dead, nk + 1) .. pack('>I7', t) .. sub(m, off, off + 48)
+      else
+        tail = pack(HEAD1, 1, t, w, count + 1, dead, nk) .. sub(m, off, off + 55)
+      end
     else
-      tail = pack(HEAD, 2, t, cnew, w, count + 1, dead, L.base, nk) .. sub(m, 45, TAIL_LEN)
+      local x = min(#lt, K)
+      local d = {}                                    -- newest first, K of them
+      if count == #lt and x < K then d[1] = t end
+      for y = x, 1, -1 do d[#d + 1] = lt[y] end
+      local j = #d
+      for y = j + 1, K do d[y] = 0 end
+      tail = pack(TAIL1, 1, t, w, count + 1, dead, j, tunpack(d))
     end
   else
-    local lt, lc = L.lt, L.lc
-    local ts, cs = {}, {}                             -- newest first, K of them
-    if count == #lt and #lt < K then ts[1], cs[1] = t, cnew end
-    for x = #lt, 1, -1 do ts[#ts + 1], cs[#cs + 1] = lt[x], lc[x] end
-    local j = #ts
-    for x = j + 1, K do ts[x], cs[x] = 0, 0 end
-    tail = pack(HEAD, 2, t, cnew, w, count + 1, dead, L.base, j) .. pack(LIST, tunpack(ts)) .. pack(LIST, tunpack(cs))
+    local cnew = (cn + cost) % M
+    if m then                                         -- (weighted already)
+      if count == nk and nk < K then
+        tail = pack(HEAD2, 2, t, cnew, w, count + 1, dead, base, nk + 1) .. pack('>I7', t) .. sub(m, 45, 93) ..
+               pack('>I7', cnew) .. sub(m, 101, 149)
+      else
+        tail = pack(HEAD2, 2, t, cnew, w, count + 1, dead, base, nk) .. sub(m, 45, TAIL2_LEN)
+      end
+    else
+      local x = min(#lt, K)
+      local ts, cs = {}, {}                           -- newest first, K of them
+      if count == #lt and x < K then ts[1], cs[1] = t, cnew end
+      for y = x, 1, -1 do ts[#ts + 1], cs[#cs + 1] = lt[y], lc[y] end
+      local j = #ts
+      for y = j + 1, K do ts[y], cs[y] = 0, 0 end
+      tail = pack(HEAD2, 2, t, cnew, w, count + 1, dead, base, j) .. pack(LIST, tunpack(ts)) .. pack(LIST, tunpack(cs))
+    end
   end
   call('RPUSH', k, tail)
   if expire then call('PEXPIRE', k, 2 * w) end
-end
-
--- ---- quota: calendar periods in UTC (limit_period_start_ms / _end_ms in store/limit.c) ----
-
-local DAY = 86400000
-
-local function days_from_civil(y, m, d)
-  if m <= 2 then y = y - 1 end
-  local era = floor(y / 400)
-  local yoe = y - era * 400
-  local mp = m + 9
-  if m > 2 then mp = m - 3 end
-  local doy = floor((153 * mp + 2) / 5) + d - 1
-  local doe = yoe * 365 + floor(yoe / 4) - floor(yoe / 100) + doy
-  return era * 146097 + doe - 719468
-end
-
-local function civil_from_days(z)
-  z = z + 719468
-  local era = floor(z / 146097)
-  local doe = z - era * 146097
-  local yoe = floor((doe - floor(doe / 1460) + floor(doe / 36524) - floor(doe / 146096)) / 365)
-  local doy = doe - (365 * yoe + floor(yoe / 4) - floor(yoe / 100))
-  local mp = floor((5 * doy + 2) / 153)
-  local m = mp - 9
-  if mp < 10 then m = mp + 3 end
-  local y = yoe + era * 400
-  if m <= 2 then y = y + 1 end
-  return y, m
-end
-
--- Start and end (exclusive) of the period (1 day, 2 week from Monday, 3 month) holding t.
-local function period_bounds(p, t)
-  local day = floor(t / DAY)
-  if p == 1 then return day * DAY, (day + 1) * DAY end
-  if p == 2 then
-    local s = day - (day + 3) % 7                     -- 1970-01-01 was a Thursday
-    return s * DAY, (s + 7) * DAY
-  end
-  local y, m = civil_from_days(day)
-  local s = days_from_civil(y, m, 1)
-  if m == 12 then y, m = y + 1, 1 else m = m + 1 end
-  return s * DAY, days_from_civil(y, m, 1) * DAY
 end
 
 -- ---- sliding window, token bucket ----
@@ -499,7 +545,36 @@ for i = 1, n do
     else                                              -- quota; w is its period
       local qs = have and tonumber(h[2])
       if have and t < qs then t = qs end              -- a clock that went back stays in its period
-      local start, stop = period_bounds(w, t)
+      -- The calendar period (1 day, 2 week from Monday, 3 month) holding t, as
+      -- limit_period_start_ms / _end_ms do (days_from_civil / civil_from_days there).
+      local DAY = 86400000
+      local day = floor(t / DAY)
+      local start, stop
+      if w == 1 then
+        start, stop = day * DAY, (day + 1) * DAY
+      elseif w == 2 then
+        local d = day - (day + 3) % 7                 -- 1970-01-01 was a Thursday
+        start, stop = d * DAY, (d + 7) * DAY
+      else
+        local z = day + 719468                        -- civil_from_days: the year and month
+        local era = floor(z / 146097)
+        local doe = z - era * 146097
+        local yoe = floor((doe - floor(doe / 1460) + floor(doe / 36524) - floor(doe / 146096)) / 365)
+        local doy = doe - (365 * yoe + floor(yoe / 4) - floor(yoe / 100))
+        local mp = floor((5 * doy + 2) / 153)         -- months from March
+        local y = yoe + era * 400
+        if mp >= 10 then y = y + 1 end
+        local function first_of(yy, mpp)              -- days_from_civil(yy, month mpp from March, 1)
+          if mpp >= 10 then yy = yy - 1 end
+          local e4 = floor(yy / 400)
+          local yo = yy - e4 * 400
+          return e4 * 146097 + yo * 365 + floor(yo / 4) - floor(yo / 100) + floor((153 * mpp + 2) / 5) - 719468
+        end
+        start = first_of(y, mp) * DAY
+        if mp == 11 then stop = first_of(y, 0) * DAY          -- February -> March (the same year)
+        elseif mp == 9 then stop = first_of(y + 1, 10) * DAY  -- December -> January
+        else stop = first_of(y, mp + 1) * DAY end
+      end
       local used = 0
       if have and qs == start then used = tonumber(h[3]) end
       s.a, s.b, s.e = start, used, stop
@@ -529,8 +604,32 @@ for i = 1, n do
       if s.ok then
         rem, reset = c - used, 0
         if count > 0 then reset = oldest + w - t end
-      else
-        rem, reset = 0, sl_reach(k, L, used + cost - c) + w - t
+      else                                            -- the oldest entry whose running total reaches need
+        local need, o = used + cost - c, nil
+        local lt, lc, base, m, nk = L.lt, L.lc, L.base, L.m, L.nk
+        if L.v == 1 then                              -- weight 1 each: the need-th oldest
+          if m and need <= nk then o = unpack('>I7', m, 31 + 7 * (nk - need))
+          elseif L.mig then o = L.mig[need]
+          elseif lt[need] then o = lt[need]
+          else o = unpack('>xI7', call('LINDEX', k, L.first + need - 1)) end
+        else
+          for x = nk, 1, -1 do                        -- l_nk, the oldest known, first
+            if (unpack('>I7', m, 94 + 7 * x) - base) % M >= need then o = unpack('>I7', m, 38 + 7 * x) break end
+          end
+          for x = 1, #lt do
+            if o then break end
+            if (lc[x] - base) % M >= need then o = lt[x] end
+          end
+          if not o then                               -- past them: by running total
+            local a, b = L.first + nk + #lt, L.first + count - 1   -- entry b reaches it: it is all of used
+            while a < b do
+              local mid = floor((a + b) / 2)
+              if (unpack('>xxxxxxxxI7', call('LINDEX', k, mid)) - base) % M >= need then b = mid else a = mid + 1 end
+            end
+            o = unpack('>xI7', call('LINDEX', k, a))
+          end
+        end
+        rem, reset = 0, o + w - t
       end
     end
   else

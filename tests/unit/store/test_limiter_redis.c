@@ -493,36 +493,24 @@ static redisReply *cmd_ok(redisContext *c, const char *fmt, ...)
     return r;
 }
 
-/* A log kept in a layout before (a sorted set: score = ms, member = "<ms>:<count before>",
- * TTL w; or a list without weights, whose entries start with byte 1) is read as the log it
- * is, and rewritten in the weighted layout by the next admitted request. */
+/* A log kept in the layout before (a sorted set: score = ms, member = "<ms>:<count before>",
+ * TTL w) is read as the log it is, and rewritten as a list by the next admitted request,
+ * weighted or not. */
 static void test_sliding_log_old_layout(void **state)
 {
     struct fixture *f = *state;
-    /* list -> sorted set holding the log's live entries (those after the dead ones) */
+    /* list (either layout) -> sorted set holding the log's live entries (those after the
+     * dead ones) */
     static const char to_zset[] =
         "local r = redis.call('LRANGE', KEYS[1], 0, -1) "
-        "local _, _, w, count, dead = struct.unpack('>xI7I7I7I7I7', r[#r]) "
+        "local h, w, dead "
+        "if string.byte(r[#r], 1) == 1 then h = {struct.unpack('>xI7I7I7I7', r[#r])} w, dead = h[2], h[4] "
+        "else h = {struct.unpack('>xI7I7I7I7I7', r[#r])} w, dead = h[3], h[5] end "
         "redis.call('DEL', KEYS[1]) "
         "for i = dead + 1, #r do local t = struct.unpack('>xI7', r[i]) "
         "  redis.call('ZADD', KEYS[1], string.format('%d', t), string.format('%d:%d', t, i - dead - 1)) end "
         "redis.call('PEXPIRE', KEYS[1], w) "
         "return #r - dead";
-    /* list -> the list layout before weights: '>BI7' entries, an 86-byte tail
-     * 1, t, w, count, dead, j, l1..l8 (every entry of the test weighs 1) */
-    static const char to_list1[] =
-        "local r = redis.call('LRANGE', KEYS[1], 0, -1) "
-        "local _, _, w, count, dead = struct.unpack('>xI7I7I7I7I7', r[#r]) "
-        "local ts = {} "
-        "for i = dead + 1, #r do ts[#ts + 1] = struct.unpack('>xI7', r[i]) end "
-        "redis.call('DEL', KEYS[1]) "
-        "for i = 1, #ts - 1 do redis.call('RPUSH', KEYS[1], struct.pack('>BI7', 1, ts[i])) end "
-        "local j = math.min(#ts, 8) local l = {} "
-        "for x = j, 1, -1 do l[#l + 1] = ts[x] end "
-        "for x = #l + 1, 8 do l[x] = 0 end "
-        "redis.call('RPUSH', KEYS[1], struct.pack('>BI7I7I7I7BI7I7I7I7I7I7I7I7', 1, ts[#ts], w, #ts, 0, j, unpack(l))) "
-        "redis.call('PEXPIRE', KEYS[1], 2 * w) "
-        "return #ts";
     struct limit_rule pair[2] = {
         {.id = 320, .kind = LIMIT_SLIDING_LOG, .rate = 12, .burst = 2, .window_ms = 60000},
         {.id = 321, .kind = LIMIT_SLIDING_LOG, .rate = 3, .burst = 0, .window_ms = 90000},
@@ -539,19 +527,25 @@ static void test_sliding_log_old_layout(void **state)
         for (int j = 0; j < 2; j++) {
             char key[128];
             snprintf(key, sizeof(key), "%s{u:old}:%lld", f->prefix, (long long)pair[j].id);
-            bool zset = (round + j) % 2 == 0;
-            freeReplyObject(cmd_ok(f->sync, "EVAL %s 1 %s", zset ? to_zset : to_list1, key));
+            freeReplyObject(cmd_ok(f->sync, "EVAL %s 1 %s", to_zset, key));
             redisReply *r = cmd_ok(f->sync, "TYPE %s", key);
-            assert_string_equal(r->str, zset ? "zset" : "list");
+            assert_string_equal(r->str, "zset");
             freeReplyObject(r);
         }
         if (round == 3)
             pair[0].window_ms = 30000;   /* and read under another window */
     }
+    /* the sorted set holds weight-1 entries only; the next requests weigh 2 (rule 321's
+     * log is rewritten with running totals) */
+    pair[0].cost = pair[1].cost = 2;
+    both(f, "u:old", &pair[1], 1, now);
+    both(f, "u:old", &pair[1], 1, now + 1);
     char key[128];
     snprintf(key, sizeof(key), "%s{u:old}:320", f->prefix);
     while (!both(f, "u:old", &pair[0], 1, now).allowed)
         now += 1000;
+    for (int i = 0; i < 20; i++)
+        both(f, "u:old", pair, 2, now += 1500);
     redisReply *r = cmd_ok(f->sync, "TYPE %s", key);
     assert_string_equal(r->str, "list");
     freeReplyObject(r);
@@ -949,6 +943,53 @@ static void test_sliding_log_weighted_deep(void **state)
         both(f, "u:deep", &r, 1, now);
         now += rand() % 700;
     }
+}
+
+static size_t tail_len(struct fixture *f, const char *key)
+{
+    redisReply *r = cmd_ok(f->sync, "LINDEX %s -1", key);
+    assert_int_equal(r->type, REDIS_REPLY_STRING);
+    size_t len = r->len;
+    freeReplyObject(r);
+    return len;
+}
+
+static long long list_len(struct fixture *f, const char *key)
+{
+    redisReply *r = cmd_ok(f->sync, "LLEN %s", key);
+    long long len = r->integer;
+    freeReplyObject(r);
+    return len;
+}
+
+/* A log of cost-1 requests keeps the unweighted layout (86-byte entries, the layout of
+ * the proxies before costs); the first heavier request rewrites it with running totals
+ * (156-byte tail); once that one has left the window, a cost-1 request makes it
+ * unweighted again. */
+static void test_sliding_log_layouts(void **state)
+{
+    struct fixture *f = *state;
+    struct limit_rule r = {.id = 490, .kind = LIMIT_SLIDING_LOG, .rate = 10, .window_ms = 60000};
+    const int64_t t0 = 1800000000000;
+    char key[128];
+    snprintf(key, sizeof(key), "%s{u:lay}:490", f->prefix);
+    for (int i = 0; i < 3; i++)
+        both(f, "u:lay", &r, 1, t0 + i);
+    assert_int_equal(tail_len(f, key), 86);
+    r.cost = 2;
+    struct limiter_result res = both(f, "u:lay", &r, 1, t0 + 10);
+    expect_verdict_of(&res, 0, true, 10, 5, 60000 - 10);
+    assert_int_equal(tail_len(f, key), 156);
+    assert_int_equal(list_len(f, key), 4);   /* the 3 rewritten, and the new one */
+    r.cost = 1;
+    res = both(f, "u:lay", &r, 1, t0 + 20);  /* the 2 is still in the window */
+    expect_verdict_of(&res, 0, true, 10, 4, 60000 - 20);
+    assert_int_equal(tail_len(f, key), 156);
+    res = both(f, "u:lay", &r, 1, t0 + 60010);   /* it left: unweighted again */
+    expect_verdict_of(&res, 0, true, 10, 8, 10);
+    assert_int_equal(tail_len(f, key), 86);
+    for (int i = 0; i < 12; i++)
+        both(f, "u:lay", &r, 1, t0 + 60020 + i);
 }
 
 /* A rejected check adds nothing to any rule, costs and quotas included. */
@@ -1913,6 +1954,7 @@ int main(void)
         T(test_cost_ten_under_hundred),
         T(test_cost_rejected_adds_nothing),
         T(test_sliding_log_weighted_deep),
+        T(test_sliding_log_layouts),
         T(test_peek),
         T(test_quota_key_expiry),
         T(test_same_rule_changes),
