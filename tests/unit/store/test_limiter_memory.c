@@ -22,40 +22,47 @@ static void state_copy(struct algo_state *dst, const struct algo_state *src)
 {
     *dst = *src;
     if (src->kind == LIMIT_SLIDING_LOG && src->u.sl.cap > 0) {
-        dst->u.sl.ts = malloc(src->u.sl.cap * sizeof(int64_t));
+        /* the times, and for a weighted log the running totals after them */
+        size_t bytes = src->u.sl.cap * sizeof(int64_t) + (src->u.sl.weighted ? (src->u.sl.cap + 1) * sizeof(uint64_t) : 0);
+        dst->u.sl.ts = malloc(bytes);
         assert_non_null(dst->u.sl.ts);
-        memcpy(dst->u.sl.ts, src->u.sl.ts, src->u.sl.cap * sizeof(int64_t));
+        memcpy(dst->u.sl.ts, src->u.sl.ts, bytes);
     }
 }
 
-/* Requests admitted one after another at `now` (capped at limit + 1), on a copy. */
-static int64_t admissible(const struct algo_state *s, const struct limit_rule *rule, int64_t now)
+/* Requests of cost 1 admitted one after another at `now` (capped at limit + 1), on a copy. */
+static int64_t admissible(const struct algo_state *s, const struct limit_rule *weighted, int64_t now)
 {
+    struct limit_rule rule = *weighted;
+    rule.cost = 0;
     struct algo_state copy;
     state_copy(&copy, s);
     int64_t k = 0;
-    for (; k <= rule->rate + rule->burst; k++) {
+    for (; k <= rule.rate + rule.burst; k++) {
         struct algo_eval ev;
-        algo_decide(&copy, rule, now, &ev);
+        algo_decide(&copy, &rule, now, &ev);
         if (!ev.allowed)
             break;
-        assert_int_equal(algo_reserve(&copy, rule, &ev), 0);
-        algo_commit(&copy, rule, &ev);
+        assert_int_equal(algo_reserve(&copy, &rule, &ev), 0);
+        algo_commit(&copy, &rule, &ev);
     }
     algo_state_clear(&copy);
     return k;
 }
 
 /* One step of a random walk: decide, maybe record, and check the verdict against brute
- * force: `remaining` is what can still be admitted now; `reset_ms` is the first moment that
- * more can be admitted (0 exactly when nothing is in use). */
+ * force: a request of cost k is allowed exactly when k requests of cost 1 would be;
+ * `remaining` is what can still be admitted now; `reset_ms` is the first moment that
+ * more can be admitted (0 exactly when nothing is in use), or for a rejected request the
+ * first moment that k can. */
 static void step(struct algo_state *s, const struct limit_rule *rule, int64_t now, bool record)
 {
     struct algo_eval ev;
     struct limit_verdict v;
+    int64_t k = limit_rule_cost(rule);
     algo_decide(s, rule, now, &ev);
     int64_t before = admissible(s, rule, ev.te);
-    assert_int_equal(ev.allowed, before > 0);
+    assert_int_equal(ev.allowed, before >= k);
     if (ev.allowed && record) {
         assert_int_equal(algo_reserve(s, rule, &ev), 0);
         algo_commit(s, rule, &ev);
@@ -69,6 +76,15 @@ static void step(struct algo_state *s, const struct limit_rule *rule, int64_t no
         assert_int_equal(v.remaining, avail);
     else
         assert_int_equal(v.remaining, 0);
+    if (!ev.allowed) {
+        assert_true(v.reset_ms > 0);
+        for (int64_t d = 1; d < v.reset_ms; d++)
+            if (admissible(s, rule, ev.te + d) >= k)
+                fail_msg("alg %d cost %lld: admitted after %lld ms, reset_ms said %lld", rule->kind, (long long)k,
+                         (long long)d, (long long)v.reset_ms);
+        assert_true(admissible(s, rule, ev.te + v.reset_ms) >= k);
+        return;
+    }
     if (v.reset_ms == 0) {
         assert_true(avail >= c);
         return;
@@ -111,11 +127,51 @@ static void test_brute_force(void **state)
                 }
                 if (rand() % 80 == 0)
                     rule.window_ms = 5 + rand() % 40;
+                /* a weighted request now and then (cost 0 means 1) */
+                rule.cost = rand() % 3 == 0 ? 1 + rand() % (rule.rate + rule.burst) : rand() % 2;
                 step(&s, &rule, now, rand() % 5 != 0);
             }
             algo_state_clear(&s);
         }
     }
+}
+
+/* A sliding log keeps times only while every entry weighs 1 (8 bytes an entry, as before
+ * costs); a heavier entry adds running totals, which go once it has left the window. */
+static void test_sliding_log_weights(void **state)
+{
+    struct limit_rule rule = {.id = 1, .kind = LIMIT_SLIDING_LOG, .rate = 10, .window_ms = 1000};
+    struct algo_state s;
+    algo_state_init(&s);
+    struct algo_eval ev;
+    struct limit_verdict v;
+    for (int i = 0; i < 3; i++) {
+        algo_decide(&s, &rule, 100 + i, &ev);
+        assert_int_equal(algo_reserve(&s, &rule, &ev), 0);
+        algo_commit(&s, &rule, &ev);
+    }
+    assert_int_equal(s.u.sl.weighted, 0);
+    rule.cost = 5;
+    algo_decide(&s, &rule, 200, &ev);
+    assert_int_equal(algo_reserve(&s, &rule, &ev), 0);
+    algo_commit(&s, &rule, &ev);
+    algo_verdict(&s, &rule, &ev, &v);
+    assert_int_equal(v.remaining, 2);
+    assert_int_equal(s.u.sl.weighted, 1);
+    assert_int_equal(s.u.sl.len, 4);   /* one entry for the 5 */
+    rule.cost = 3;                     /* 8 used: a 3 waits for the oldest 1 to leave */
+    algo_decide(&s, &rule, 300, &ev);
+    assert_false(ev.allowed);
+    algo_verdict(&s, &rule, &ev, &v);
+    assert_int_equal(v.reset_ms, 100 + 1000 - 300);
+    rule.cost = 1;
+    algo_decide(&s, &rule, 1250, &ev);   /* the 5 has left */
+    assert_int_equal(algo_reserve(&s, &rule, &ev), 0);
+    algo_commit(&s, &rule, &ev);
+    algo_verdict(&s, &rule, &ev, &v);
+    assert_int_equal(v.remaining, 9);
+    assert_int_equal(s.u.sl.weighted, 0);
+    algo_state_clear(&s);
 }
 
 /* ---- the memory store through the limiter interface ---- */
@@ -779,6 +835,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_brute_force),
+        cmocka_unit_test(test_sliding_log_weights),
         cmocka_unit_test_setup_teardown(test_sliding_log_exact, setup_store, teardown_store),
         cmocka_unit_test_setup_teardown(test_rejected_not_recorded, setup_store, teardown_store),
         cmocka_unit_test_setup_teardown(test_clock_backwards, setup_store, teardown_store),
