@@ -1,18 +1,21 @@
 /* The arithmetic of each rule kind, in integer ms, for the memory store (and
  * store/local_limit.c). check.lua does the same arithmetic for the Redis store, but on its
  * own layout, so it is no line-by-line copy: a sliding log there is a list whose last entry
- * carries the count and the oldest times (here a ring of timestamps), the window-indexed
+ * carries the count and the oldest times and running totals (here a ring of (time,
+ * running total of weights)), a quota a hash tagged with its period, the window-indexed
  * kinds are hashes tagged "<kind>:<window_ms>", and a concurrency rule is a sorted set of
  * leases scored by their expiry (here a count: one process knows when its leases end).
  * Change both together: tests/unit/store/test_limiter_redis.c runs both stores on the
  * same sequences and requires identical verdicts.
  *
  * Evaluation fields (struct algo_eval a, b, c) per kind:
- *   sliding-log:    a = entries in (te - W, te], b = ring index of the first of them
+ *   sliding-log:    a = entries in (te - W, te], b = ring index of the first of them,
+ *                   c = units they weigh
  *   sliding-window: a = current window index, b = its count, c = previous window's count
  *   token-bucket:   a = level (tokens * W) at te
  *   fixed-window:   a = window index, b = its count
- *   concurrency:    a = leases held (after the commit, once committed) */
+ *   concurrency:    a = leases held (after the commit, once committed)
+ *   quota:          a = period start, b = units used in it, c = period end */
 #include "store/algorithms.h"
 
 #include <errno.h>
@@ -38,16 +41,22 @@ static int64_t capacity(const struct limit_rule *rule)
     return rule->rate + rule->burst;
 }
 
+/* What a state is tagged with besides its kind: the window, or a quota's period. */
+static int64_t state_tag(const struct limit_rule *rule)
+{
+    return rule->kind == LIMIT_QUOTA ? (int64_t)rule->period : rule->window_ms;
+}
+
 /* A sliding log is a log of timestamps, meaningful under any window; the other states are
- * scaled by or indexed with the window, so they only carry over under the same one. */
+ * scaled by or indexed with the window (a quota: its period), so they only carry over
+ * under the same one. */
 static bool compatible(const struct algo_state *s, const struct limit_rule *rule)
 {
     if (s->kind != (int)rule->kind)
         return false;
     /* A concurrency state is a count of leases; its window is their TTL, which may change
      * while they are held. */
-    return rule->kind == LIMIT_SLIDING_LOG || rule->kind == LIMIT_CONCURRENCY ||
-           s->window_ms == rule->window_ms;
+    return rule->kind == LIMIT_SLIDING_LOG || rule->kind == LIMIT_CONCURRENCY || s->window_ms == state_tag(rule);
 }
 
 void algo_state_init(struct algo_state *s)
@@ -59,30 +68,37 @@ void algo_state_init(struct algo_state *s)
 void algo_state_clear(struct algo_state *s)
 {
     if (s->kind == LIMIT_SLIDING_LOG)
-        free(s->u.sl.ts);
+        free(s->u.sl.e);
     algo_state_init(s);
 }
 
-/* ---- sliding log: a ring of allowed timestamps, oldest first, non-decreasing ---- */
+/* ---- sliding log: a ring of admitted requests, oldest first, times non-decreasing; each
+ * entry weighs its cost (cum: running total), so the ring holds at most C entries ---- */
 
-static int64_t sl_at(const struct algo_state *s, uint32_t i)
+static const struct algo_sl_entry *sl_at(const struct algo_state *s, uint32_t i)
 {
-    return s->u.sl.ts[(s->u.sl.head + i) & (s->u.sl.cap - 1)];
+    return &s->u.sl.e[(s->u.sl.head + i) & (s->u.sl.cap - 1)];
+}
+
+/* The running total before ring index i. */
+static uint64_t sl_cum_before(const struct algo_state *s, uint32_t i)
+{
+    return i == 0 ? s->u.sl.base : sl_at(s, i - 1)->cum;
 }
 
 static void sl_decide(const struct algo_state *s, const struct limit_rule *rule, int64_t now, struct algo_eval *ev)
 {
     uint32_t len = ev->stale || s->kind < 0 ? 0 : s->u.sl.len;
     int64_t te = now;
-    if (len > 0 && sl_at(s, len - 1) > te)
-        te = sl_at(s, len - 1);
+    if (len > 0 && sl_at(s, len - 1)->ts > te)
+        te = sl_at(s, len - 1)->ts;
     int64_t lo = te - rule->window_ms;
     uint32_t first = len;
-    if (len > 0 && sl_at(s, len - 1) > lo) {
+    if (len > 0 && sl_at(s, len - 1)->ts > lo) {
         uint32_t l = 0, r = len - 1;   /* first index with ts > lo; ts[len-1] > lo */
         while (l < r) {
             uint32_t m = l + (r - l) / 2;
-            if (sl_at(s, m) > lo)
+            if (sl_at(s, m)->ts > lo)
                 r = m;
             else
                 l = m + 1;
@@ -92,7 +108,8 @@ static void sl_decide(const struct algo_state *s, const struct limit_rule *rule,
     ev->te = te;
     ev->a = (int64_t)(len - first);
     ev->b = first;
-    ev->allowed = ev->a < capacity(rule);
+    ev->c = len > first ? (int64_t)(sl_at(s, len - 1)->cum - sl_cum_before(s, first)) : 0;
+    ev->allowed = ev->c + limit_rule_cost(rule) <= capacity(rule);
 }
 
 static int sl_reserve(struct algo_state *s, struct algo_eval *ev)
@@ -109,45 +126,62 @@ static int sl_reserve(struct algo_state *s, struct algo_eval *ev)
     uint32_t cap = s->u.sl.cap ? s->u.sl.cap : 4;
     while (cap < need)
         cap *= 2;
-    int64_t *ts = malloc((size_t)cap * sizeof(*ts));
-    if (ts == NULL)
+    struct algo_sl_entry *e = malloc((size_t)cap * sizeof(*e));
+    if (e == NULL)
         return -ENOMEM;
     /* Keep only the entries still in the window; they move to the front. */
     uint32_t n = (uint32_t)ev->a;
+    uint64_t base = s->u.sl.e != NULL ? sl_cum_before(s, (uint32_t)ev->b) : 0;
     for (uint32_t i = 0; i < n; i++)
-        ts[i] = sl_at(s, (uint32_t)ev->b + i);
-    free(s->u.sl.ts);
-    s->u.sl.ts = ts;
+        e[i] = *sl_at(s, (uint32_t)ev->b + i);
+    free(s->u.sl.e);
+    s->u.sl.e = e;
     s->u.sl.head = 0;
     s->u.sl.len = n;
     s->u.sl.cap = cap;
+    s->u.sl.base = base;
     ev->b = 0;
     return 0;
 }
 
-static void sl_commit(struct algo_state *s, struct algo_eval *ev)
+static void sl_commit(struct algo_state *s, const struct limit_rule *rule, struct algo_eval *ev)
 {
     uint32_t first = (uint32_t)ev->b;
+    uint64_t base = sl_cum_before(s, first);
+    uint64_t last = s->u.sl.len > 0 ? sl_at(s, s->u.sl.len - 1)->cum : base;
+    int64_t k = limit_rule_cost(rule);
+    s->u.sl.base = base;
     s->u.sl.head = (s->u.sl.head + first) & (s->u.sl.cap - 1);
     s->u.sl.len -= first;
-    s->u.sl.ts[(s->u.sl.head + s->u.sl.len) & (s->u.sl.cap - 1)] = ev->te;
+    s->u.sl.e[(s->u.sl.head + s->u.sl.len) & (s->u.sl.cap - 1)] = (struct algo_sl_entry){ev->te, last + (uint64_t)k};
     s->u.sl.len++;
     ev->a++;
     ev->b = 0;
+    ev->c += k;
 }
 
 static void sl_verdict(const struct algo_state *s, const struct limit_rule *rule, const struct algo_eval *ev,
                        struct limit_verdict *v)
 {
-    int64_t c = capacity(rule), n = ev->a, w = rule->window_ms;
+    int64_t c = capacity(rule), n = ev->a, used = ev->c, w = rule->window_ms;
+    uint32_t first = (uint32_t)ev->b;
     if (!ev->allowed) {
-        /* Allowed again once enough of the window's entries expired to leave n - 1 < C:
-         * when the (n - C + 1)th oldest does, i.e. at its time + W. */
+        /* Allowed again once entries of `need` units have expired: at the time + W of the
+         * oldest entry whose running total (from the log's start) reaches it. */
+        uint64_t need = (uint64_t)(used + limit_rule_cost(rule) - c), base = sl_cum_before(s, first);
+        uint32_t l = first, r = first + (uint32_t)n - 1;   /* the entry at r reaches it: it is all `used` */
+        while (l < r) {
+            uint32_t m = l + (r - l) / 2;
+            if (sl_at(s, m)->cum - base >= need)
+                r = m;
+            else
+                l = m + 1;
+        }
         v->remaining = 0;
-        v->reset_ms = sl_at(s, (uint32_t)(ev->b + n - c)) + w - ev->te;
+        v->reset_ms = sl_at(s, l)->ts + w - ev->te;
     } else {
-        v->remaining = c - n;
-        v->reset_ms = n > 0 ? sl_at(s, (uint32_t)ev->b) + w - ev->te : 0;
+        v->remaining = c - used;
+        v->reset_ms = n > 0 ? sl_at(s, first)->ts + w - ev->te : 0;
     }
 }
 
@@ -173,7 +207,8 @@ static void sw_decide(const struct algo_state *s, const struct limit_rule *rule,
     ev->a = idx;
     ev->b = cur;
     ev->c = prev;
-    ev->allowed = prev * (w - e) + cur * w < capacity(rule) * w;
+    /* its k units, the last one included, fit: (k - 1) more than the estimate is < C */
+    ev->allowed = prev * (w - e) + (cur + limit_rule_cost(rule) - 1) * w < capacity(rule) * w;
 }
 
 /* The smallest wait after which `avail` + 1 requests could be admitted, with no other
@@ -205,11 +240,16 @@ static void sw_verdict(const struct limit_rule *rule, const struct algo_eval *ev
     int64_t avail = d > 0 ? ceil_div(d, w) - cur : 0;
     if (avail < 0)
         avail = 0;
+    if (!ev->allowed) {   /* wait until k units are admissible */
+        v->remaining = 0;
+        v->reset_ms = sw_reset(c, w, e, cur, prev, limit_rule_cost(rule) - 1);
+        return;
+    }
     v->remaining = avail;
     v->reset_ms = sw_reset(c, w, e, cur, prev, avail);
 }
 
-/* ---- token bucket: level in [0, C*W], +rate per ms, a request costs W ---- */
+/* ---- token bucket: level in [0, C*W], +rate per ms, a unit costs W ---- */
 
 static void tb_decide(const struct algo_state *s, const struct limit_rule *rule, int64_t now, struct algo_eval *ev)
 {
@@ -226,12 +266,17 @@ static void tb_decide(const struct algo_state *s, const struct limit_rule *rule,
     }
     ev->te = te;
     ev->a = level;
-    ev->allowed = level >= w;
+    ev->allowed = level >= limit_rule_cost(rule) * w;
 }
 
 static void tb_verdict(const struct limit_rule *rule, const struct algo_eval *ev, struct limit_verdict *v)
 {
     int64_t w = rule->window_ms, cw = capacity(rule) * w, level = ev->a;
+    if (!ev->allowed) {
+        v->remaining = 0;
+        v->reset_ms = ceil_div(limit_rule_cost(rule) * w - level, rule->rate);
+        return;
+    }
     int64_t avail = level / w;
     v->remaining = avail;
     v->reset_ms = level >= cw ? 0 : ceil_div((avail + 1) * w - level, rule->rate);
@@ -250,14 +295,37 @@ static void fw_decide(const struct algo_state *s, const struct limit_rule *rule,
     ev->te = te;
     ev->a = idx;
     ev->b = have && idx == s->u.fw.w ? s->u.fw.n : 0;
-    ev->allowed = ev->b < capacity(rule);
+    ev->allowed = ev->b + limit_rule_cost(rule) <= capacity(rule);
 }
 
 static void fw_verdict(const struct limit_rule *rule, const struct algo_eval *ev, struct limit_verdict *v)
 {
     int64_t c = capacity(rule), w = rule->window_ms, count = ev->b;
-    v->remaining = count < c ? c - count : 0;
+    v->remaining = ev->allowed && count < c ? c - count : 0;
     v->reset_ms = count == 0 ? 0 : (ev->a + 1) * w - ev->te;
+}
+
+/* ---- quota: units used in the current calendar period ---- */
+
+static void q_decide(const struct algo_state *s, const struct limit_rule *rule, int64_t now, struct algo_eval *ev)
+{
+    bool have = !ev->stale && s->kind >= 0;
+    int64_t te = now;
+    if (have && te < s->u.q.start)
+        te = s->u.q.start;   /* a clock that went back stays in the state's period */
+    int64_t start = limit_period_start_ms(rule->period, te);
+    ev->te = te;
+    ev->a = start;
+    ev->b = have && s->u.q.start == start ? s->u.q.used : 0;
+    ev->c = limit_period_end_ms(rule->period, te);
+    ev->allowed = ev->b + limit_rule_cost(rule) <= rule->rate;
+}
+
+static void q_verdict(const struct limit_rule *rule, const struct algo_eval *ev, struct limit_verdict *v)
+{
+    int64_t used = ev->b;
+    v->remaining = ev->allowed ? rule->rate - used : 0;
+    v->reset_ms = ev->allowed && used == 0 ? 0 : ev->c - ev->te;
 }
 
 /* ---- concurrency: a count of leases held ---- */
@@ -301,6 +369,7 @@ void algo_decide(const struct algo_state *s, const struct limit_rule *rule, int6
     case LIMIT_TOKEN_BUCKET: tb_decide(s, rule, now, ev); break;
     case LIMIT_FIXED_WINDOW: fw_decide(s, rule, now, ev); break;
     case LIMIT_CONCURRENCY: cc_decide(s, rule, now, ev); break;
+    case LIMIT_QUOTA: q_decide(s, rule, now, ev); break;
     }
 }
 
@@ -315,32 +384,38 @@ int algo_reserve(struct algo_state *s, const struct limit_rule *rule, struct alg
 
 void algo_commit(struct algo_state *s, const struct limit_rule *rule, struct algo_eval *ev)
 {
-    s->window_ms = rule->window_ms;
+    int64_t k = limit_rule_cost(rule);
+    s->window_ms = state_tag(rule);
     s->kind = (int)rule->kind;
     ev->stale = false;
     switch (rule->kind) {
     case LIMIT_SLIDING_LOG:
-        sl_commit(s, ev);
+        sl_commit(s, rule, ev);
         break;
     case LIMIT_SLIDING_WINDOW:
-        ev->b++;
+        ev->b += k;
         s->u.sw.w = ev->a;
         s->u.sw.cur = ev->b;
         s->u.sw.prev = ev->c;
         break;
     case LIMIT_TOKEN_BUCKET:
-        ev->a -= rule->window_ms;
+        ev->a -= k * rule->window_ms;
         s->u.tb.level = ev->a;
         s->u.tb.t = ev->te;
         break;
     case LIMIT_FIXED_WINDOW:
-        ev->b++;
+        ev->b += k;
         s->u.fw.w = ev->a;
         s->u.fw.n = ev->b;
         break;
-    case LIMIT_CONCURRENCY:
+    case LIMIT_CONCURRENCY:   /* one slot whatever the cost */
         ev->a++;
         s->u.cc.held = ev->a;
+        break;
+    case LIMIT_QUOTA:
+        ev->b += k;
+        s->u.q.start = ev->a;
+        s->u.q.used = ev->b;
         break;
     }
 }
@@ -356,6 +431,7 @@ void algo_verdict(const struct algo_state *s, const struct limit_rule *rule, con
     case LIMIT_TOKEN_BUCKET: tb_verdict(rule, ev, v); break;
     case LIMIT_FIXED_WINDOW: fw_verdict(rule, ev, v); break;
     case LIMIT_CONCURRENCY: cc_verdict(rule, ev, v); break;
+    case LIMIT_QUOTA: q_verdict(rule, ev, v); break;
     }
 }
 
@@ -364,7 +440,7 @@ int64_t algo_dead_ms(const struct algo_state *s, const struct limit_rule *rule)
     int64_t w = rule->window_ms;
     switch (s->kind) {
     case LIMIT_SLIDING_LOG:
-        return s->u.sl.len > 0 ? sl_at(s, s->u.sl.len - 1) + w : INT64_MIN;
+        return s->u.sl.len > 0 ? sl_at(s, s->u.sl.len - 1)->ts + w : INT64_MIN;
     case LIMIT_SLIDING_WINDOW:
         return (s->u.sw.w + 2) * s->window_ms;
     case LIMIT_TOKEN_BUCKET: {
@@ -375,6 +451,8 @@ int64_t algo_dead_ms(const struct algo_state *s, const struct limit_rule *rule)
         return (s->u.fw.w + 1) * s->window_ms;
     case LIMIT_CONCURRENCY:
         return s->u.cc.held > 0 ? INT64_MAX : INT64_MIN;
+    case LIMIT_QUOTA:   /* its period's end: the next one starts from 0 */
+        return limit_period_end_ms((enum limit_period)s->window_ms, s->u.q.start);
     default:
         return INT64_MIN;
     }

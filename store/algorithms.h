@@ -9,11 +9,17 @@
  *   algo_reserve() makes sure the commit cannot fail (grows a sliding log's ring);
  *   algo_commit()  records the request (only when every rule of the check allowed it);
  *   algo_verdict() turns the evaluation into the verdict the caller sees.
- * All times are integer ms; C = rate + burst; a clock that goes backwards is clamped to the
- * state's newest time. The verdict describes the state after the check:
- *   remaining = requests that could still be admitted right now (0 when rejected);
+ * All times are integer ms; C = rate + burst; k = the request's cost (limit_rule_cost); a
+ * clock that goes backwards is clamped to the state's newest time. A request of cost k is
+ * allowed when k requests of cost 1 at the same instant would all be, and recorded as k
+ * units. The verdict describes the state after the check, in units:
+ *   remaining = units that could still be admitted right now (0 when rejected);
  *   reset_ms  = ms until `remaining` goes up by one with no other traffic (for a rejected
- *               request: until it would be allowed), 0 when nothing is in use.
+ *               request: until a request of cost k would be allowed), 0 when nothing is
+ *               in use.
+ *
+ * LIMIT_QUOTA: the units used in the current calendar period (limit_period_start_ms);
+ * another period's count is read as 0. Verdict as limit.h says.
  *
  * LIMIT_CONCURRENCY is here too, for the memory store: its state is the number of leases
  * held (no clock, no TTL: one process knows when its leases end), a commit takes one and
@@ -25,21 +31,32 @@
 
 #include "store/limit.h"
 
+/* One admitted request of a sliding log: its time and the running total of the weights
+ * (costs) pushed to the log up to and including it, modulo 2^64 (a difference of two is
+ * exact: a log never holds 2^64 units). */
+struct algo_sl_entry {
+    int64_t ts;
+    uint64_t cum;
+};
+
 /* Per (subject, rule) state. `kind` (an enum limit_kind) < 0 means empty. Only the
  * sliding log owns memory. */
 struct algo_state {
     int kind;
     int64_t window_ms;   /* tag: the state is reused only under the same kind and, but for the
-                          * sliding log and concurrency, the same window */
+                          * sliding log and concurrency, the same window (a quota: the same
+                          * period, an enum limit_period) */
     union {
         struct { int64_t w, n; } fw;              /* window index, count in it */
         struct { int64_t w, cur, prev; } sw;      /* window index, its count, previous count */
         struct { int64_t level, t; } tb;          /* tokens * window_ms, time of `level` */
-        struct {                                  /* allowed timestamps, oldest first */
-            int64_t *ts;
+        struct {                                  /* admitted requests, oldest first */
+            struct algo_sl_entry *e;
             uint32_t head, len, cap;              /* ring; cap is 0 or a power of two */
+            uint64_t base;                        /* cum of the entry before the head */
         } sl;
         struct { int64_t held; } cc;              /* leases held */
+        struct { int64_t start, used; } q;        /* period start (Unix ms), units used in it */
     } u;
 };
 

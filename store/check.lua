@@ -1,79 +1,113 @@
--- check.lua: one atomic check of every rule (rate and concurrency) of one subject
+-- check.lua: one atomic check of every rule (rate, quota and concurrency) of one subject
 -- (store/limiter_redis.c).
 -- The same arithmetic as store/algorithms.c (see the meaning of the numbers there); change
 -- both together: tests/unit/store/test_limiter_redis.c holds them to equal answers.
 --
 -- KEYS[i]            state of rule i: "<prefix>{<subject>}:<rule id>" (one slot per check)
--- ARGV[1]            now in Unix ms, or negative: the server clock (TIME)
--- ARGV[4i-2 .. 4i+1] rule i: kind (enum limit_kind: 0 sliding-log, 1 sliding-window,
---                    2 token-bucket, 3 fixed-window, 4 concurrency), rate, burst, window_ms
+-- ARGV[1]            now in Unix ms, or negative: the server clock (TIME); "peek:<now>":
+--                    decide and answer every rule, record nothing (limiter_peek)
+-- ARGV[5i-3 .. 5i+1] rule i: kind (enum limit_kind: 0 sliding-log, 1 sliding-window,
+--                    2 token-bucket, 3 fixed-window, 4 concurrency, 5 quota), rate, burst,
+--                    window_ms (a quota: its period, enum limit_period: 1 day, 2 week,
+--                    3 month), cost (>= 1: the units this request counts; concurrency: 1)
 --                    (concurrency: rate = N slots, burst 0, window_ms = the lease TTL)
--- ARGV[4n+2]         the lease id; present only when some rule is a concurrency rule
+-- ARGV[5n+2]         the lease id; present only when some rule is a concurrency rule
 -- Returns {now, all_allowed, then per rule: allowed, limit, remaining, reset_ms}.
 -- Reads first; writes (with a TTL on every key written) only when every rule allows; the
 -- one write otherwise: a sliding log whose window grew (a limit changed in place) gets the
 -- new window's TTL, so its entries still count past the old window's.
--- C = rate + burst; t = now, or the state's newest time when that is later (a clock that
--- goes backwards is clamped).
+-- C = rate + burst; k = cost; t = now, or the state's newest time when that is later (a
+-- clock that goes backwards is clamped). A request of cost k is allowed when k requests of
+-- cost 1 would all be, and counts as k units.
 --
--- Sliding log: a list, one entry per admitted request, oldest first (times never decrease).
---   Every entry starts with byte 1 and its time in ms (7-byte big-endian). The last entry
---   (the tail) also carries the state, so that a check reads one entry and writes one:
---     struct '>BI7I7I7I7B' .. 8 x 'I7': 1, t, w, count, dead, j, l1..l8
+-- Sliding log: a list, one entry per admitted request, oldest first (times never
+--   decrease). Every entry starts with a tag byte and its time in ms (7-byte big-endian).
+--   The last entry (the tail) also carries the state, so that a check reads one entry and
+--   writes one. A log is in one of two layouts, chosen at each admitted request:
+--   unweighted (every live entry weighs 1; tag 1, the layout of the proxies before costs),
+--     tail struct '>BI7I7I7I7B' .. 8 x 'I7': 1, t, w, count, dead, j, l1..l8;
+--   weighted (some live entry weighs more; tag 2): every entry also carries cum, the
+--     running total of the weights (costs) pushed to the log up to it, mod 2^52 (a
+--     difference of two, mod 2^52, is exact: a log never holds C >= 2^52 units):
+--     entry '>BI7I7': 2, t, cum; tail struct '>BI7I7I7I7I7I7B' .. 8 x 'I7' .. 8 x 'I7':
+--     2, t, cum, w, count, dead, base, j, l1..l8, c1..c8.
 --   w      the window it was recorded under;
 --   dead   the entries at the head that have left the log (kept for a later LTRIM): the
 --          log is entries dead .. dead + count - 1, all in (t - w, t], the tail included;
---   l1..lj the times of the j oldest entries of the log, newest first (j <= 8; slots past
---          j are meaningless). Past them the times are read with LRANGE / LINDEX.
---   Entries other than the tail are only read for their time. A check at t' >= t counts
---   the log's entries later than t' - w: those of l1..lj that are (all of them when
---   j = count), else it reads on from entry dead + j. A different window re-reads the log.
---   An admitted request drops the expired entries from the log (dead grows; LTRIM once 32
---   are dead), pushes its entry, and sets the TTL to 2w when the key is new or its newest
---   entry is of an earlier w-aligned period (floor(t / w) changed): so the TTL is set at
---   the first request of each period and the key outlives its newest entry by at least w.
---   A sorted set (the layout before: score = ms, member = "<ms>:<count before>") is read
---   as the log it is and rewritten as a list when a request is admitted (the script
---   before takes a list for a stale key: the two must not share a Redis).
---   Verdict, on the log after the check: remaining C - count, reset = its oldest + w - t
---   (0 when it is empty); a rejected request waits for the (count - C + 1)th oldest.
+--   base   the running total before entry dead: the log weighs (cum - base) mod 2^52
+--          (unweighted: count);
+--   l1..lj (c1..cj)  the times (and running totals) of the j oldest entries of the log,
+--          newest first (j <= 8; slots past j are meaningless). Past them the entries are
+--          read with LRANGE / LINDEX.
+--   Entries other than the tail are only read for their time (and running total). A check
+--   at t' >= t counts the log's entries later than t' - w: those of l1..lj that are (all
+--   of them when j = count), else it reads on from entry dead + j. A different window
+--   re-reads the log. A rejected request of cost k waits for the oldest entry whose
+--   running total from the log's start reaches used + k - C. An admitted request drops the
+--   expired entries from the log (dead grows; LTRIM once 32 are dead), pushes its entry,
+--   and sets the TTL to 2w when the key is new or its newest entry is of an earlier
+--   w-aligned period (floor(t / w) changed): so the TTL is set at the first request of
+--   each period and the key outlives its newest entry by at least w.
+--   Layouts: an unweighted log stays so while requests cost 1 (the hot path is that of
+--   the proxies before costs, entries of 86 bytes); the first admitted request that costs
+--   more rewrites its live entries with running totals (once per entry, amortized); a
+--   weighted log becomes unweighted again with the first cost-1 request after its last
+--   heavier entry left (an unweighted tail reads only the times of the entries before it).
+--   A sorted set (the layout before those: score = ms, member = "<ms>:<count before>")
+--   is read as the log it is and rewritten as a list when a request is admitted.
+--   Verdict, on the log after the check: remaining C - used, reset = its oldest + w - t
+--   (0 when it is empty).
 -- Sliding window: hash a=<tag> w=<window index> c=<count> p=<previous count>, TTL 2w.
 -- Token bucket:   hash a=<tag> l=<tokens * window_ms> t=<ms of l>.
 -- Fixed window:   hash a=<tag> w=<window index> n=<count>, TTL w.
---   tag = "<kind>:<window_ms>"; a hash of another tag, or a key of another type, is
---   stale: treated as empty and replaced when the request is recorded.
+-- Quota:          hash a=<tag> s=<period start, Unix ms> n=<units used in it>, expiring
+--   a minute after the period's end (PEXPIRE end - t + QUOTA_GRACE). A hash of an earlier
+--   period reads as 0 units, so a new period starts from 0 without a sweep.
+--   tag = "<kind>:<window_ms>" (a quota: "5:<period>"); a hash of another tag, or a key
+--   of another type, is stale: treated as empty and replaced when the request is recorded.
 -- Concurrency: sorted set, member = lease id, score = its expiry in ms. It counts the
 --   leases whose expiry is after now (live); it allows when live < N, and then drops the
 --   expired ones, adds the lease with score now + TTL and makes sure the key lives at least
 --   TTL longer. Verdict: remaining N - held, reset 1000 when rejected (when a lease ends is
 --   unknowable). store/renew.lua keeps held leases alive.
 
-local floor, byte, type, tonumber = math.floor, string.byte, type, tonumber
+local floor, byte, sub, type, tonumber = math.floor, string.byte, string.sub, type, tonumber
 local call, rpcall = redis.call, redis.pcall
 local tunpack = unpack
 local pack, unpack = struct.pack, struct.unpack
 
-local now = tonumber(ARGV[1])
+local now, peek = tonumber(ARGV[1]), false
+if not now then peek, now = true, tonumber(sub(ARGV[1], 6)) end
 if now < 0 then
   local tm = call('TIME')
   now = tm[1] * 1000 + floor(tm[2] / 1000)
 end
 local n = #KEYS
 
-local K = 8                                           -- times kept in a sliding log's tail
-local TAIL = '>BI7I7I7I7BI7I7I7I7I7I7I7I7'            -- 1, t, w, count, dead, j, l1..l8
-local LIST = '>I7I7I7I7I7I7I7I7'                      -- l1..l8, from byte 31
-local TAIL_LEN = 30 + 7 * K
+local K = 8                                           -- entries known in a sliding log's tail
+local TAIL1 = '>BI7I7I7I7BI7I7I7I7I7I7I7I7'           -- unweighted: 1, t, w, count, dead, j, l1..l8
+local HEAD1 = '>BI7I7I7I7B'                           -- its first 30 bytes
+local TAIL1_LEN = 30 + 7 * K
+local HEAD2 = '>BI7I7I7I7I7I7B'                       -- weighted: 2, t, cum, w, count, dead, base, j
+local HEAD2R = '>xI7I7I7I7I7I7B'                      -- the same, read
+local TAIL2_LEN = 44 + 14 * K                         -- then l1..l8 from byte 45, c1..c8 from 101
+local LIST = '>I7I7I7I7I7I7I7I7'
+local M = 4503599627370496                            -- 2^52: running totals are kept mod M
 local TRIM = 32                                       -- dead entries worth an LTRIM
+-- A quota's key lives this long past its period's end (read as 0 units then): a check in
+-- the period's last ms on an explicit clock (the unit tests) must still find it.
+local QUOTA_GRACE = 60000
 
--- The common check, inline (function definitions cost every call): one sliding-log rule
--- whose tail, or the K entries after its known ones, know enough. The same steps as
--- sl_decide and sl_record below, which do the rest (and all of it for more rules).
+-- The common checks, inline (function definitions cost every call): one sliding-log rule
+-- whose tail, or the K entries after its known ones, know enough; an unweighted log and a
+-- request of cost 1 (the same code as before costs), or a weighted log. The same steps as
+-- sl_decide and sl_record below (and the verdict of a rejected request in the check), which
+-- do the rest (and all of it for more rules).
 local m1                                              -- rule 1's last entry, once read
-if n == 1 and ARGV[2] == '0' then
+if n == 1 and ARGV[2] == '0' and not peek then
   local k, w = KEYS[1], tonumber(ARGV[5])
   m1 = rpcall('LINDEX', k, '-1')
-  if type(m1) == 'string' and #m1 == TAIL_LEN and byte(m1, 1) == 1 then
+  if type(m1) == 'string' and #m1 == TAIL1_LEN and byte(m1, 1) == 1 and ARGV[6] == '1' then
     local tn, wn, cnt, dead, j = unpack('>xI7I7I7I7B', m1)
     if wn == w and j <= K and j <= cnt then
       local t = now
@@ -115,11 +149,11 @@ if n == 1 and ARGV[2] == '0' then
             for x = #r, rx + 1, -1 do d[#d + 1] = unpack('>xI7', r[x]) end
             local jn = #d
             for x = jn + 1, K do d[x] = 0 end
-            tail = pack(TAIL, 1, t, w, count + 1, dead, jn, tunpack(d))
+            tail = pack(TAIL1, 1, t, w, count + 1, dead, jn, tunpack(d))
           elseif count == nk and nk < K then
-            tail = pack(TAIL, 1, t, w, count + 1, dead, nk + 1, t, unpack(LIST, m1, 31))
+            tail = pack(TAIL1, 1, t, w, count + 1, dead, nk + 1, t, unpack(LIST, m1, 31))
           else
-            tail = pack(TAIL, 1, t, w, count + 1, dead, nk, unpack(LIST, m1, 31))
+            tail = pack(TAIL1, 1, t, w, count + 1, dead, nk, unpack(LIST, m1, 31))
           end
           call('RPUSH', k, tail)
           if expire then call('PEXPIRE', k, 2 * w) end
@@ -133,6 +167,84 @@ if n == 1 and ARGV[2] == '0' then
         end
       end
     end
+  elseif type(m1) == 'string' and #m1 == TAIL2_LEN and byte(m1, 1) == 2 then
+    local tn, cn, wn, cnt, dead, base, j = unpack(HEAD2R, m1)
+    if wn == w and j <= K and j <= cnt then
+      local t = now
+      if tn > t then t = tn end
+      local lo = t - w
+      local e, p, o = 0, 38 + 7 * j, t                -- l_j, the oldest known, at byte 45 + 7(j-1); c_j 56 on
+      while e < j do
+        o = unpack('>I7', m1, p)
+        if o > lo then break end
+        base = unpack('>I7', m1, p + 56)              -- it left the log
+        e = e + 1
+        p = p - 7
+      end
+      local count, nk, r, rx = cnt - e, j - e, nil, 0
+      if e == j and e < cnt then                      -- all known ones left: the next K
+        r = call('LRANGE', k, dead + e, dead + e + K - 1)
+        nk = -1                                       -- unless one of them is in the window
+        for x = 1, #r do
+          local ot, oc = unpack('>xI7I7', r[x])
+          if ot > lo then
+            o, rx, e = ot, x - 1, e + x - 1
+            count, nk = cnt - e, #r - rx
+            break
+          end
+          base = oc
+        end
+      end
+      if nk >= 0 then
+        local c, cost = tonumber(ARGV[3]) + tonumber(ARGV[4]), tonumber(ARGV[6])
+        local used = (cn - base) % M
+        if used + cost <= c and (used ~= count or cost ~= 1) then   -- (else it becomes unweighted: below)
+          dead = dead + e
+          local expire = floor(tn / w) ~= floor(t / w)
+          if dead >= TRIM then
+            call('LTRIM', k, dead, -1)
+            dead, expire = 0, expire or count == 0
+          end
+          local cnew = (cn + cost) % M
+          local tail
+          if r then
+            local ts, cs = {}, {}                     -- newest first, K of them
+            if count == nk and nk < K then ts[1], cs[1] = t, cnew end
+            for x = #r, rx + 1, -1 do ts[#ts + 1], cs[#cs + 1] = unpack('>xI7I7', r[x]) end
+            local jn = #ts
+            for x = jn + 1, K do ts[x], cs[x] = 0, 0 end
+            tail = pack(HEAD2, 2, t, cnew, w, count + 1, dead, base, jn) .. pack(LIST, tunpack(ts)) ..
+                   pack(LIST, tunpack(cs))
+          elseif count == nk and nk < K then
+            tail = pack(HEAD2, 2, t, cnew, w, count + 1, dead, base, nk + 1) .. pack('>I7', t) .. sub(m1, 45, 93) ..
+                   pack('>I7', cnew) .. sub(m1, 101, 149)
+          else
+            tail = pack(HEAD2, 2, t, cnew, w, count + 1, dead, base, nk) .. sub(m1, 45, TAIL2_LEN)
+          end
+          call('RPUSH', k, tail)
+          if expire then call('PEXPIRE', k, 2 * w) end
+          if count == 0 then o = t end
+          return {now, 1, 1, c, c - used - cost, o + w - t}
+        end
+        if used + cost > c then                       -- rejected: wait for the oldest entry reaching it
+          local need = used + cost - c
+          if r then
+            for x = rx + 1, #r do
+              local ot, oc = unpack('>xI7I7', r[x])
+              if (oc - base) % M >= need then return {now, 0, 0, c, 0, ot + w - t} end
+            end
+          else
+            p = 38 + 7 * nk
+            for x = 1, nk do                          -- l_nk (the oldest) .. l_1
+              if (unpack('>I7', m1, p + 56) - base) % M >= need then
+                return {now, 0, 0, c, 0, unpack('>I7', m1, p) + w - t}
+              end
+              p = p - 7
+            end
+          end
+        end
+      end
+    end
   end
 end
 
@@ -141,131 +253,202 @@ local ceil, min = math.ceil, math.min
 
 -- ---- sliding log ----
 
-local function sl_time(e) return (unpack('>xI7', e)) end
+local EMPTY = {}
 
 -- The first index in [a, b) whose time is after lo (the times there ascend; those before a
--- are not after lo), or b; and up to K times from it, ascending.
-local function sl_scan(k, a, b, lo)
+-- are not after lo), the times of up to K entries from it, ascending, and for a weighted
+-- log (base given: the running total before entry a) their running totals and the running
+-- total before the first (nil when no entry is after lo).
+local function sl_scan(k, a, b, lo, base)
   local r = call('LRANGE', k, a, min(a + K, b) - 1)
   for x = 1, #r do
-    if sl_time(r[x]) > lo then
-      local l = {}
-      for y = x, #r do l[y - x + 1] = sl_time(r[y]) end
-      return a + x - 1, l
+    local ti = unpack('>xI7', r[x])
+    if ti > lo then
+      local lt, lc = {}, {}
+      for y = x, #r do
+        if base then lt[y - x + 1], lc[y - x + 1] = unpack('>xI7I7', r[y])
+        else lt[y - x + 1] = unpack('>xI7', r[y]) end
+      end
+      return a + x - 1, lt, lc, base
     end
+    if base then base = unpack('>xxxxxxxxI7', r[x]) end
   end
   a = a + #r
   local step = 1
   while a < b do                                      -- gallop, then bisect
     local i = min(a + step - 1, b - 1)
-    if sl_time(call('LINDEX', k, i)) > lo then
+    if unpack('>xI7', call('LINDEX', k, i)) > lo then
       while a < i do
         local mid = floor((a + i) / 2)
-        if sl_time(call('LINDEX', k, mid)) > lo then i = mid else a = mid + 1 end
+        if unpack('>xI7', call('LINDEX', k, mid)) > lo then i = mid else a = mid + 1 end
       end
-      local l = {}
-      r = call('LRANGE', k, a, min(a + K, b) - 1)
-      for x = 1, #r do l[x] = sl_time(r[x]) end
-      return a, l
+      local lt, lc = {}, {}
+      if base then
+        r = call('LRANGE', k, a - 1, min(a + K, b) - 1)   -- from the entry before it
+        base = unpack('>xxxxxxxxI7', r[1])
+        for x = 2, #r do lt[x - 1], lc[x - 1] = unpack('>xI7I7', r[x]) end
+      else
+        r = call('LRANGE', k, a, min(a + K, b) - 1)
+        for x = 1, #r do lt[x] = unpack('>xI7', r[x]) end
+      end
+      return a, lt, lc, base
     end
     a = i + 1
     step = step * 2
   end
-  return b, {}
+  return b, EMPTY, EMPTY, nil
 end
 
 -- Decides a sliding-log rule (reads only; m: the key's last entry, when already read).
--- Returns t, count, first (index of the log's first entry), oldest (its time; nil when
--- count = 0), stale (replace the key), expire (set the TTL), the known oldest times of
--- the log: m, nk (l1..lnk of that tail), or l (ascending, a prefix of the log), or mig (the
--- whole log, from a sorted set); and grown (the log was recorded under a shorter window).
+-- Returns the log as it stands at t: v (1 unweighted, 2 weighted), t, count (entries),
+-- first (index of the first), used (units), base and cn (weighted: the running totals
+-- before the first and of the last), oldest (the first's time), its oldest entries as
+-- known: m and nk (l1..lnk of that tail) or lt/lc (times and running totals, ascending,
+-- up to K), stale (replace the key), expire (set the TTL), mig (a log of the sorted-set
+-- layout: every live time), grown (the log was recorded under a shorter window).
 local function sl_decide(k, w, m)
   local t = now
   if m == nil then m = rpcall('LINDEX', k, '-1') end
   if type(m) == 'string' then
-    if #m == TAIL_LEN and byte(m, 1) == 1 then
-      local tn, wn, cnt, dead, j = unpack('>xI7I7I7I7B', m)
-      if j <= K and j <= cnt then
-        if tn > t then t = tn end
-        local lo, expire = t - w, true
-        if wn == w then
-          local e, p, o = 0, 24 + 7 * j, nil          -- l_j, the oldest known, at byte 31 + 7(j-1)
-          while e < j do
-            o = unpack('>I7', m, p)
-            if o > lo then break end
-            e = e + 1
-            p = p - 7
-          end
-          expire = floor(tn / w) ~= floor(t / w)
-          if e < j then return t, cnt - e, dead + e, o, false, expire, m, j - e end
-          if e == cnt then return t, 0, dead + e, nil, false, expire, m, 0 end
-          dead, cnt = dead + j, cnt - j               -- all known ones expired: read on
+    local v = byte(m, 1)
+    local tn, cn, wn, cnt, dead, base, j
+    if v == 1 and #m == TAIL1_LEN then
+      tn, wn, cnt, dead, j = unpack('>xI7I7I7I7B', m)
+      cn, base = cnt, 0
+    elseif v == 2 and #m == TAIL2_LEN then
+      tn, cn, wn, cnt, dead, base, j = unpack(HEAD2R, m)
+    end
+    if tn and j <= K and j <= cnt then
+      if tn > t then t = tn end
+      local lo, expire = t - w, true
+      if wn == w then
+        local e, p, o = 0, 24 + 7 * j, nil            -- l_j, the oldest known (weighted: 14 bytes on; c_j 56 more)
+        if v == 2 then p = p + 14 end
+        while e < j do
+          o = unpack('>I7', m, p)
+          if o > lo then break end
+          if v == 2 then base = unpack('>I7', m, p + 56) end   -- it left the log
+          e = e + 1
+          p = p - 7
         end
-        local f, l = sl_scan(k, dead, dead + cnt, lo)
-        return t, dead + cnt - f, f, l[1], false, expire, nil, 0, l, nil, wn < w
+        expire = floor(tn / w) ~= floor(t / w)
+        if e < j or e == cnt then
+          if e == j then o = nil end
+          if v == 1 then cn, base = cnt - e, 0 end
+          return {v = v, t = t, count = cnt - e, first = dead + e, used = (cn - base) % M, base = base, cn = cn,
+                  oldest = o, m = m, nk = j - e, lt = EMPTY, lc = EMPTY, expire = expire}
+        end
+        dead, cnt = dead + j, cnt - j                 -- all known ones expired: read on
       end
+      if v == 1 then base = nil end
+      local f, lt, lc, b = sl_scan(k, dead, dead + cnt, lo, base)
+      if v == 1 then cn, b = dead + cnt - f, 0 end
+      b = b or cn
+      return {v = v, t = t, count = dead + cnt - f, first = f, used = (cn - b) % M, base = b, cn = cn, oldest = lt[1],
+              nk = 0, lt = lt, lc = lc, expire = expire, grown = wn < w}
     end
   elseif m and call('TYPE', k)['ok'] == 'zset' then   -- a log of the layout before
     local last = call('ZRANGE', k, -1, -1, 'WITHSCORES')
-    local l = {}
+    local mig = {}
     if last[2] then
       local newest = tonumber(last[2])
       if newest > t then t = newest end
       if newest > t - w then
         local r = call('ZRANGEBYSCORE', k, fmt('(%d', t - w), '+inf', 'WITHSCORES')
-        for x = 2, #r, 2 do l[x / 2] = tonumber(r[x]) end
+        for x = 2, #r, 2 do mig[x / 2] = tonumber(r[x]) end
       end
     end
-    return t, #l, 0, l[1], true, true, nil, 0, nil, l
-  elseif not m then
-    return t, 0, 0, nil, false, true, nil, 0          -- no log yet
+    return {v = 1, t = t, count = #mig, first = 0, used = #mig, base = 0, cn = #mig, oldest = mig[1], nk = 0,
+            lt = mig, lc = EMPTY, stale = true, expire = true, mig = mig}
+  elseif not m then                                   -- no log yet
+    return {v = 1, t = t, count = 0, first = 0, used = 0, base = 0, cn = 0, nk = 0, lt = EMPTY, lc = EMPTY,
+            expire = true}
   end
-  return t, 0, 0, nil, true, true, nil, 0             -- another type, or not a log of ours
+  return {v = 1, t = t, count = 0, first = 0, used = 0, base = 0, cn = 0, nk = 0, lt = EMPTY, lc = EMPTY,
+          stale = true, expire = true}                -- another type, or not a log of ours
 end
 
--- The x-th (from 0) oldest time of the log, for a rejected request.
-local function sl_at(k, x, first, m, nk, l, mig)
-  if m then
-    if x < nk then return (unpack('>I7', m, 24 + 7 * (nk - x))) end
-  elseif mig then
-    return mig[x + 1]
-  elseif l and l[x + 1] then
-    return l[x + 1]
+-- Records the request (every rule allowed it): one entry of weight cost.
+local function sl_record(k, w, L, cost)
+  local t, count, dead, expire = L.t, L.count, L.first, L.expire
+  local m, nk, lt, lc, mig, base, cn = L.m, L.nk, L.lt, L.lc, L.mig, L.base, L.cn
+  local weighted = L.used ~= count or cost ~= 1       -- after it, some entry weighs more than 1
+  if weighted and L.v == 1 and count > 0 then
+    -- entries without running totals: the log's live ones, rewritten with them (weight 1)
+    if not mig then
+      mig = {}
+      local m0, lt0 = m, lt
+      if m0 and nk == count then                      -- all known: no read
+        for x = 1, nk do mig[x] = unpack('>I7', m0, 24 + 7 * (nk - x + 1)) end
+      elseif #lt0 == count then
+        mig = lt0
+      else
+        for x = dead, dead + count - 1, 1000 do
+          local r = call('LRANGE', k, x, min(x + 999, dead + count - 1))
+          for y = 1, #r do mig[#mig + 1] = unpack('>xI7', r[y]) end
+        end
+      end
+    end
+    call('DEL', k)
+    for x = 1, count, 1000 do
+      local e = {}
+      for y = x, min(x + 999, count) do e[#e + 1] = pack('>BI7I7', 2, mig[y], y) end
+      call('RPUSH', k, tunpack(e))
+    end
+    dead, expire, base, cn, m, nk, lt, lc = 0, true, 0, count, nil, 0, {}, {}
+    for x = 1, min(count, K) do lt[x], lc[x] = mig[x], x end
+  elseif L.stale then
+    call('DEL', k)
+    dead = 0
+    if mig then                                       -- the old log, first (weight 1 each)
+      for x = 1, count, 1000 do
+        local e = {}
+        for y = x, min(x + 999, count) do e[#e + 1] = pack('>BI7', 1, mig[y]) end
+        call('RPUSH', k, tunpack(e))
+      end
+    end
   end
-  return sl_time(call('LINDEX', k, first + x))
-end
-
--- Records the request (every rule allowed it).
-local function sl_record(k, w, t, count, dead, stale, expire, m, nk, l, mig)
-  if stale then call('DEL', k) end
+  if L.v == 1 and weighted then m = nil end           -- (an empty log: nothing known)
   if dead >= TRIM then                                -- (when it empties the list, the key goes)
     call('LTRIM', k, dead, -1)
     dead, expire = 0, expire or count == 0
   end
+  local off = 31                                      -- where m's times start
+  if L.v == 2 then off = 45 end
   local tail
-  if m then
-    if count == nk and nk < K then
-      tail = pack(TAIL, 1, t, w, count + 1, dead, nk + 1, t, unpack(LIST, m, 31))
+  if not weighted then
+    if m then
+      if count == nk and nk < K then
+        tail = pack(HEAD1, 1, t, w, count + 1, dead, nk + 1) .. pack('>I7', t) .. sub(m, off, off + 48)
+      else
+        tail = pack(HEAD1, 1, t, w, count + 1, dead, nk) .. sub(m, off, off + 55)
+      end
     else
-      tail = pack(TAIL, 1, t, w, count + 1, dead, nk, unpack(LIST, m, 31))
+      local x = min(#lt, K)
+      local d = {}                                    -- newest first, K of them
+      if count == #lt and x < K then d[1] = t end
+      for y = x, 1, -1 do d[#d + 1] = lt[y] end
+      local j = #d
+      for y = j + 1, K do d[y] = 0 end
+      tail = pack(TAIL1, 1, t, w, count + 1, dead, j, tunpack(d))
     end
   else
-    l = l or mig or {}
-    local n = min(#l, K)
-    local d = {}                                      -- newest first, K of them
-    if count == #l and n < K then d[1] = t end
-    for x = n, 1, -1 do d[#d + 1] = l[x] end
-    local j = #d
-    for x = j + 1, K do d[x] = 0 end
-    tail = pack(TAIL, 1, t, w, count + 1, dead, j, tunpack(d))
-    if mig then                                       -- the rest of the old log, first
-      local x = 1
-      while x <= count do
-        local e = {}
-        for y = x, min(x + 999, count) do e[#e + 1] = pack('>BI7', 1, mig[y]) end
-        call('RPUSH', k, tunpack(e))
-        x = x + 1000
+    local cnew = (cn + cost) % M
+    if m then                                         -- (weighted already)
+      if count == nk and nk < K then
+        tail = pack(HEAD2, 2, t, cnew, w, count + 1, dead, base, nk + 1) .. pack('>I7', t) .. sub(m, 45, 93) ..
+               pack('>I7', cnew) .. sub(m, 101, 149)
+      else
+        tail = pack(HEAD2, 2, t, cnew, w, count + 1, dead, base, nk) .. sub(m, 45, TAIL2_LEN)
       end
+    else
+      local x = min(#lt, K)
+      local ts, cs = {}, {}                           -- newest first, K of them
+      if count == #lt and x < K then ts[1], cs[1] = t, cnew end
+      for y = x, 1, -1 do ts[#ts + 1], cs[#cs + 1] = lt[y], lc[y] end
+      local j = #ts
+      for y = j + 1, K do ts[y], cs[y] = 0, 0 end
+      tail = pack(HEAD2, 2, t, cnew, w, count + 1, dead, base, j) .. pack(LIST, tunpack(ts)) .. pack(LIST, tunpack(cs))
     end
   end
   call('RPUSH', k, tail)
@@ -297,17 +480,17 @@ local all = 1
 
 -- Decide every rule; read only.
 for i = 1, n do
-  local k, j = KEYS[i], 4 * i - 2
-  local g, r, w = tonumber(ARGV[j]), tonumber(ARGV[j + 1]), tonumber(ARGV[j + 3])
+  local k, j = KEYS[i], 5 * i - 3
+  local g, r, w, cost = tonumber(ARGV[j]), tonumber(ARGV[j + 1]), tonumber(ARGV[j + 3]), tonumber(ARGV[j + 4])
   local c = r + tonumber(ARGV[j + 2])
-  local s = {g = g, r = r, c = c, w = w}
+  local s = {g = g, r = r, c = c, w = w, k = cost}
   rules[i] = s
   if g == 0 then
     local m
     if i == 1 then m = m1 end
-    s.sl = {sl_decide(k, w, m)}                       -- t, count, first, oldest, stale, expire, m, nk, l, mig, grown
-    s.t = s.sl[1]
-    s.ok = s.sl[2] < c
+    local L = sl_decide(k, w, m)
+    s.sl, s.t = L, L.t
+    s.ok = L.used + cost <= c
   elseif g == 4 then
     local live = rpcall('ZCOUNT', k, fmt('(%d', now), '+inf')
     if type(live) ~= 'number' then
@@ -322,7 +505,8 @@ for i = 1, n do
     s.tag = ARGV[j] .. ':' .. ARGV[j + 3]
     if g == 1 then h = rpcall('HMGET', k, 'a', 'w', 'c', 'p')
     elseif g == 2 then h = rpcall('HMGET', k, 'a', 'l', 't')
-    else h = rpcall('HMGET', k, 'a', 'w', 'n') end
+    elseif g == 3 then h = rpcall('HMGET', k, 'a', 'w', 'n')
+    else h = rpcall('HMGET', k, 'a', 's', 'n') end
     local have = false
     if h.err then s.stale = true
     elseif h[1] then
@@ -337,7 +521,7 @@ for i = 1, n do
       elseif have and idx == sw + 1 then prev = tonumber(h[3]) end
       local e = t - idx * w
       s.a, s.b, s.p = idx, cur, prev
-      s.ok = prev * (w - e) + cur * w < c * w
+      s.ok = prev * (w - e) + (cur + cost - 1) * w < c * w
     elseif g == 2 then
       local cw = c * w
       local level = cw
@@ -349,88 +533,171 @@ for i = 1, n do
         else level = level + (t - lt) * r end
       end
       s.a = level
-      s.ok = level >= w
-    else
+      s.ok = level >= cost * w
+    elseif g == 3 then
       local fw = have and tonumber(h[2])
       if have and t < fw * w then t = fw * w end
       local idx = floor(t / w)
       local count = 0
       if have and idx == fw then count = tonumber(h[3]) end
       s.a, s.b = idx, count
-      s.ok = count < c
+      s.ok = count + cost <= c
+    else                                              -- quota; w is its period
+      local qs = have and tonumber(h[2])
+      if have and t < qs then t = qs end              -- a clock that went back stays in its period
+      -- The calendar period (1 day, 2 week from Monday, 3 month) holding t, as
+      -- limit_period_start_ms / _end_ms do (days_from_civil / civil_from_days there).
+      local DAY = 86400000
+      local day = floor(t / DAY)
+      local start, stop
+      if w == 1 then
+        start, stop = day * DAY, (day + 1) * DAY
+      elseif w == 2 then
+        local d = day - (day + 3) % 7                 -- 1970-01-01 was a Thursday
+        start, stop = d * DAY, (d + 7) * DAY
+      else
+        local z = day + 719468                        -- civil_from_days: the year and month
+        local era = floor(z / 146097)
+        local doe = z - era * 146097
+        local yoe = floor((doe - floor(doe / 1460) + floor(doe / 36524) - floor(doe / 146096)) / 365)
+        local doy = doe - (365 * yoe + floor(yoe / 4) - floor(yoe / 100))
+        local mp = floor((5 * doy + 2) / 153)         -- months from March
+        local y = yoe + era * 400
+        if mp >= 10 then y = y + 1 end
+        local function first_of(yy, mpp)              -- days_from_civil(yy, month mpp from March, 1)
+          if mpp >= 10 then yy = yy - 1 end
+          local e4 = floor(yy / 400)
+          local yo = yy - e4 * 400
+          return e4 * 146097 + yo * 365 + floor(yo / 4) - floor(yo / 100) + floor((153 * mpp + 2) / 5) - 719468
+        end
+        start = first_of(y, mp) * DAY
+        if mp == 11 then stop = first_of(y, 0) * DAY          -- February -> March (the same year)
+        elseif mp == 9 then stop = first_of(y + 1, 10) * DAY  -- December -> January
+        else stop = first_of(y, mp + 1) * DAY end
+      end
+      local used = 0
+      if have and qs == start then used = tonumber(h[3]) end
+      s.a, s.b, s.e = start, used, stop
+      s.ok = used + cost <= c
     end
     s.t = t
   end
   if not s.ok then all = 0 end
 end
 
--- Record (only when all allow) and answer.
+-- Record (only when all allow, and not for a peek) and answer.
+local record = all == 1 and not peek
 local out = {now, all}
 for i = 1, n do
   local k, s = KEYS[i], rules[i]
-  local g, c, w, r, t = s.g, s.c, s.w, s.r, s.t
+  local g, c, w, r, t, cost = s.g, s.c, s.w, s.r, s.t, s.k
   local rem, reset
   if g == 0 then
-    local sl = s.sl
-    local count, first, oldest = sl[2], sl[3], sl[4]
-    if all == 1 then
-      sl_record(k, w, t, count, first, sl[5], sl[6], sl[7], sl[8], sl[9], sl[10])
-      rem, reset = c - count - 1, (oldest or t) + w - t
+    local L = s.sl
+    local count, used = L.count, L.used
+    local oldest = L.oldest
+    if record then
+      sl_record(k, w, L, cost)
+      rem, reset = c - used - cost, (oldest or t) + w - t
     else
-      if sl[11] then call('PEXPIRE', k, 2 * w) end    -- the window grew: keep the log for it
+      if L.grown and not peek then call('PEXPIRE', k, 2 * w) end   -- the window grew: keep the log for it
       if s.ok then
-        rem, reset = c - count, 0
+        rem, reset = c - used, 0
         if count > 0 then reset = oldest + w - t end
-      else
-        rem, reset = 0, sl_at(k, count - c, first, sl[7], sl[8], sl[9], sl[10]) + w - t
+      else                                            -- the oldest entry whose running total reaches need
+        local need, o = used + cost - c, nil
+        local lt, lc, base, m, nk = L.lt, L.lc, L.base, L.m, L.nk
+        if L.v == 1 then                              -- weight 1 each: the need-th oldest
+          if m and need <= nk then o = unpack('>I7', m, 31 + 7 * (nk - need))
+          elseif L.mig then o = L.mig[need]
+          elseif lt[need] then o = lt[need]
+          else o = unpack('>xI7', call('LINDEX', k, L.first + need - 1)) end
+        else
+          for x = nk, 1, -1 do                        -- l_nk, the oldest known, first
+            if (unpack('>I7', m, 94 + 7 * x) - base) % M >= need then o = unpack('>I7', m, 38 + 7 * x) break end
+          end
+          for x = 1, #lt do
+            if o then break end
+            if (lc[x] - base) % M >= need then o = lt[x] end
+          end
+          if not o then                               -- past them: by running total
+            local a, b = L.first + nk + #lt, L.first + count - 1   -- entry b reaches it: it is all of used
+            while a < b do
+              local mid = floor((a + b) / 2)
+              if (unpack('>xxxxxxxxI7', call('LINDEX', k, mid)) - base) % M >= need then b = mid else a = mid + 1 end
+            end
+            o = unpack('>xI7', call('LINDEX', k, a))
+          end
+        end
+        rem, reset = 0, o + w - t
       end
     end
   else
-    if all == 1 and s.stale then call('DEL', k) end
+    if record and s.stale then call('DEL', k) end
     if g == 1 then
       local idx, cur, prev = s.a, s.b, s.p
-      if all == 1 then
-        cur = cur + 1
+      if record then
+        cur = cur + cost
         call('HSET', k, 'a', s.tag, 'w', fmt('%d', idx), 'c', fmt('%d', cur), 'p', fmt('%d', prev))
         call('PEXPIRE', k, fmt('%d', 2 * w))
       end
       local e = t - idx * w
-      local d = c * w - prev * (w - e)
-      local avail = 0
-      if d > 0 then avail = ceil_div(d, w) - cur end
-      if avail < 0 then avail = 0 end
-      rem, reset = avail, sw_reset(c, w, e, cur, prev, avail)
+      if s.ok then
+        local d = c * w - prev * (w - e)
+        local avail = 0
+        if d > 0 then avail = ceil_div(d, w) - cur end
+        if avail < 0 then avail = 0 end
+        rem, reset = avail, sw_reset(c, w, e, cur, prev, avail)
+      else                                            -- wait until k units are admissible
+        rem, reset = 0, sw_reset(c, w, e, cur, prev, cost - 1)
+      end
     elseif g == 2 then
       local cw, level = c * w, s.a
-      if all == 1 then
-        level = level - w
+      if record then
+        level = level - cost * w
         call('HSET', k, 'a', s.tag, 'l', fmt('%d', level), 't', fmt('%d', t))
         local ttl = ceil_div(cw - level, r)
         if ttl < w then ttl = w end
         call('PEXPIRE', k, fmt('%d', ttl))
       end
-      local avail = floor(level / w)
-      rem, reset = avail, 0
-      if level < cw then reset = ceil_div((avail + 1) * w - level, r) end
+      if s.ok then
+        local avail = floor(level / w)
+        rem, reset = avail, 0
+        if level < cw then reset = ceil_div((avail + 1) * w - level, r) end
+      else
+        rem, reset = 0, ceil_div(cost * w - level, r)
+      end
     elseif g == 3 then
       local idx, count = s.a, s.b
-      if all == 1 then
-        count = count + 1
+      if record then
+        count = count + cost
         call('HSET', k, 'a', s.tag, 'w', fmt('%d', idx), 'n', fmt('%d', count))
         call('PEXPIRE', k, fmt('%d', w))
       end
       rem, reset = 0, 0
-      if count < c then rem = c - count end
+      if s.ok and count < c then rem = c - count end
       if count > 0 then reset = (idx + 1) * w - t end
     elseif g == 4 then
       local held = s.a
-      if all == 1 then
+      if record then
         call('ZREMRANGEBYSCORE', k, '-inf', fmt('%d', t))
-        call('ZADD', k, fmt('%d', t + w), ARGV[4 * n + 2])
+        call('ZADD', k, fmt('%d', t + w), ARGV[5 * n + 2])
         if call('PTTL', k) < w then call('PEXPIRE', k, fmt('%d', w)) end
         held = held + 1
       end
       if s.ok then rem, reset = c - held, 0 else rem, reset = 0, 1000 end
+    else
+      local used = s.b
+      if record then
+        used = used + cost
+        call('HSET', k, 'a', s.tag, 's', fmt('%d', s.a), 'n', fmt('%d', used))
+        call('PEXPIRE', k, fmt('%d', s.e - t + QUOTA_GRACE))
+      end
+      rem, reset = 0, s.e - t
+      if s.ok then
+        rem = c - used
+        if used == 0 then reset = 0 end
+      end
     end
   end
   local a = 0

@@ -57,8 +57,9 @@ uint64_t denial_cache_key(const char *subject, size_t subject_len, const struct 
 {
     uint64_t h = hash_fnv1a(HASH_FNV_BASIS, subject, subject_len);
     for (size_t i = 0; i < n; i++) {
-        int64_t fields[5] = { rules[i].id, (int64_t)rules[i].kind, rules[i].rate, rules[i].burst,
-                              rules[i].window_ms };
+        /* The cost too: a rejection of a cost-10 request says nothing of a cost-1 one. */
+        int64_t fields[7] = { rules[i].id, (int64_t)rules[i].kind, rules[i].rate, rules[i].burst,
+                              rules[i].window_ms, (int64_t)rules[i].period, limit_rule_cost(&rules[i]) };
         h = hash_fnv1a(h, fields, sizeof(fields));
     }
     h = hash_mix(h);

@@ -1,6 +1,7 @@
-/* Rejections remembered until they must end. A rate rule that rejects keeps rejecting at
- * least until its reset: a rejected request is not recorded, and nothing but time frees
- * room in a window or a bucket (other proxies can only use more of it). So a repeat
+/* Rejections remembered until they must end. A rate rule or quota that rejects keeps
+ * rejecting a request of the same cost at least until its reset: a rejected request is
+ * not recorded, and nothing but time frees room in a window, a bucket or a period (other
+ * proxies can only use more of it). So a repeat
  * request of the same subject under the same rules inside that time is answered from
  * here, exactly as the store would answer it, without a store call: an abusive client
  * costs no round trip. Rejections by a concurrency rule are never remembered (a slot
@@ -36,7 +37,8 @@ struct denial_cache *denial_cache_create(void);
  * checks, before the cache). */
 void denial_cache_destroy(struct denial_cache *cache);
 
-/* The key of one subject under one list of rules (any change of a rule changes it). */
+/* The key of one subject under one list of rules (any change of a rule changes it, its
+ * cost included: a request of another cost is another question, asked of the store). */
 uint64_t denial_cache_key(const char *subject, size_t subject_len, const struct limit_rule *rules, size_t n);
 
 /* True, with *result filled as the store would answer at now_mono_ms (reset_ms counted

@@ -13,11 +13,12 @@ static const char *const kind_names[] = {
     [LIMIT_TOKEN_BUCKET] = "token-bucket",
     [LIMIT_FIXED_WINDOW] = "fixed-window",
     [LIMIT_CONCURRENCY] = "concurrency",
+    [LIMIT_QUOTA] = "quota",
 };
 
 #define N_KINDS (sizeof(kind_names) / sizeof(kind_names[0]))
 /* limit_kind_parse only knows the rate kinds (tierctl --algorithm); a concurrency
- * rule comes from a --concurrency limit, never from a name. */
+ * rule comes from a --concurrency limit, a quota from --quota, never from a name. */
 #define N_RATE_KINDS ((size_t)LIMIT_CONCURRENCY)
 
 const char *limit_kind_name(enum limit_kind kind)
@@ -162,14 +163,139 @@ int limit_rule_validate(const struct limit_rule *rule)
         return -EINVAL;
     if ((unsigned)rule->kind >= N_KINDS)
         return -EINVAL;
-    if (rule->id < 0 || rule->rate < 1 || rule->burst < 0 || rule->window_ms < 1)
+    if (rule->id < 0 || rule->rate < 1 || rule->burst < 0 || rule->cost < 0)
         return -EINVAL;
     if (rule->rate >= LIMIT_MAX_PRODUCT || rule->burst >= LIMIT_MAX_PRODUCT)
+        return -EINVAL;
+    if (rule->kind == LIMIT_QUOTA) {
+        /* N units per period; the window plays no part, so no product to bound. */
+        if (rule->burst != 0 || rule->period <= LIMIT_PERIOD_NONE || rule->period > LIMIT_PERIOD_MONTH)
+            return -EINVAL;
+        return limit_rule_cost(rule) > rule->rate ? -EINVAL : 0;
+    }
+    if (rule->period != LIMIT_PERIOD_NONE || rule->window_ms < 1)
         return -EINVAL;
     if (rule->kind == LIMIT_CONCURRENCY && rule->burst != 0)
         return -EINVAL;   /* N slots, no burst */
     int64_t capacity = rule->rate + rule->burst;   /* < 2^53, no overflow */
     if (capacity >= LIMIT_MAX_PRODUCT / rule->window_ms + 1 || capacity * rule->window_ms >= LIMIT_MAX_PRODUCT)
         return -EINVAL;
+    /* A request that costs more than the capacity could never be admitted. */
+    if (rule->kind != LIMIT_CONCURRENCY && limit_rule_cost(rule) > capacity)
+        return -EINVAL;
     return 0;
+}
+
+/* ---- quotas: calendar periods in UTC ---- */
+
+static const char *const period_names[] = {
+    [LIMIT_PERIOD_NONE] = "none",
+    [LIMIT_PERIOD_DAY] = "day",
+    [LIMIT_PERIOD_WEEK] = "week",
+    [LIMIT_PERIOD_MONTH] = "month",
+};
+
+const char *limit_period_name(enum limit_period period)
+{
+    if ((unsigned)period >= sizeof(period_names) / sizeof(period_names[0]))
+        return "unknown";
+    return period_names[period];
+}
+
+int limit_quota_parse(const char *text, int64_t *pcount, enum limit_period *pperiod)
+{
+    if (text == NULL || pcount == NULL || pperiod == NULL)
+        return -EINVAL;
+    int64_t count = 0;
+    const char *p = NULL;
+    if (parse_count(text, &count, &p) != 0 || *p != '/' || count >= LIMIT_MAX_PRODUCT)
+        return -EINVAL;
+    p++;
+    for (int i = LIMIT_PERIOD_DAY; i <= LIMIT_PERIOD_MONTH; i++) {
+        if (strcmp(p, period_names[i]) == 0) {
+            *pcount = count;
+            *pperiod = (enum limit_period)i;
+            return 0;
+        }
+    }
+    return -EINVAL;
+}
+
+char *limit_quota_format(int64_t count, enum limit_period period, char *buf, size_t buflen)
+{
+    if (buf != NULL && buflen > 0)
+        snprintf(buf, buflen, "%" PRId64 "/%s", count, limit_period_name(period));
+    return buf;
+}
+
+#define DAY_MS 86400000
+
+static int64_t floor_div(int64_t a, int64_t b)
+{
+    int64_t q = a / b;
+    if ((a % b != 0) && ((a < 0) != (b < 0)))
+        q--;
+    return q;
+}
+
+/* Days since 1970-01-01 of a proleptic Gregorian date, and back (H. Hinnant's
+ * days_from_civil / civil_from_days; check.lua has the same). */
+static int64_t days_from_civil(int64_t y, int64_t m, int64_t d)
+{
+    y -= m <= 2;
+    int64_t era = floor_div(y, 400);
+    int64_t yoe = y - era * 400;
+    int64_t doy = (153 * (m > 2 ? m - 3 : m + 9) + 2) / 5 + d - 1;
+    int64_t doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    return era * 146097 + doe - 719468;
+}
+
+static void civil_from_days(int64_t z, int64_t *py, int64_t *pm)
+{
+    z += 719468;
+    int64_t era = floor_div(z, 146097);
+    int64_t doe = z - era * 146097;
+    int64_t yoe = (doe - doe / 1460 + doe / 36524 - doe / 146096) / 365;
+    int64_t doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    int64_t mp = (5 * doy + 2) / 153;
+    int64_t m = mp < 10 ? mp + 3 : mp - 9;
+    *py = yoe + era * 400 + (m <= 2);
+    *pm = m;
+}
+
+int64_t limit_period_start_ms(enum limit_period period, int64_t unix_ms)
+{
+    int64_t day = floor_div(unix_ms, DAY_MS);
+    switch (period) {
+    case LIMIT_PERIOD_DAY:
+        return day * DAY_MS;
+    case LIMIT_PERIOD_WEEK:
+        /* 1970-01-01 was a Thursday: Monday is 3 days before it. */
+        return (day - (day + 3 - floor_div(day + 3, 7) * 7)) * DAY_MS;
+    case LIMIT_PERIOD_MONTH: {
+        int64_t y, m;
+        civil_from_days(day, &y, &m);
+        return days_from_civil(y, m, 1) * DAY_MS;
+    }
+    default:
+        return -1;
+    }
+}
+
+int64_t limit_period_end_ms(enum limit_period period, int64_t unix_ms)
+{
+    int64_t start = limit_period_start_ms(period, unix_ms);
+    switch (period) {
+    case LIMIT_PERIOD_DAY:
+        return start + DAY_MS;
+    case LIMIT_PERIOD_WEEK:
+        return start + 7 * (int64_t)DAY_MS;
+    case LIMIT_PERIOD_MONTH: {
+        int64_t y, m;
+        civil_from_days(floor_div(start, DAY_MS), &y, &m);
+        return days_from_civil(m == 12 ? y + 1 : y, m == 12 ? 1 : m + 1, 1) * DAY_MS;
+    }
+    default:
+        return -1;
+    }
 }

@@ -17,20 +17,46 @@ enum limit_kind {
     LIMIT_TOKEN_BUCKET,      /* capacity rate+burst, refills rate per window */
     LIMIT_FIXED_WINDOW,      /* counter reset at each multiple of window */
     LIMIT_CONCURRENCY,       /* at most `rate` leases held at once; window_ms = lease TTL */
+    LIMIT_QUOTA,             /* at most `rate` units per calendar period (UTC); see below */
+};
+
+/* A quota's calendar period, in UTC: a day starts at 00:00, a week on Monday 00:00, a
+ * month on its 1st at 00:00 (calendar months: 28..31 days, leap years included). */
+enum limit_period {
+    LIMIT_PERIOD_NONE = 0,   /* not a quota */
+    LIMIT_PERIOD_DAY,
+    LIMIT_PERIOD_WEEK,
+    LIMIT_PERIOD_MONTH,
 };
 
 /* Largest (rate + burst) * window_ms accepted, so that every store (Redis Lua numbers are
  * doubles) computes in exact integers. */
 #define LIMIT_MAX_PRODUCT ((int64_t)1 << 52)
 
-/* One rate rule as a store applies it. `id` is the catalog's limit id: it names the state
- * in the store, is never reused, and is kept by export/import so a fleet agrees on it. */
+/* One rule as a store applies it. `id` is the catalog's limit id: it names the state in
+ * the store, is never reused, and is kept by export/import so a fleet agrees on it.
+ *
+ * Cost: a request of cost k is admitted by a rate rule or a quota exactly when k requests
+ * of cost 1 at the same instant would all be, and it is then counted as k units (a
+ * sliding log keeps one entry of weight k). A rejected check records nothing in any rule.
+ * The verdict counts units: remaining = units still admissible now (0 when the rule
+ * rejects), and a rejecting rule's reset_ms is the wait until a request of this cost
+ * would be admitted. A concurrency rule ignores the cost (one slot per request).
+ *
+ * A quota rule (LIMIT_QUOTA): rate = N units per period, burst 0, `period` set,
+ * window_ms ignored (any value; the period decides). It counts the cost of every admitted
+ * request since the start of the current period; a new period starts from 0. Verdict:
+ * limit N, remaining N - used after this request (0 when it rejects), reset_ms = ms until
+ * the period ends when it rejects or when anything is used (the count starts over then),
+ * 0 when nothing is used. */
 struct limit_rule {
     int64_t id;
     enum limit_kind kind;
-    int64_t rate;        /* requests per window, >= 1 */
-    int64_t burst;       /* extra requests on top of rate, >= 0 */
-    int64_t window_ms;   /* >= 1 */
+    int64_t rate;        /* requests (units) per window or period, >= 1 */
+    int64_t burst;       /* extra requests on top of rate, >= 0 (0 for a quota) */
+    int64_t window_ms;   /* >= 1; ignored by a quota */
+    enum limit_period period;   /* a quota's period; LIMIT_PERIOD_NONE for every other kind */
+    int64_t cost;        /* units this request counts against this rule: 0 means 1 */
 };
 
 /* A concurrency rule: rate = N slots, burst = 0, window_ms = the lease TTL (a lease that
@@ -66,6 +92,34 @@ char *limit_rate_format(int64_t count, int64_t window_ms, char *buf, size_t bufl
  * "2h", "1day". The same units as limit_rate_format. Returns buf. */
 char *limit_window_format(int64_t window_ms, char *buf, size_t buflen);
 
-/* Checks that a rule's numbers are in range (a concurrency rule: burst 0). Returns 0 or
- * -EINVAL. */
+/* Checks that a rule's numbers are in range. Returns 0 or -EINVAL, also for:
+ *   a cost < 0 (any kind);
+ *   a rate rule or quota whose cost can never be admitted (cost > rate + burst);
+ *   a concurrency rule with burst != 0 (it ignores the cost otherwise);
+ *   a quota with burst != 0 or no period, or another kind with a period.
+ * A rate rule's (rate + burst) * window_ms stays under LIMIT_MAX_PRODUCT; a quota's N
+ * (no product: its window is ignored) too. */
 int limit_rule_validate(const struct limit_rule *rule);
+
+/* The units a request counts against a rule: its cost, or 1 when the cost is 0. */
+static inline int64_t limit_rule_cost(const struct limit_rule *rule)
+{
+    return rule->cost > 1 ? rule->cost : 1;
+}
+
+/* Parses a quota "N/day", "N/week" or "N/month" (tierctl --quota). Returns 0 with
+ * *pcount and *pperiod set, or -EINVAL (bad syntax, another period, N < 1 or N >=
+ * LIMIT_MAX_PRODUCT). */
+int limit_quota_parse(const char *text, int64_t *pcount, enum limit_period *pperiod);
+
+/* Writes the canonical text of a quota ("50/month") into buf. Returns buf. */
+char *limit_quota_format(int64_t count, enum limit_period period, char *buf, size_t buflen);
+
+/* "day", "week", "month"; "none" for LIMIT_PERIOD_NONE, "unknown" otherwise. */
+const char *limit_period_name(enum limit_period period);
+
+/* The start (inclusive) and end (exclusive) in Unix ms of the calendar period, in UTC,
+ * that holds unix_ms (>= 0). Both return -1 for LIMIT_PERIOD_NONE or an unknown period.
+ * check.lua computes the same for the Redis store. */
+int64_t limit_period_start_ms(enum limit_period period, int64_t unix_ms);
+int64_t limit_period_end_ms(enum limit_period period, int64_t unix_ms);

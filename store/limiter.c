@@ -102,6 +102,17 @@ int limiter_check_leased(struct limiter *limiter, const char *subject, size_t su
     return r;
 }
 
+int limiter_peek(struct limiter *limiter, const char *subject, size_t subject_len,
+                 const struct limit_rule *rules, size_t n, int64_t now_ms,
+                 limiter_done_fn *done, void *arg)
+{
+    uint32_t concurrency = 0;
+    int r = check_args(limiter, subject, subject_len, rules, n, done, &concurrency);
+    if (r != 0)
+        return r;
+    return limiter->ops->peek(limiter, subject, subject_len, rules, n, now_ms, done, arg);
+}
+
 void limiter_release(struct limiter *limiter, const char *subject, size_t subject_len,
                      const struct limit_rule *rules, size_t n, const char *lease_id)
 {

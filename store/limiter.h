@@ -67,6 +67,18 @@ int limiter_check(struct limiter *limiter, const char *subject, size_t subject_l
                   const struct limit_rule *rules, size_t n, int64_t now_ms,
                   limiter_done_fn *done, void *arg);
 
+/* What limiter_check would answer now for `subject` under `rules` (costs included), with
+ * nothing recorded anywhere (for `tierctl usage`): in the store's one call, never from
+ * the denial cache, no lease taken (concurrency rules need no lease id). Per rule:
+ * allowed = a request of the rule's cost would be, limit, remaining (units admissible now;
+ * 0 when the rule would reject), reset_ms as limit.h says; used = limit - remaining when
+ * allowed (a quota: the units used this period; a concurrency rule: the leases held).
+ * result->allowed: every rule would allow. Same arguments, clock and returns as
+ * limiter_check (done before this returns for memory; from the loop for redis). */
+int limiter_peek(struct limiter *limiter, const char *subject, size_t subject_len,
+                 const struct limit_rule *rules, size_t n, int64_t now_ms,
+                 limiter_done_fn *done, void *arg);
+
 /* limiter_check, for checks that may hold concurrency slots. lease_id names this
  * request's leases (unique per process and request, e.g. "<instance>:<worker>:<seq>",
  * at most 64 bytes); it is required when any rule is LIMIT_CONCURRENCY. When the check is

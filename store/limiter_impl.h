@@ -21,6 +21,9 @@ struct limiter_ops {
     int (*check)(struct limiter *limiter, const char *subject, size_t subject_len,
                  const struct limit_rule *rules, size_t n, int64_t now_ms, const char *lease_id,
                  size_t lease_id_len, limiter_done_fn *done, void *arg);
+    /* limiter_peek, arguments validated. */
+    int (*peek)(struct limiter *limiter, const char *subject, size_t subject_len, const struct limit_rule *rules,
+                size_t n, int64_t now_ms, limiter_done_fn *done, void *arg);
     void (*destroy)(struct limiter *limiter);
     bool (*available)(const struct limiter *limiter);
     /* Gives back one tracked lease: the store's count, then lease_table_remove. */

@@ -250,14 +250,18 @@ static struct mem_entry *find_entry(struct mem_stripe *st, size_t b, uint64_t ha
     return e;
 }
 
-/* When a slot may be dropped: one window after its state is dead; never while it holds
- * leases. */
+/* How long a quota's state outlives its period, as its Redis key does (check.lua's
+ * QUOTA_GRACE): a clock that steps back over the period's end still finds it. */
+#define QUOTA_GRACE_MS 60000
+
+/* When a slot may be dropped: one window after its state is dead (a quota: a minute after
+ * its period ends); never while it holds leases. */
 static int64_t slot_evict_ms(const struct mem_slot *slot, const struct limit_rule *rule)
 {
     int64_t dead = algo_dead_ms(&slot->st, rule);
     if (dead == INT64_MIN || dead == INT64_MAX)
         return dead;
-    return dead + rule->window_ms;
+    return dead + (rule->kind == LIMIT_QUOTA ? QUOTA_GRACE_MS : rule->window_ms);
 }
 
 static struct mem_slot *find_slot(struct mem_entry *e, int64_t id)
@@ -401,6 +405,39 @@ static void untrack(struct limiter *limiter, const char *subject, size_t subject
         if (l != NULL)
             lease_table_remove(&limiter->leases, l);
     }
+}
+
+/* A peek: every rule decided and answered as memory_check would, nothing recorded. */
+static int memory_peek(struct limiter *limiter, const char *subject, size_t subject_len,
+                       const struct limit_rule *rules, size_t n, int64_t now_ms, limiter_done_fn *done, void *arg)
+{
+    struct memory_limiter *ml = (struct memory_limiter *)limiter;
+    int64_t now = now_ms >= 0 ? now_ms : store_realtime_ms();
+    uint64_t hash = hash_subject(subject, subject_len);
+    struct mem_stripe *st = &ml->store->stripes[hash & (STRIPES - 1)];
+    struct limiter_result result;
+    memset(&result, 0, sizeof(result));
+    result.status = LIMITER_DECIDED;
+    result.now_ms = now;
+    result.n = n;
+    struct algo_state empty;
+    algo_state_init(&empty);
+    bool all = true;
+    pthread_mutex_lock(&st->lock);
+    struct mem_entry *e = find_entry(st, bucket_of(st, hash), hash, subject, subject_len);
+    for (size_t i = 0; i < n; i++) {
+        struct mem_slot *slot = find_slot(e, rules[i].id);
+        /* a slot past its eviction time is equivalent to none (it waits for a sweep) */
+        const struct algo_state *s = slot != NULL && slot->evict_ms > now ? &slot->st : &empty;
+        struct algo_eval ev;
+        algo_decide(s, &rules[i], now, &ev);
+        algo_verdict(s, &rules[i], &ev, &result.verdicts[i]);
+        all = all && ev.allowed;
+    }
+    pthread_mutex_unlock(&st->lock);
+    result.allowed = all;
+    done(arg, &result);
+    return 0;
 }
 
 static int memory_check(struct limiter *limiter, const char *subject, size_t subject_len,
@@ -561,6 +598,7 @@ static bool memory_available(const struct limiter *limiter)
 
 static const struct limiter_ops memory_ops = {
     .check = memory_check,
+    .peek = memory_peek,
     .destroy = memory_destroy,
     .available = memory_available,
     .release = memory_release,

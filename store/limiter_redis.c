@@ -50,7 +50,7 @@
 #define LEASE_GRACE_MS 400
 #define DEFAULT_TIMEOUT_MS 200
 #define MIN_CONNECT_TIMEOUT_MS 1000
-#define MAX_ARGS (5 + 5 * LIMITER_MAX_RULES)
+#define MAX_ARGS (5 + 6 * LIMITER_MAX_RULES)
 #define DEFAULT_LEASE_TTL_MS 30000
 #ifndef RENEW_BATCH
 #define RENEW_BATCH 16384     /* leases per renew.lua call (a bound on one call's Redis time) */
@@ -763,9 +763,10 @@ static void on_check_reply(redisAsyncContext *ac, void *r, void *privdata)
     done(arg, &res);
 }
 
-static int redis_check(struct limiter *limiter, const char *subject, size_t subject_len,
-                       const struct limit_rule *rules, size_t n, int64_t now_ms, const char *lease_id,
-                       size_t lease_id_len, limiter_done_fn *done, void *arg)
+/* One check.lua call: a check, or with peek a read of every rule that records nothing. */
+static int redis_call_check(struct limiter *limiter, const char *subject, size_t subject_len,
+                            const struct limit_rule *rules, size_t n, int64_t now_ms, const char *lease_id,
+                            size_t lease_id_len, bool peek, limiter_done_fn *done, void *arg)
 {
     struct redis_limiter *rl = (struct redis_limiter *)limiter;
     struct limiter_result res;
@@ -777,7 +778,7 @@ static int redis_check(struct limiter *limiter, const char *subject, size_t subj
     }
 
     size_t kmax = key_max(rl, subject_len);
-    struct pending *p = pending_new(rl, P_CHECK, MAX_ARGS, 24 + n * kmax + 24 + n * 4 * 24 + lease_id_len);
+    struct pending *p = pending_new(rl, P_CHECK, MAX_ARGS, 24 + n * kmax + 32 + n * 5 * 24 + lease_id_len);
     if (p == NULL)
         return -ENOMEM;
     if (lease_id != NULL) {
@@ -805,17 +806,24 @@ static int redis_check(struct limiter *limiter, const char *subject, size_t subj
     p->n = n;
     p->argc = 2;
 
-    /* EVALSHA sha numkeys key... now (kind rate burst window)... [lease id] */
+    /* EVALSHA sha numkeys key... now (kind rate burst window-or-period cost)... [lease id] */
     size_t off = 0;
     put_int(p, &off, (int64_t)n);
     for (size_t i = 0; i < n; i++)
         put_key(rl, p, &off, subject, subject_len, rules[i].id);
-    put_int(p, &off, now_ms >= 0 ? now_ms : -1);
+    if (peek) {
+        char now[32];
+        int len = snprintf(now, sizeof(now), "peek:%" PRId64, now_ms >= 0 ? now_ms : -1);
+        put_arg(p, &off, now, (size_t)len);
+    } else {
+        put_int(p, &off, now_ms >= 0 ? now_ms : -1);
+    }
     for (size_t i = 0; i < n; i++) {
         put_int(p, &off, (int64_t)rules[i].kind);
         put_int(p, &off, rules[i].rate);
         put_int(p, &off, rules[i].burst);
-        put_int(p, &off, rules[i].window_ms);
+        put_int(p, &off, rules[i].kind == LIMIT_QUOTA ? (int64_t)rules[i].period : rules[i].window_ms);
+        put_int(p, &off, rules[i].kind == LIMIT_CONCURRENCY ? 1 : limit_rule_cost(&rules[i]));
     }
     if (lease_id != NULL)
         put_arg(p, &off, lease_id, lease_id_len);
@@ -826,6 +834,20 @@ static int redis_check(struct limiter *limiter, const char *subject, size_t subj
         done(arg, &res);
     }
     return 0;
+}
+
+static int redis_check(struct limiter *limiter, const char *subject, size_t subject_len,
+                       const struct limit_rule *rules, size_t n, int64_t now_ms, const char *lease_id,
+                       size_t lease_id_len, limiter_done_fn *done, void *arg)
+{
+    return redis_call_check(limiter, subject, subject_len, rules, n, now_ms, lease_id, lease_id_len, false, done,
+                            arg);
+}
+
+static int redis_peek(struct limiter *limiter, const char *subject, size_t subject_len,
+                      const struct limit_rule *rules, size_t n, int64_t now_ms, limiter_done_fn *done, void *arg)
+{
+    return redis_call_check(limiter, subject, subject_len, rules, n, now_ms, NULL, 0, true, done, arg);
 }
 
 static void redis_destroy(struct limiter *limiter)
@@ -850,6 +872,7 @@ static bool redis_available(const struct limiter *limiter)
 
 static const struct limiter_ops redis_ops = {
     .check = redis_check,
+    .peek = redis_peek,
     .destroy = redis_destroy,
     .available = redis_available,
     .release = redis_release,

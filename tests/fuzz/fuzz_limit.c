@@ -1,6 +1,7 @@
 /* Fuzzes the rate and route parsers behind tierctl's LIMIT-FLAGS and the catalog checks:
- * limit_rate_parse / limit_rate_format (round trip both ways), limit_kind_parse,
- * limit_rule_validate, catalog_check_route and the other catalog_check_* name checks.
+ * limit_rate_parse / limit_rate_format (round trip both ways), limit_quota_parse /
+ * limit_quota_format, the calendar periods, limit_kind_parse, limit_rule_validate,
+ * catalog_check_route and the other catalog_check_* name checks.
  *
  * Input: the bytes as one NUL-terminated string (the text a user types); the first 32
  * bytes also give raw numbers for format/validate. */
@@ -73,18 +74,58 @@ static void fuzz_kind_name(const char *s)
     }
 }
 
+/* A quota's text round-trips; its period bounds hold the time they are asked about. */
+static void fuzz_quota_text(const char *s)
+{
+    int64_t count = -7;
+    enum limit_period period = LIMIT_PERIOD_NONE;
+    int r = limit_quota_parse(s, &count, &period);
+    CHECK(r == 0 || r == -EINVAL);
+    if (r != 0)
+        return;
+    CHECK(count >= 1 && count < LIMIT_MAX_PRODUCT && period >= LIMIT_PERIOD_DAY && period <= LIMIT_PERIOD_MONTH);
+    char buf[64];
+    int64_t c2 = 0;
+    enum limit_period p2 = LIMIT_PERIOD_NONE;
+    limit_quota_format(count, period, buf, sizeof(buf));
+    CHECK(limit_quota_parse(buf, &c2, &p2) == 0 && c2 == count && p2 == period);
+}
+
+static void fuzz_periods(int64_t ms)
+{
+    const int64_t day = 86400000;
+    ms = (int64_t)((uint64_t)ms % ((uint64_t)1 << 47));   /* up to year 6429 */
+    for (int p = LIMIT_PERIOD_DAY; p <= LIMIT_PERIOD_MONTH; p++) {
+        int64_t start = limit_period_start_ms((enum limit_period)p, ms), end = limit_period_end_ms((enum limit_period)p, ms);
+        CHECK(start <= ms && ms < end && start % day == 0);
+        CHECK(limit_period_start_ms((enum limit_period)p, start) == start);
+        CHECK(limit_period_start_ms((enum limit_period)p, end) == end);
+        int64_t days = (end - start) / day;
+        CHECK(p == LIMIT_PERIOD_DAY ? days == 1 : p == LIMIT_PERIOD_WEEK ? days == 7 : days >= 28 && days <= 31);
+    }
+}
+
 static void fuzz_validate(const uint8_t *data, size_t size)
 {
     struct limit_rule rule = {
         .id = take_i64(data, size, 0),
-        .kind = (enum limit_kind)(size > 0 ? data[0] % 7 : 0),
+        .kind = (enum limit_kind)(size > 0 ? data[0] % 8 : 0),
         .rate = take_i64(data, size, 8),
         .burst = take_i64(data, size, 16),
         .window_ms = take_i64(data, size, 24),
+        .period = (enum limit_period)(size > 1 ? data[1] % 5 : 0),
+        .cost = size > 2 ? (int64_t)(int8_t)data[2] : 0,
     };
     if (limit_rule_validate(&rule) == 0) {
-        CHECK(rule.rate >= 1 && rule.burst >= 0 && rule.window_ms >= 1 && rule.id >= 0);
-        CHECK((__int128)(rule.rate + rule.burst) * rule.window_ms < LIMIT_MAX_PRODUCT);
+        CHECK(rule.rate >= 1 && rule.burst >= 0 && rule.id >= 0 && rule.cost >= 0);
+        if (rule.kind == LIMIT_QUOTA) {
+            CHECK(rule.burst == 0 && rule.rate < LIMIT_MAX_PRODUCT && limit_rule_cost(&rule) <= rule.rate);
+            CHECK(rule.period >= LIMIT_PERIOD_DAY && rule.period <= LIMIT_PERIOD_MONTH);
+        } else {
+            CHECK(rule.window_ms >= 1 && rule.period == LIMIT_PERIOD_NONE);
+            CHECK((__int128)(rule.rate + rule.burst) * rule.window_ms < LIMIT_MAX_PRODUCT);
+            CHECK(rule.kind == LIMIT_CONCURRENCY || limit_rule_cost(&rule) <= rule.rate + rule.burst);
+        }
     }
 }
 
@@ -148,6 +189,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     s[size] = '\0';
 
     fuzz_rate_text(s);
+    fuzz_quota_text(s);
+    fuzz_periods(take_i64(data, size, 0));
     fuzz_kind_name(s);
     fuzz_route(s);
     fuzz_names(s);

@@ -157,6 +157,43 @@ static void limiter_answers_repeat_rejections_alike(void **state)
     memory_store_destroy(store);
 }
 
+/* A remembered rejection answers only a request of the same cost: a cost-10 request over
+ * the limit says nothing of a cost-1 one, which the store still admits. (Cost 0 means 1.) */
+static void rejection_of_one_cost_is_not_another_costs(void **state)
+{
+    (void)state;
+    struct limit_rule r = {.id = 5, .kind = LIMIT_SLIDING_LOG, .rate = 100, .window_ms = 60000};
+    struct limit_rule r1 = r, r10 = r;
+    r1.cost = 1;
+    r10.cost = 10;
+    assert_int_equal(denial_cache_key("u:1", 3, &r, 1), denial_cache_key("u:1", 3, &r1, 1));
+    assert_true(denial_cache_key("u:1", 3, &r1, 1) != denial_cache_key("u:1", 3, &r10, 1));
+    struct memory_store *store = memory_store_create();
+    struct limiter *l = limiter_memory_create(store);
+    assert_non_null(l);
+    struct answer a = { 0 };
+    struct limit_rule r95 = r;
+    r95.cost = 95;
+    assert_int_equal(limiter_check(l, "u:1", 3, &r95, 1, -1, on_done, &a), 0);
+    assert_true(a.last.allowed);
+    assert_int_equal(limiter_check(l, "u:1", 3, &r10, 1, -1, on_done, &a), 0);
+    assert_false(a.last.allowed);
+    assert_false(a.last.remembered);
+    assert_int_equal(limiter_check(l, "u:1", 3, &r10, 1, -1, on_done, &a), 0);
+    assert_false(a.last.allowed);
+    assert_true(a.last.remembered);   /* the same cost: from the cache */
+    for (int i = 0; i < 5; i++) {     /* 5 units were left for cost-1 requests */
+        assert_int_equal(limiter_check(l, "u:1", 3, &r1, 1, -1, on_done, &a), 0);
+        assert_true(a.last.allowed);
+        assert_false(a.last.remembered);
+        assert_int_equal(a.last.verdicts[0].remaining, 4 - i);
+    }
+    assert_int_equal(limiter_check(l, "u:1", 3, &r1, 1, -1, on_done, &a), 0);
+    assert_false(a.last.allowed);
+    limiter_destroy(l);
+    memory_store_destroy(store);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -165,6 +202,7 @@ int main(void)
         cmocka_unit_test(allowed_and_concurrency_answers_are_not_remembered),
         cmocka_unit_test(a_hundred_denied_subjects_are_all_remembered),
         cmocka_unit_test(limiter_answers_repeat_rejections_alike),
+        cmocka_unit_test(rejection_of_one_cost_is_not_another_costs),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,11 +1,13 @@
-/* Unit tests for store/limit.c: kind names, N/WINDOW parsing and formatting, rule
- * range checks. */
+/* Unit tests for store/limit.c: kind names, N/WINDOW parsing and formatting, quotas and
+ * their calendar periods, rule range checks. */
 #include <errno.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <cmocka.h>
 
@@ -157,7 +159,7 @@ static void test_validate(void **state)
     r.window_ms = 0;
     assert_int_equal(limit_rule_validate(&r), -EINVAL);
     r = ok;
-    r.kind = (enum limit_kind)(LIMIT_CONCURRENCY + 1);
+    r.kind = (enum limit_kind)(LIMIT_QUOTA + 1);
     assert_int_equal(limit_rule_validate(&r), -EINVAL);
     /* a concurrency rule: N slots, the lease TTL as window, no burst */
     struct limit_rule cc = {.id = 2, .kind = LIMIT_CONCURRENCY, .rate = 10, .burst = 0, .window_ms = 30000};
@@ -184,6 +186,156 @@ static void test_validate(void **state)
     assert_int_equal(limit_rule_validate(NULL), -EINVAL);
 }
 
+/* Costs: never negative; a rate rule or quota refuses one it could never admit; a
+ * concurrency rule ignores it. */
+static void test_validate_cost(void **state)
+{
+    struct limit_rule r = {.id = 1, .kind = LIMIT_SLIDING_LOG, .rate = 100, .burst = 5, .window_ms = 60000};
+    for (int kind = LIMIT_SLIDING_LOG; kind <= LIMIT_FIXED_WINDOW; kind++) {
+        r.kind = (enum limit_kind)kind;
+        r.cost = 0;
+        assert_int_equal(limit_rule_validate(&r), 0);
+        assert_int_equal(limit_rule_cost(&r), 1);
+        r.cost = 105;   /* rate + burst: admissible on an empty state */
+        assert_int_equal(limit_rule_validate(&r), 0);
+        assert_int_equal(limit_rule_cost(&r), 105);
+        r.cost = 106;
+        assert_int_equal(limit_rule_validate(&r), -EINVAL);
+        r.cost = -1;
+        assert_int_equal(limit_rule_validate(&r), -EINVAL);
+    }
+    struct limit_rule cc = {.id = 2, .kind = LIMIT_CONCURRENCY, .rate = 2, .window_ms = 30000, .cost = 500};
+    assert_int_equal(limit_rule_validate(&cc), 0);
+    cc.cost = -1;
+    assert_int_equal(limit_rule_validate(&cc), -EINVAL);
+    struct limit_rule q = {.id = 3, .kind = LIMIT_QUOTA, .rate = 50, .period = LIMIT_PERIOD_MONTH, .cost = 50};
+    assert_int_equal(limit_rule_validate(&q), 0);
+    q.cost = 51;
+    assert_int_equal(limit_rule_validate(&q), -EINVAL);
+}
+
+static void test_validate_quota(void **state)
+{
+    struct limit_rule q = {.id = 3, .kind = LIMIT_QUOTA, .rate = 10000, .period = LIMIT_PERIOD_MONTH};
+    assert_int_equal(limit_rule_validate(&q), 0);   /* window_ms 0: ignored */
+    q.window_ms = INT64_MAX;                         /* any window: ignored, no product */
+    assert_int_equal(limit_rule_validate(&q), 0);
+    q.rate = LIMIT_MAX_PRODUCT - 1;
+    assert_int_equal(limit_rule_validate(&q), 0);
+    q.rate = LIMIT_MAX_PRODUCT;
+    assert_int_equal(limit_rule_validate(&q), -EINVAL);
+    q.rate = 10;
+    q.burst = 1;
+    assert_int_equal(limit_rule_validate(&q), -EINVAL);
+    q.burst = 0;
+    q.period = LIMIT_PERIOD_NONE;
+    assert_int_equal(limit_rule_validate(&q), -EINVAL);
+    q.period = (enum limit_period)4;
+    assert_int_equal(limit_rule_validate(&q), -EINVAL);
+    /* a period on another kind is a mistake */
+    struct limit_rule r = {.id = 1, .kind = LIMIT_FIXED_WINDOW, .rate = 1, .window_ms = 1000, .period = LIMIT_PERIOD_DAY};
+    assert_int_equal(limit_rule_validate(&r), -EINVAL);
+    assert_string_equal(limit_kind_name(LIMIT_QUOTA), "quota");
+    enum limit_kind k;
+    assert_int_equal(limit_kind_parse("quota", &k), -EINVAL);   /* not an --algorithm */
+}
+
+static void test_quota_parse(void **state)
+{
+    static const struct { const char *text; int64_t n; enum limit_period p; } good[] = {
+        {"10000/month", 10000, LIMIT_PERIOD_MONTH}, {"50/week", 50, LIMIT_PERIOD_WEEK},
+        {"1/day", 1, LIMIT_PERIOD_DAY}, {"4503599627370495/day", LIMIT_MAX_PRODUCT - 1, LIMIT_PERIOD_DAY},
+    };
+    for (size_t i = 0; i < sizeof(good) / sizeof(good[0]); i++) {
+        int64_t n = 0;
+        enum limit_period p = LIMIT_PERIOD_NONE;
+        if (limit_quota_parse(good[i].text, &n, &p) != 0)
+            fail_msg("\"%s\" was rejected", good[i].text);
+        assert_int_equal(n, good[i].n);
+        assert_int_equal(p, good[i].p);
+        char buf[48];
+        assert_string_equal(limit_quota_format(n, p, buf, sizeof(buf)), good[i].text);
+    }
+    static const char *const bad[] = {
+        "", "10", "10/", "/month", "0/month", "-1/month", "10/months", "10/Month", "10/1month", "10/min",
+        "10/year", "10/day ", " 10/day", "10 /day", "4503599627370496/day", "99999999999999999999/day",
+        "10/d", "1.5/day",
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        int64_t n = 7;
+        enum limit_period p = LIMIT_PERIOD_WEEK;
+        if (limit_quota_parse(bad[i], &n, &p) != -EINVAL)
+            fail_msg("\"%s\" was accepted", bad[i]);
+        assert_int_equal(n, 7);
+        assert_int_equal(p, LIMIT_PERIOD_WEEK);
+    }
+    int64_t n;
+    enum limit_period p;
+    assert_int_equal(limit_quota_parse(NULL, &n, &p), -EINVAL);
+    assert_string_equal(limit_period_name(LIMIT_PERIOD_DAY), "day");
+    assert_string_equal(limit_period_name(LIMIT_PERIOD_WEEK), "week");
+    assert_string_equal(limit_period_name(LIMIT_PERIOD_MONTH), "month");
+    assert_string_equal(limit_period_name(LIMIT_PERIOD_NONE), "none");
+    assert_string_equal(limit_period_name((enum limit_period)9), "unknown");
+}
+
+static void expect_period(enum limit_period p, int64_t at, int64_t start, int64_t end)
+{
+    if (limit_period_start_ms(p, at) != start || limit_period_end_ms(p, at) != end)
+        fail_msg("%s at %lld: [%lld, %lld), want [%lld, %lld)", limit_period_name(p), (long long)at,
+                 (long long)limit_period_start_ms(p, at), (long long)limit_period_end_ms(p, at), (long long)start,
+                 (long long)end);
+}
+
+/* Calendar periods at their edges (values from Python's datetime, UTC). */
+static void test_periods_edges(void **state)
+{
+    const int64_t D = 86400000;
+    /* the end of a month: 2027-01-31 23:59:59.999 -> 2027-02-01 (February 2027: 28 days) */
+    expect_period(LIMIT_PERIOD_MONTH, 1801440000000 - 1, 1798761600000, 1801440000000);
+    expect_period(LIMIT_PERIOD_MONTH, 1801440000000, 1801440000000, 1803859200000);
+    /* a leap day: 2028-02-28 -> 02-29 -> 03-01 */
+    expect_period(LIMIT_PERIOD_DAY, 1835395200000 - 1, 1835308800000, 1835395200000);
+    expect_period(LIMIT_PERIOD_DAY, 1835395200000, 1835395200000, 1835481600000);
+    expect_period(LIMIT_PERIOD_MONTH, 1835395200000 + 5, 1832976000000, 1835481600000);   /* 29 days */
+    expect_period(LIMIT_PERIOD_MONTH, 1835481600000, 1835481600000, 1835481600000 + 31 * D);
+    /* centuries: 2100 is no leap year, 2000 is */
+    expect_period(LIMIT_PERIOD_MONTH, 4105123200000, 4105123200000, 4107542400000);
+    expect_period(LIMIT_PERIOD_MONTH, 949363200000, 949363200000, 951868800000);
+    /* a week: Sunday 2027-01-10 23:59:59.999 is in the week of Monday 01-04; Monday
+     * 2027-01-11 00:00 starts the next */
+    expect_period(LIMIT_PERIOD_WEEK, 1799625600000 - 1, 1799020800000, 1799625600000);
+    expect_period(LIMIT_PERIOD_WEEK, 1799625600000, 1799625600000, 1799625600000 + 7 * D);
+    expect_period(LIMIT_PERIOD_WEEK, 0, -259200000, -259200000 + 7 * D);   /* 1970-01-01, a Thursday */
+    /* December to January */
+    expect_period(LIMIT_PERIOD_MONTH, 1798761600000 - 1, 1798761600000 - 31 * D, 1798761600000);
+    assert_int_equal(limit_period_start_ms(LIMIT_PERIOD_NONE, 5), -1);
+    assert_int_equal(limit_period_end_ms((enum limit_period)7, 5), -1);
+}
+
+/* Against the C library's calendar (gmtime_r / timegm) at random times, 1970..2200. */
+static void test_periods_against_libc(void **state)
+{
+    srand(77);
+    for (int i = 0; i < 200000; i++) {
+        int64_t ms = ((int64_t)rand() << 20 ^ rand()) % (7258118400000LL);
+        time_t secs = (time_t)(ms / 1000);
+        struct tm tm;
+        assert_non_null(gmtime_r(&secs, &tm));
+        struct tm day = tm;
+        day.tm_hour = day.tm_min = day.tm_sec = 0;
+        int64_t day_start = (int64_t)timegm(&day) * 1000;
+        expect_period(LIMIT_PERIOD_DAY, ms, day_start, day_start + 86400000);
+        int back = (tm.tm_wday + 6) % 7;   /* days since Monday */
+        expect_period(LIMIT_PERIOD_WEEK, ms, day_start - back * 86400000LL, day_start + (7 - back) * 86400000LL);
+        struct tm first = day;
+        first.tm_mday = 1;
+        struct tm next = first;
+        next.tm_mon += 1;   /* timegm normalizes December + 1 */
+        expect_period(LIMIT_PERIOD_MONTH, ms, (int64_t)timegm(&first) * 1000, (int64_t)timegm(&next) * 1000);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -194,6 +346,11 @@ int main(void)
         cmocka_unit_test(test_window_format),
         cmocka_unit_test(test_kind_names),
         cmocka_unit_test(test_validate),
+        cmocka_unit_test(test_validate_cost),
+        cmocka_unit_test(test_validate_quota),
+        cmocka_unit_test(test_quota_parse),
+        cmocka_unit_test(test_periods_edges),
+        cmocka_unit_test(test_periods_against_libc),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -22,40 +22,45 @@ static void state_copy(struct algo_state *dst, const struct algo_state *src)
 {
     *dst = *src;
     if (src->kind == LIMIT_SLIDING_LOG && src->u.sl.cap > 0) {
-        dst->u.sl.ts = malloc(src->u.sl.cap * sizeof(int64_t));
-        assert_non_null(dst->u.sl.ts);
-        memcpy(dst->u.sl.ts, src->u.sl.ts, src->u.sl.cap * sizeof(int64_t));
+        dst->u.sl.e = malloc(src->u.sl.cap * sizeof(*src->u.sl.e));
+        assert_non_null(dst->u.sl.e);
+        memcpy(dst->u.sl.e, src->u.sl.e, src->u.sl.cap * sizeof(*src->u.sl.e));
     }
 }
 
-/* Requests admitted one after another at `now` (capped at limit + 1), on a copy. */
-static int64_t admissible(const struct algo_state *s, const struct limit_rule *rule, int64_t now)
+/* Requests of cost 1 admitted one after another at `now` (capped at limit + 1), on a copy. */
+static int64_t admissible(const struct algo_state *s, const struct limit_rule *weighted, int64_t now)
 {
+    struct limit_rule rule = *weighted;
+    rule.cost = 0;
     struct algo_state copy;
     state_copy(&copy, s);
     int64_t k = 0;
-    for (; k <= rule->rate + rule->burst; k++) {
+    for (; k <= rule.rate + rule.burst; k++) {
         struct algo_eval ev;
-        algo_decide(&copy, rule, now, &ev);
+        algo_decide(&copy, &rule, now, &ev);
         if (!ev.allowed)
             break;
-        assert_int_equal(algo_reserve(&copy, rule, &ev), 0);
-        algo_commit(&copy, rule, &ev);
+        assert_int_equal(algo_reserve(&copy, &rule, &ev), 0);
+        algo_commit(&copy, &rule, &ev);
     }
     algo_state_clear(&copy);
     return k;
 }
 
 /* One step of a random walk: decide, maybe record, and check the verdict against brute
- * force: `remaining` is what can still be admitted now; `reset_ms` is the first moment that
- * more can be admitted (0 exactly when nothing is in use). */
+ * force: a request of cost k is allowed exactly when k requests of cost 1 would be;
+ * `remaining` is what can still be admitted now; `reset_ms` is the first moment that
+ * more can be admitted (0 exactly when nothing is in use), or for a rejected request the
+ * first moment that k can. */
 static void step(struct algo_state *s, const struct limit_rule *rule, int64_t now, bool record)
 {
     struct algo_eval ev;
     struct limit_verdict v;
+    int64_t k = limit_rule_cost(rule);
     algo_decide(s, rule, now, &ev);
     int64_t before = admissible(s, rule, ev.te);
-    assert_int_equal(ev.allowed, before > 0);
+    assert_int_equal(ev.allowed, before >= k);
     if (ev.allowed && record) {
         assert_int_equal(algo_reserve(s, rule, &ev), 0);
         algo_commit(s, rule, &ev);
@@ -69,6 +74,15 @@ static void step(struct algo_state *s, const struct limit_rule *rule, int64_t no
         assert_int_equal(v.remaining, avail);
     else
         assert_int_equal(v.remaining, 0);
+    if (!ev.allowed) {
+        assert_true(v.reset_ms > 0);
+        for (int64_t d = 1; d < v.reset_ms; d++)
+            if (admissible(s, rule, ev.te + d) >= k)
+                fail_msg("alg %d cost %lld: admitted after %lld ms, reset_ms said %lld", rule->kind, (long long)k,
+                         (long long)d, (long long)v.reset_ms);
+        assert_true(admissible(s, rule, ev.te + v.reset_ms) >= k);
+        return;
+    }
     if (v.reset_ms == 0) {
         assert_true(avail >= c);
         return;
@@ -111,6 +125,8 @@ static void test_brute_force(void **state)
                 }
                 if (rand() % 80 == 0)
                     rule.window_ms = 5 + rand() % 40;
+                /* a weighted request now and then (cost 0 means 1) */
+                rule.cost = rand() % 3 == 0 ? 1 + rand() % (rule.rate + rule.burst) : rand() % 2;
                 step(&s, &rule, now, rand() % 5 != 0);
             }
             algo_state_clear(&s);

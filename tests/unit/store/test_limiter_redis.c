@@ -285,8 +285,8 @@ static struct limiter_result both(struct fixture *f, const char *subject, const 
     if (getenv("TRACE")) {
         fprintf(stderr, "%s ->", what);
         for (size_t i = 0; i < n; i++)
-            fprintf(stderr, " id%" PRId64 "/a%d/c%" PRId64 "/w%" PRId64 " m[%d %" PRId64 " %" PRId64 "] r[%d %" PRId64 " %" PRId64 "]",
-                    rules[i].id, rules[i].kind, rules[i].rate + rules[i].burst, rules[i].window_ms,
+            fprintf(stderr, " id%" PRId64 "/a%d/c%" PRId64 "/w%" PRId64 "/k%" PRId64 " m[%d %" PRId64 " %" PRId64 "] r[%d %" PRId64 " %" PRId64 "]",
+                    rules[i].id, rules[i].kind, rules[i].rate + rules[i].burst, rules[i].window_ms, rules[i].cost,
                     m.verdicts[i].allowed, m.verdicts[i].remaining, m.verdicts[i].reset_ms, r.verdicts[i].allowed,
                     r.verdicts[i].remaining, r.verdicts[i].reset_ms);
         fprintf(stderr, "\n");
@@ -298,7 +298,27 @@ static struct limiter_result both(struct fixture *f, const char *subject, const 
 /* A random walk over several subjects, each with three rules of `alg` (or mixed when
  * alg < 0); each check takes a random subset of them, so that one rule often rejects while
  * others allow. Time mostly moves forward, sometimes stands still, sometimes jumps back. */
+/* A request's cost, the same for every rule of the check (as the proxy sends it): 1 most
+ * of the time, else up to the smallest capacity of the rules (cost 0 means 1). */
+static void set_cost(struct limit_rule *rules, size_t n, bool weighted)
+{
+    int64_t cap = INT64_MAX;
+    for (size_t i = 0; i < n; i++)
+        if (rules[i].rate + rules[i].burst < cap)
+            cap = rules[i].rate + rules[i].burst;
+    int64_t cost = weighted && rand() % 2 ? 1 + rand() % cap : rand() % 2;
+    for (size_t i = 0; i < n; i++)
+        rules[i].cost = cost;
+}
+
+static void random_walk_costs(struct fixture *f, int alg, unsigned seed, int steps, bool weighted);
+
 static void random_walk(struct fixture *f, int alg, unsigned seed, int steps)
+{
+    random_walk_costs(f, alg, seed, steps, false);
+}
+
+static void random_walk_costs(struct fixture *f, int alg, unsigned seed, int steps, bool weighted)
 {
     if (getenv("SEED"))
         seed += (unsigned)strtoul(getenv("SEED"), NULL, 10) * 1000;   /* to explore more sequences by hand */
@@ -332,6 +352,7 @@ static void random_walk(struct fixture *f, int alg, unsigned seed, int steps)
         for (int j = 0; j < 3; j++)
             if (mask & (1 << j))
                 pick[n++] = rules[s][j];
+        set_cost(pick, n, weighted);
         char subject[16];
         snprintf(subject, sizeof(subject), "u:%d", s);
         both(f, subject, pick, n, now);
@@ -343,6 +364,11 @@ static void test_same_sliding_window(void **state) { random_walk(*state, LIMIT_S
 static void test_same_token_bucket(void **state) { random_walk(*state, LIMIT_TOKEN_BUCKET, 3, 300); }
 static void test_same_fixed_window(void **state) { random_walk(*state, LIMIT_FIXED_WINDOW, 4, 300); }
 static void test_same_mixed(void **state) { random_walk(*state, -1, 5, 400); }
+static void test_same_sliding_log_costs(void **state) { random_walk_costs(*state, LIMIT_SLIDING_LOG, 6, 300, true); }
+static void test_same_sliding_window_costs(void **state) { random_walk_costs(*state, LIMIT_SLIDING_WINDOW, 7, 300, true); }
+static void test_same_token_bucket_costs(void **state) { random_walk_costs(*state, LIMIT_TOKEN_BUCKET, 8, 300, true); }
+static void test_same_fixed_window_costs(void **state) { random_walk_costs(*state, LIMIT_FIXED_WINDOW, 9, 300, true); }
+static void test_same_mixed_costs(void **state) { random_walk_costs(*state, -1, 10, 400, true); }
 
 /* A rule id whose algorithm or window changes (catalog edit): the old state, even of
  * another Redis type, is treated as empty by both stores alike. */
@@ -366,10 +392,8 @@ static void test_same_rule_changes(void **state)
 /* Sliding logs longer than the times check.lua keeps in the list's tail (8), so that it
  * reads on in the list: same-millisecond bursts, a clock that goes back, and catalog edits
  * of a rule (its rate or window changes; a log carries over under a new window). */
-static void test_same_sliding_log_long(void **state)
+static void sliding_log_long(struct fixture *f, unsigned seed, bool weighted)
 {
-    struct fixture *f = *state;
-    unsigned seed = 11;
     if (getenv("SEED"))
         seed += (unsigned)strtoul(getenv("SEED"), NULL, 10) * 1000;
     srand(seed);
@@ -407,10 +431,19 @@ static void test_same_sliding_log_long(void **state)
         char subject[16];
         snprintf(subject, sizeof(subject), "u:L%d", s);
         int reps = rand() % 10 == 0 ? 2 + rand() % 20 : 1;   /* a burst in one millisecond */
-        for (int k = 0; k < reps; k++)
+        for (int k = 0; k < reps; k++) {
+            /* weighted: mostly light requests, so that logs stay long */
+            set_cost(pick, n, weighted && rand() % 3 == 0);
             both(f, subject, pick, n, now);
+        }
     }
 }
+
+static void test_same_sliding_log_long(void **state) { sliding_log_long(*state, 11, false); }
+
+/* The same with weighted requests: the running totals in the tail, past it (LRANGE), and
+ * the search for the entry a rejected request waits for (LINDEX). */
+static void test_same_sliding_log_long_costs(void **state) { sliding_log_long(*state, 12, true); }
 
 /* Several requests in one millisecond, then the window shrinks: every one of them is still
  * counted (the sorted-set layout before lost one: two "<ms>:<count before>" members met). */
@@ -461,14 +494,18 @@ static redisReply *cmd_ok(redisContext *c, const char *fmt, ...)
 }
 
 /* A log kept in the layout before (a sorted set: score = ms, member = "<ms>:<count before>",
- * TTL w) is read as the log it is, and rewritten as a list by the next admitted request. */
+ * TTL w) is read as the log it is, and rewritten as a list by the next admitted request,
+ * weighted or not. */
 static void test_sliding_log_old_layout(void **state)
 {
     struct fixture *f = *state;
-    /* list -> sorted set holding the log's live entries (those after the dead ones) */
+    /* list (either layout) -> sorted set holding the log's live entries (those after the
+     * dead ones) */
     static const char to_zset[] =
         "local r = redis.call('LRANGE', KEYS[1], 0, -1) "
-        "local _, w, count, dead = struct.unpack('>xI7I7I7I7', r[#r]) "
+        "local h, w, dead "
+        "if string.byte(r[#r], 1) == 1 then h = {struct.unpack('>xI7I7I7I7', r[#r])} w, dead = h[2], h[4] "
+        "else h = {struct.unpack('>xI7I7I7I7I7', r[#r])} w, dead = h[3], h[5] end "
         "redis.call('DEL', KEYS[1]) "
         "for i = dead + 1, #r do local t = struct.unpack('>xI7', r[i]) "
         "  redis.call('ZADD', KEYS[1], string.format('%d', t), string.format('%d:%d', t, i - dead - 1)) end "
@@ -498,10 +535,17 @@ static void test_sliding_log_old_layout(void **state)
         if (round == 3)
             pair[0].window_ms = 30000;   /* and read under another window */
     }
+    /* the sorted set holds weight-1 entries only; the next requests weigh 2 (rule 321's
+     * log is rewritten with running totals) */
+    pair[0].cost = pair[1].cost = 2;
+    both(f, "u:old", &pair[1], 1, now);
+    both(f, "u:old", &pair[1], 1, now + 1);
     char key[128];
     snprintf(key, sizeof(key), "%s{u:old}:320", f->prefix);
     while (!both(f, "u:old", &pair[0], 1, now).allowed)
         now += 1000;
+    for (int i = 0; i < 20; i++)
+        both(f, "u:old", pair, 2, now += 1500);
     redisReply *r = cmd_ok(f->sync, "TYPE %s", key);
     assert_string_equal(r->str, "list");
     freeReplyObject(r);
@@ -681,6 +725,416 @@ static void test_sliding_log_window_grows_ttl(void **state)
     assert_true(wait_available(f, other, true, 5000));
     assert_false(run(f, other, "u:grow", &r, 1, -1).allowed);
     limiter_destroy(other);
+}
+
+/* ---- quotas and costs ---- */
+
+#define DAY_MS 86400000LL
+
+/* Quotas of every period with rate rules beside them, on both stores, from just before a
+ * calendar edge over the next days: time mostly moves minutes, sometimes hours, now and
+ * then steps back; costs vary. */
+static void quota_walk(struct fixture *f, unsigned seed, int64_t start, int steps)
+{
+    if (getenv("SEED"))
+        seed += (unsigned)strtoul(getenv("SEED"), NULL, 10) * 1000;
+    srand(seed);
+    struct limit_rule rules[2][4];
+    for (int s = 0; s < 2; s++) {
+        for (int j = 0; j < 3; j++)
+            rules[s][j] = (struct limit_rule){.id = 400 + j, .kind = LIMIT_QUOTA, .rate = 3 + rand() % 30,
+                                              .period = (enum limit_period)(1 + (j + s) % 3)};
+        rules[s][3] = (struct limit_rule){.id = 403, .kind = (enum limit_kind)(rand() % 4), .rate = 5 + rand() % 10,
+                                          .burst = rand() % 3, .window_ms = 60000 * (1 + rand() % 3)};
+    }
+    int64_t now = start;
+    for (int i = 0; i < steps; i++) {
+        int r = rand() % 20;
+        if (r < 4)
+            ;
+        else if (r < 16)
+            now += rand() % 900000;            /* up to 15 min */
+        else if (r < 19)
+            now += rand() % (10 * 3600000);    /* up to 10 h */
+        else
+            now -= rand() % 30000;             /* the clock goes back, across an edge sometimes */
+        int s = rand() % 2;
+        struct limit_rule pick[4];
+        size_t n = 0;
+        int mask = 1 + rand() % 15;
+        for (int j = 0; j < 4; j++)
+            if (mask & (1 << j))
+                pick[n++] = rules[s][j];
+        set_cost(pick, n, true);
+        char subject[16];
+        snprintf(subject, sizeof(subject), "u:Q%d", s);
+        both(f, subject, pick, n, now);
+    }
+}
+
+/* 2027-01-31 21:00 UTC: the end of a month (and of a day, and Sunday 01-31: of a week). */
+static void test_same_quota_month_end(void **state) { quota_walk(*state, 31, 1801440000000 - 3 * 3600000, 300); }
+/* 2028-02-27 20:00 UTC: 02-28, the leap day, 03-01. */
+static void test_same_quota_leap_day(void **state) { quota_walk(*state, 32, 1835308800000 - 4 * 3600000, 400); }
+/* 2027-01-10 (a Sunday) 18:00 UTC: into Monday's new week. */
+static void test_same_quota_week(void **state) { quota_walk(*state, 33, 1799625600000 - 6 * 3600000, 300); }
+
+static void expect_verdict_of(const struct limiter_result *res, size_t i, bool allowed, int64_t limit,
+                              int64_t remaining, int64_t reset_ms)
+{
+    const struct limit_verdict *v = &res->verdicts[i];
+    if (v->allowed != allowed || v->limit != limit || v->remaining != remaining || v->reset_ms != reset_ms)
+        fail_msg("rule %zu: [%d %lld %lld %lld], want [%d %lld %lld %lld]", i, v->allowed, (long long)v->limit,
+                 (long long)v->remaining, (long long)v->reset_ms, allowed, (long long)limit, (long long)remaining,
+                 (long long)reset_ms);
+}
+
+/* A monthly quota at the end of January 2027 (28 days in February). */
+static void test_quota_month_end_exact(void **state)
+{
+    struct fixture *f = *state;
+    const int64_t feb1 = 1801440000000, mar1 = 1803859200000;
+    struct limit_rule q = {.id = 410, .kind = LIMIT_QUOTA, .rate = 3, .period = LIMIT_PERIOD_MONTH};
+    struct limiter_result res = both(f, "u:qm", &q, 1, feb1 - 10 * DAY_MS);
+    expect_verdict_of(&res, 0, true, 3, 2, 10 * DAY_MS);
+    q.cost = 2;
+    res = both(f, "u:qm", &q, 1, feb1 - 1000);
+    expect_verdict_of(&res, 0, true, 3, 0, 1000);
+    q.cost = 0;
+    res = both(f, "u:qm", &q, 1, feb1 - 1);   /* over it: Retry-After to the month's end */
+    assert_false(res.allowed);
+    expect_verdict_of(&res, 0, false, 3, 0, 1);
+    res = both(f, "u:qm", &q, 1, feb1);       /* February starts from 0 */
+    expect_verdict_of(&res, 0, true, 3, 2, mar1 - feb1);
+    q.cost = 3;                               /* 1 used: a request of 3 waits for March */
+    res = both(f, "u:qm", &q, 1, feb1 + 5);
+    expect_verdict_of(&res, 0, false, 3, 0, mar1 - feb1 - 5);
+    q.cost = 2;
+    res = both(f, "u:qm", &q, 1, feb1 + 6);
+    expect_verdict_of(&res, 0, true, 3, 0, mar1 - feb1 - 6);
+}
+
+/* Daily and monthly quotas over 2028-02-28 -> the leap day -> 03-01. */
+static void test_quota_leap_day_exact(void **state)
+{
+    struct fixture *f = *state;
+    const int64_t feb1 = 1832976000000, feb28 = 1835308800000, feb29 = 1835395200000, mar1 = 1835481600000;
+    struct limit_rule q[2] = {
+        {.id = 420, .kind = LIMIT_QUOTA, .rate = 2, .period = LIMIT_PERIOD_DAY},
+        {.id = 421, .kind = LIMIT_QUOTA, .rate = 5, .period = LIMIT_PERIOD_MONTH},
+    };
+    assert_true(feb29 - feb1 == 28 * DAY_MS && mar1 - feb29 == DAY_MS);
+    both(f, "u:ql", q, 2, feb29 - 2000);
+    struct limiter_result res = both(f, "u:ql", q, 2, feb29 - 1);
+    expect_verdict_of(&res, 0, true, 2, 0, 1);
+    expect_verdict_of(&res, 1, true, 5, 3, mar1 - feb29 + 1);
+    res = both(f, "u:ql", q, 2, feb29 - 1);   /* the day's quota is spent; the month's is not */
+    assert_false(res.allowed);
+    expect_verdict_of(&res, 0, false, 2, 0, 1);
+    expect_verdict_of(&res, 1, true, 5, 3, mar1 - feb29 + 1);
+    res = both(f, "u:ql", q, 2, feb29);       /* the leap day: a new day, the same month */
+    expect_verdict_of(&res, 0, true, 2, 1, DAY_MS);
+    expect_verdict_of(&res, 1, true, 5, 2, DAY_MS);
+    both(f, "u:ql", q, 2, feb29 + 1);
+    both(f, "u:ql", q, 2, mar1 - 1);          /* the leap day's quota is spent */
+    res = both(f, "u:ql", q, 2, mar1 - 1);
+    assert_false(res.allowed);
+    expect_verdict_of(&res, 0, false, 2, 0, 1);
+    res = both(f, "u:ql", q, 2, mar1);        /* March: both start over */
+    expect_verdict_of(&res, 0, true, 2, 1, DAY_MS);
+    expect_verdict_of(&res, 1, true, 5, 4, 31 * DAY_MS);
+    (void)feb28;
+}
+
+/* A weekly quota: Sunday 23:59:59.999 is the old week, Monday 00:00 UTC the new one. */
+static void test_quota_week_exact(void **state)
+{
+    struct fixture *f = *state;
+    const int64_t mon = 1799625600000;   /* Monday 2027-01-11 */
+    struct limit_rule q = {.id = 430, .kind = LIMIT_QUOTA, .rate = 4, .period = LIMIT_PERIOD_WEEK, .cost = 4};
+    struct limiter_result res = both(f, "u:qw", &q, 1, mon - 6 * DAY_MS);   /* Tuesday */
+    expect_verdict_of(&res, 0, true, 4, 0, 6 * DAY_MS);
+    q.cost = 1;
+    res = both(f, "u:qw", &q, 1, mon - 1);
+    expect_verdict_of(&res, 0, false, 4, 0, 1);
+    res = both(f, "u:qw", &q, 1, mon);
+    expect_verdict_of(&res, 0, true, 4, 3, 7 * DAY_MS);
+}
+
+/* A cost-10 request under 100 per minute: exactly 10 are admitted, by every algorithm and
+ * a quota of 100 a day, and the 11th waits for what the first one used. */
+static void test_cost_ten_under_hundred(void **state)
+{
+    struct fixture *f = *state;
+    const int64_t t0 = 1800000000000;   /* a multiple of the minute: a window starts there */
+    for (int kind = LIMIT_SLIDING_LOG; kind <= LIMIT_QUOTA; kind++) {
+        if (kind == LIMIT_CONCURRENCY)
+            continue;
+        struct limit_rule r = {.id = 440 + kind, .kind = (enum limit_kind)kind, .rate = 100, .window_ms = 60000,
+                               .cost = 10};
+        if (kind == LIMIT_QUOTA)
+            r.period = LIMIT_PERIOD_DAY;
+        char subject[16];
+        snprintf(subject, sizeof(subject), "u:c10-%d", kind);
+        int admitted = 0;
+        for (int i = 0; i < 15; i++) {
+            struct limiter_result res = both(f, subject, &r, 1, t0);   /* one ms: no refill */
+            if (res.allowed) {
+                admitted++;
+                assert_int_equal(res.verdicts[0].remaining, 100 - 10 * admitted);
+            } else {
+                assert_int_equal(res.verdicts[0].remaining, 0);
+            }
+        }
+        if (admitted != 10)
+            fail_msg("%s: %d cost-10 requests admitted under 100", limit_kind_name(r.kind), admitted);
+        struct limiter_result res = both(f, subject, &r, 1, t0 + 1500);
+        assert_false(res.allowed);
+        /* how long until 10 units are free again */
+        static const int64_t wait[] = {
+            [LIMIT_SLIDING_LOG] = 60000 - 1500,        /* the first entry (10 units) leaves */
+            /* the next window, once 100 * (w - e) + 9 * w < 100 * w: e > 5400 */
+            [LIMIT_SLIDING_WINDOW] = 60000 - 1500 + 5401,
+            /* a token every 600 ms: 10 of them 6 s after t0 */
+            [LIMIT_TOKEN_BUCKET] = 6000 - 1500,
+            [LIMIT_FIXED_WINDOW] = 60000 - 1500,
+            [LIMIT_QUOTA] = DAY_MS - (t0 % DAY_MS) - 1500,
+        };
+        if (res.verdicts[0].reset_ms != wait[kind])
+            fail_msg("%s: reset %lld, want %lld", limit_kind_name(r.kind), (long long)res.verdicts[0].reset_ms,
+                     (long long)wait[kind]);
+        /* a cost-1 request is another question: the bucket has 2.5 tokens for it */
+        r.cost = 1;
+        assert_int_equal(both(f, subject, &r, 1, t0 + 1500).allowed, kind == LIMIT_TOKEN_BUCKET);
+    }
+}
+
+/* A long weighted log: a rejected request waits for an entry far past the ones the tail
+ * knows (found by running total), and checks after many entries expired read on past
+ * them (gallop and bisect by time), on both stores alike. */
+static void test_sliding_log_weighted_deep(void **state)
+{
+    struct fixture *f = *state;
+    struct limit_rule r = {.id = 480, .kind = LIMIT_SLIDING_LOG, .rate = 300, .window_ms = 60000};
+    const int64_t t0 = 1800000000000;
+    int64_t used = 0;
+    for (int i = 0; i < 100; i++) {
+        r.cost = 1 + i % 3;
+        used += r.cost;
+        assert_true(both(f, "u:deep", &r, 1, t0 + 100 * i).allowed);
+    }
+    assert_int_equal(used, 199);
+    long long lindex = commandstat(f->sync, "lindex");
+    int checks = 0;
+    for (int64_t cost = 102; cost <= 300; cost += 7) {   /* waits for entries all over the log */
+        r.cost = cost;
+        struct limiter_result res = both(f, "u:deep", &r, 1, t0 + 10000);
+        assert_false(res.allowed);
+        checks++;
+    }
+    /* one LINDEX for the tail per check, the others searched the log */
+    long long searched = commandstat(f->sync, "lindex") - lindex - checks;
+    if (searched < 3 * checks)
+        fail_msg("%lld LINDEX beyond the tails for %d rejections", searched, checks);
+    srand(48);
+    int64_t now = t0 + 60000 + 3050;   /* 31 entries have left: past the known ones */
+    for (int i = 0; i < 200; i++) {
+        r.cost = rand() % 4 == 0 ? 1 + rand() % 300 : 1 + rand() % 3;
+        both(f, "u:deep", &r, 1, now);
+        now += rand() % 700;
+    }
+}
+
+static size_t tail_len(struct fixture *f, const char *key)
+{
+    redisReply *r = cmd_ok(f->sync, "LINDEX %s -1", key);
+    assert_int_equal(r->type, REDIS_REPLY_STRING);
+    size_t len = r->len;
+    freeReplyObject(r);
+    return len;
+}
+
+static long long list_len(struct fixture *f, const char *key)
+{
+    redisReply *r = cmd_ok(f->sync, "LLEN %s", key);
+    long long len = r->integer;
+    freeReplyObject(r);
+    return len;
+}
+
+/* A log of cost-1 requests keeps the unweighted layout (86-byte entries, the layout of
+ * the proxies before costs); the first heavier request rewrites it with running totals
+ * (156-byte tail); once that one has left the window, a cost-1 request makes it
+ * unweighted again. */
+static void test_sliding_log_layouts(void **state)
+{
+    struct fixture *f = *state;
+    struct limit_rule r = {.id = 490, .kind = LIMIT_SLIDING_LOG, .rate = 10, .window_ms = 60000};
+    const int64_t t0 = 1800000000000;
+    char key[128];
+    snprintf(key, sizeof(key), "%s{u:lay}:490", f->prefix);
+    for (int i = 0; i < 3; i++)
+        both(f, "u:lay", &r, 1, t0 + i);
+    assert_int_equal(tail_len(f, key), 86);
+    r.cost = 2;
+    struct limiter_result res = both(f, "u:lay", &r, 1, t0 + 10);
+    expect_verdict_of(&res, 0, true, 10, 5, 60000 - 10);
+    assert_int_equal(tail_len(f, key), 156);
+    assert_int_equal(list_len(f, key), 4);   /* the 3 rewritten, and the new one */
+    r.cost = 1;
+    res = both(f, "u:lay", &r, 1, t0 + 20);  /* the 2 is still in the window */
+    expect_verdict_of(&res, 0, true, 10, 4, 60000 - 20);
+    assert_int_equal(tail_len(f, key), 156);
+    res = both(f, "u:lay", &r, 1, t0 + 60010);   /* it left: unweighted again */
+    expect_verdict_of(&res, 0, true, 10, 8, 10);
+    assert_int_equal(tail_len(f, key), 86);
+    for (int i = 0; i < 12; i++)
+        both(f, "u:lay", &r, 1, t0 + 60020 + i);
+}
+
+/* A rejected check adds nothing to any rule, costs and quotas included. */
+static void test_cost_rejected_adds_nothing(void **state)
+{
+    struct fixture *f = *state;
+    const int64_t t0 = 1800000000000;
+    struct limit_rule rules[3] = {
+        {.id = 450, .kind = LIMIT_SLIDING_LOG, .rate = 100, .window_ms = 60000},
+        {.id = 451, .kind = LIMIT_QUOTA, .rate = 120, .period = LIMIT_PERIOD_DAY},
+        {.id = 452, .kind = LIMIT_TOKEN_BUCKET, .rate = 100, .window_ms = 60000},
+    };
+    for (int i = 0; i < 9; i++) {
+        for (int j = 0; j < 3; j++)
+            rules[j].cost = 10;
+        assert_true(both(f, "u:rej-c", rules, 3, t0 + i).allowed);
+    }
+    long long before = writes(f->sync);
+    for (int j = 0; j < 3; j++)
+        rules[j].cost = 20;   /* 90 + 20 > 100: the log and the bucket reject, the quota would allow */
+    struct limiter_result res = both(f, "u:rej-c", rules, 3, t0 + 10);
+    assert_false(res.allowed);
+    expect_verdict_of(&res, 0, false, 100, 0, 60000 - 10);
+    expect_verdict_of(&res, 1, true, 120, 30, DAY_MS - (t0 % DAY_MS) - 10);
+    assert_false(res.verdicts[2].allowed);
+    assert_int_equal(writes(f->sync), before);   /* not one write command on Redis */
+    for (int j = 0; j < 3; j++)
+        rules[j].cost = 10;   /* the 20 counted nowhere: 10 more fit everywhere */
+    res = both(f, "u:rej-c", rules, 3, t0 + 11);
+    assert_true(res.allowed);
+    expect_verdict_of(&res, 0, true, 100, 0, 60000 - 11);
+    expect_verdict_of(&res, 1, true, 120, 20, DAY_MS - (t0 % DAY_MS) - 11);
+    /* the quota alone rejects a request the others would admit */
+    struct limit_rule pair[2] = {rules[1], {.id = 453, .kind = LIMIT_FIXED_WINDOW, .rate = 50, .window_ms = 60000}};
+    pair[0].cost = pair[1].cost = 21;
+    before = writes(f->sync);
+    res = both(f, "u:rej-c", pair, 2, t0 + 12);
+    assert_false(res.allowed);
+    expect_verdict_of(&res, 1, true, 50, 50, 0);
+    assert_int_equal(writes(f->sync), before);
+}
+
+static struct limiter_result run_peek(struct fixture *f, struct limiter *l, const char *subject,
+                                      const struct limit_rule *rules, size_t n, int64_t now)
+{
+    struct capture c = {0};
+    assert_int_equal(limiter_peek(l, subject, strlen(subject), rules, n, now, on_done, &c), 0);
+    pump(f, &c.calls, 1, 10000);
+    assert_int_equal(c.calls, 1);
+    assert_int_equal(c.res.n, n);
+    return c.res;
+}
+
+static struct limiter_result peek_both(struct fixture *f, const char *subject, const struct limit_rule *rules,
+                                       size_t n, int64_t now)
+{
+    struct limiter_result m = run_peek(f, f->mem, subject, rules, n, now);
+    struct limiter_result r = run_peek(f, f->redis, subject, rules, n, now);
+    char what[128];
+    snprintf(what, sizeof(what), "peek of %s, %zu rules, now %" PRId64, subject, n, now);
+    expect_same(&m, &r, what);
+    assert_false(r.remembered);
+    return r;
+}
+
+/* limiter_peek answers what a check would, on both stores alike, and records nothing: no
+ * write on Redis, and the next check sees the same state. */
+static void test_peek(void **state)
+{
+    struct fixture *f = *state;
+    const int64_t t0 = 1800000000000;
+    struct limit_rule rules[6] = {
+        {.id = 460, .kind = LIMIT_SLIDING_LOG, .rate = 10, .burst = 2, .window_ms = 60000},
+        {.id = 461, .kind = LIMIT_SLIDING_WINDOW, .rate = 10, .window_ms = 60000},
+        {.id = 462, .kind = LIMIT_TOKEN_BUCKET, .rate = 10, .window_ms = 60000},
+        {.id = 463, .kind = LIMIT_FIXED_WINDOW, .rate = 10, .window_ms = 60000},
+        {.id = 464, .kind = LIMIT_QUOTA, .rate = 30, .period = LIMIT_PERIOD_MONTH},
+        {.id = 465, .kind = LIMIT_CONCURRENCY, .rate = 3, .window_ms = 600000},
+    };
+    /* nothing yet: everything free */
+    struct limiter_result res = peek_both(f, "u:peek", rules, 6, t0);
+    assert_true(res.allowed);
+    for (int i = 0; i < 5; i++)
+        assert_int_equal(res.verdicts[i].remaining, res.verdicts[i].limit);
+    srand(46);
+    int64_t now = t0;
+    for (int i = 0; i < 60; i++) {
+        now += rand() % 5000;
+        set_cost(rules, 5, true);
+        long long before = writes(f->sync);
+        struct limiter_result p = peek_both(f, "u:peek", rules, 5, now);
+        assert_int_equal(writes(f->sync), before);
+        struct limiter_result again = peek_both(f, "u:peek", rules, 5, now);
+        expect_same(&p, &again, "a second peek");
+        /* the check decides as the peek did (and answers as it when it records nothing) */
+        struct limiter_result c = both(f, "u:peek", rules, 5, now);
+        assert_int_equal(c.allowed, p.allowed);
+        for (int j = 0; j < 5; j++)
+            assert_int_equal(c.verdicts[j].allowed, p.verdicts[j].allowed);
+        if (!c.allowed)
+            expect_same(&p, &c, "peek then a rejected check");
+    }
+    /* the quota's use: limit - remaining */
+    rules[4].cost = 0;
+    res = peek_both(f, "u:peek", &rules[4], 1, now);
+    int64_t used = res.verdicts[0].limit - res.verdicts[0].remaining;
+    assert_true(used > 0);
+    /* a concurrency rule shows the leases held; a peek needs no lease id */
+    struct capture c = {0};
+    assert_int_equal(limiter_check_leased(f->redis, "u:peek", 6, &rules[5], 1, now, "l:1", on_done, &c), 0);
+    pump(f, &c.calls, 1, 10000);
+    assert_true(c.res.allowed);
+    res = run_peek(f, f->redis, "u:peek", &rules[5], 1, now);
+    expect_verdict_of(&res, 0, true, 3, 2, 0);
+    limiter_release(f->redis, "u:peek", 6, &rules[5], 1, "l:1");
+    /* the denial cache: a peek on the store's clock is never answered from it */
+    struct limit_rule one = {.id = 466, .kind = LIMIT_FIXED_WINDOW, .rate = 1, .window_ms = 60000};
+    assert_true(run(f, f->redis, "u:peek2", &one, 1, -1).allowed);
+    assert_false(run(f, f->redis, "u:peek2", &one, 1, -1).allowed);
+    assert_true(run(f, f->redis, "u:peek2", &one, 1, -1).remembered);
+    res = run_peek(f, f->redis, "u:peek2", &one, 1, -1);
+    assert_false(res.remembered);
+    assert_false(res.allowed);
+}
+
+/* A quota's key: a hash in the subject's slot, living until a minute past the period's
+ * end (the server's clock). */
+static void test_quota_key_expiry(void **state)
+{
+    struct fixture *f = *state;
+    struct limit_rule q = {.id = 470, .kind = LIMIT_QUOTA, .rate = 5, .period = LIMIT_PERIOD_DAY};
+    struct limiter_result res = run(f, f->redis, "u:qkey", &q, 1, -1);
+    assert_true(res.allowed);
+    int64_t end = limit_period_end_ms(LIMIT_PERIOD_DAY, res.now_ms);
+    assert_int_equal(res.verdicts[0].reset_ms, end - res.now_ms);
+    char key[128];
+    snprintf(key, sizeof(key), "%s{u:qkey}:470", f->prefix);
+    redisReply *r = cmd_ok(f->sync, "PTTL %s", key);
+    long long want = end - res.now_ms + 60000;
+    if (r->integer > want || r->integer < want - 5000)
+        fail_msg("PTTL %lld, want about %lld", r->integer, want);
+    freeReplyObject(r);
+    r = cmd_ok(f->sync, "TYPE %s", key);
+    assert_string_equal(r->str, "hash");
+    freeReplyObject(r);
 }
 
 static void test_rejected_writes_nothing(void **state)
@@ -1485,6 +1939,24 @@ int main(void)
         T(test_same_token_bucket),
         T(test_same_fixed_window),
         T(test_same_mixed),
+        T(test_same_sliding_log_costs),
+        T(test_same_sliding_window_costs),
+        T(test_same_token_bucket_costs),
+        T(test_same_fixed_window_costs),
+        T(test_same_mixed_costs),
+        T(test_same_sliding_log_long_costs),
+        T(test_same_quota_month_end),
+        T(test_same_quota_leap_day),
+        T(test_same_quota_week),
+        T(test_quota_month_end_exact),
+        T(test_quota_leap_day_exact),
+        T(test_quota_week_exact),
+        T(test_cost_ten_under_hundred),
+        T(test_cost_rejected_adds_nothing),
+        T(test_sliding_log_weighted_deep),
+        T(test_sliding_log_layouts),
+        T(test_peek),
+        T(test_quota_key_expiry),
         T(test_same_rule_changes),
         T(test_sliding_log_exact),
         T(test_same_sliding_log_long),
