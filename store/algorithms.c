@@ -68,37 +68,59 @@ void algo_state_init(struct algo_state *s)
 void algo_state_clear(struct algo_state *s)
 {
     if (s->kind == LIMIT_SLIDING_LOG)
-        free(s->u.sl.e);
+        free(s->u.sl.ts);
     algo_state_init(s);
 }
 
-/* ---- sliding log: a ring of admitted requests, oldest first, times non-decreasing; each
- * entry weighs its cost (cum: running total), so the ring holds at most C entries ---- */
+/* ---- sliding log: a ring of admitted requests, oldest first, times non-decreasing. Each
+ * entry weighs its cost; while every one weighs 1 the ring holds times only, else (as
+ * check.lua's weighted layout) also each entry's running total of the weights pushed up
+ * to it, modulo 2^64 (a difference of two is exact: a log never holds 2^64 units), and,
+ * past them, the running total before the head. Either way it holds at most C entries.
+ * Unweighted, the running totals are implicit: i + 1 at ring index i, 0 before the head. */
 
-static const struct algo_sl_entry *sl_at(const struct algo_state *s, uint32_t i)
+static uint32_t sl_pos(const struct algo_state *s, uint32_t i)
 {
-    return &s->u.sl.e[(s->u.sl.head + i) & (s->u.sl.cap - 1)];
+    return (s->u.sl.head + i) & (s->u.sl.cap - 1);
 }
 
-/* The running total before ring index i. */
+static int64_t sl_time(const struct algo_state *s, uint32_t i)
+{
+    return s->u.sl.ts[sl_pos(s, i)];
+}
+
+/* The running totals of a weighted ring: cap of them, then the one before the head. */
+static uint64_t *sl_cums(const struct algo_state *s)
+{
+    return (uint64_t *)(s->u.sl.ts + s->u.sl.cap);
+}
+
+/* The running total through ring index i, and before it. */
+static uint64_t sl_cum(const struct algo_state *s, uint32_t i)
+{
+    return s->u.sl.weighted ? sl_cums(s)[sl_pos(s, i)] : (uint64_t)i + 1;
+}
+
 static uint64_t sl_cum_before(const struct algo_state *s, uint32_t i)
 {
-    return i == 0 ? s->u.sl.base : sl_at(s, i - 1)->cum;
+    if (i > 0)
+        return sl_cum(s, i - 1);
+    return s->u.sl.weighted ? sl_cums(s)[s->u.sl.cap] : 0;
 }
 
 static void sl_decide(const struct algo_state *s, const struct limit_rule *rule, int64_t now, struct algo_eval *ev)
 {
     uint32_t len = ev->stale || s->kind < 0 ? 0 : s->u.sl.len;
     int64_t te = now;
-    if (len > 0 && sl_at(s, len - 1)->ts > te)
-        te = sl_at(s, len - 1)->ts;
+    if (len > 0 && sl_time(s, len - 1) > te)
+        te = sl_time(s, len - 1);
     int64_t lo = te - rule->window_ms;
     uint32_t first = len;
-    if (len > 0 && sl_at(s, len - 1)->ts > lo) {
+    if (len > 0 && sl_time(s, len - 1) > lo) {
         uint32_t l = 0, r = len - 1;   /* first index with ts > lo; ts[len-1] > lo */
         while (l < r) {
             uint32_t m = l + (r - l) / 2;
-            if (sl_at(s, m)->ts > lo)
+            if (sl_time(s, m) > lo)
                 r = m;
             else
                 l = m + 1;
@@ -108,38 +130,45 @@ static void sl_decide(const struct algo_state *s, const struct limit_rule *rule,
     ev->te = te;
     ev->a = (int64_t)(len - first);
     ev->b = first;
-    ev->c = len > first ? (int64_t)(sl_at(s, len - 1)->cum - sl_cum_before(s, first)) : 0;
+    ev->c = len > first ? (int64_t)(sl_cum(s, len - 1) - sl_cum_before(s, first)) : 0;
     ev->allowed = ev->c + limit_rule_cost(rule) <= capacity(rule);
 }
 
-static int sl_reserve(struct algo_state *s, struct algo_eval *ev)
+static int sl_reserve(struct algo_state *s, const struct limit_rule *rule, struct algo_eval *ev)
 {
     if (s->kind != LIMIT_SLIDING_LOG) {
         algo_state_clear(s);   /* empty or stale: the decision already treated it as empty */
         s->kind = LIMIT_SLIDING_LOG;
     }
     uint64_t need = (uint64_t)ev->a + 1;
-    if (need <= s->u.sl.cap)
+    /* The ring must have room, and running totals once an entry weighs more than 1. */
+    bool weighted = s->u.sl.weighted || limit_rule_cost(rule) > 1;
+    if (need <= s->u.sl.cap && weighted == (s->u.sl.weighted != 0))
         return 0;
-    if (need > UINT32_MAX / 2)
+    if (need > UINT32_MAX / 4)
         return -ENOMEM;
     uint32_t cap = s->u.sl.cap ? s->u.sl.cap : 4;
     while (cap < need)
         cap *= 2;
-    struct algo_sl_entry *e = malloc((size_t)cap * sizeof(*e));
-    if (e == NULL)
+    int64_t *ts = malloc((size_t)cap * sizeof(*ts) + (weighted ? ((size_t)cap + 1) * sizeof(uint64_t) : 0));
+    if (ts == NULL)
         return -ENOMEM;
     /* Keep only the entries still in the window; they move to the front. */
-    uint32_t n = (uint32_t)ev->a;
-    uint64_t base = s->u.sl.e != NULL ? sl_cum_before(s, (uint32_t)ev->b) : 0;
-    for (uint32_t i = 0; i < n; i++)
-        e[i] = *sl_at(s, (uint32_t)ev->b + i);
-    free(s->u.sl.e);
-    s->u.sl.e = e;
+    uint32_t n = (uint32_t)ev->a, first = (uint32_t)ev->b;
+    uint64_t *cums = (uint64_t *)(ts + cap);
+    for (uint32_t i = 0; i < n; i++) {
+        ts[i] = sl_time(s, first + i);
+        if (weighted)
+            cums[i] = sl_cum(s, first + i);
+    }
+    if (weighted)
+        cums[cap] = s->u.sl.ts != NULL ? sl_cum_before(s, first) : 0;
+    free(s->u.sl.ts);
+    s->u.sl.ts = ts;
     s->u.sl.head = 0;
     s->u.sl.len = n;
     s->u.sl.cap = cap;
-    s->u.sl.base = base;
+    s->u.sl.weighted = weighted;
     ev->b = 0;
     return 0;
 }
@@ -147,17 +176,24 @@ static int sl_reserve(struct algo_state *s, struct algo_eval *ev)
 static void sl_commit(struct algo_state *s, const struct limit_rule *rule, struct algo_eval *ev)
 {
     uint32_t first = (uint32_t)ev->b;
-    uint64_t base = sl_cum_before(s, first);
-    uint64_t last = s->u.sl.len > 0 ? sl_at(s, s->u.sl.len - 1)->cum : base;
     int64_t k = limit_rule_cost(rule);
-    s->u.sl.base = base;
-    s->u.sl.head = (s->u.sl.head + first) & (s->u.sl.cap - 1);
+    if (s->u.sl.weighted) {
+        uint64_t base = sl_cum_before(s, first);
+        uint64_t last = s->u.sl.len > first ? sl_cum(s, s->u.sl.len - 1) : base;
+        sl_cums(s)[s->u.sl.cap] = base;
+        sl_cums(s)[sl_pos(s, s->u.sl.len)] = last + (uint64_t)k;
+    }
+    s->u.sl.ts[sl_pos(s, s->u.sl.len)] = ev->te;
+    s->u.sl.head = sl_pos(s, first);
     s->u.sl.len -= first;
-    s->u.sl.e[(s->u.sl.head + s->u.sl.len) & (s->u.sl.cap - 1)] = (struct algo_sl_entry){ev->te, last + (uint64_t)k};
     s->u.sl.len++;
     ev->a++;
     ev->b = 0;
     ev->c += k;
+    /* Every entry in it weighs 1 again: the running totals are implicit once more (the
+     * room for them stays until the ring is reallocated). */
+    if (s->u.sl.weighted && ev->c == ev->a)
+        s->u.sl.weighted = 0;
 }
 
 static void sl_verdict(const struct algo_state *s, const struct limit_rule *rule, const struct algo_eval *ev,
@@ -172,16 +208,16 @@ static void sl_verdict(const struct algo_state *s, const struct limit_rule *rule
         uint32_t l = first, r = first + (uint32_t)n - 1;   /* the entry at r reaches it: it is all `used` */
         while (l < r) {
             uint32_t m = l + (r - l) / 2;
-            if (sl_at(s, m)->cum - base >= need)
+            if (sl_cum(s, m) - base >= need)
                 r = m;
             else
                 l = m + 1;
         }
         v->remaining = 0;
-        v->reset_ms = sl_at(s, l)->ts + w - ev->te;
+        v->reset_ms = sl_time(s, l) + w - ev->te;
     } else {
         v->remaining = c - used;
-        v->reset_ms = n > 0 ? sl_at(s, first)->ts + w - ev->te : 0;
+        v->reset_ms = n > 0 ? sl_time(s, first) + w - ev->te : 0;
     }
 }
 
@@ -376,7 +412,7 @@ void algo_decide(const struct algo_state *s, const struct limit_rule *rule, int6
 int algo_reserve(struct algo_state *s, const struct limit_rule *rule, struct algo_eval *ev)
 {
     if (rule->kind == LIMIT_SLIDING_LOG)
-        return sl_reserve(s, ev);
+        return sl_reserve(s, rule, ev);
     if (s->kind >= 0 && !compatible(s, rule))
         algo_state_clear(s);
     return 0;
@@ -440,7 +476,7 @@ int64_t algo_dead_ms(const struct algo_state *s, const struct limit_rule *rule)
     int64_t w = rule->window_ms;
     switch (s->kind) {
     case LIMIT_SLIDING_LOG:
-        return s->u.sl.len > 0 ? sl_at(s, s->u.sl.len - 1)->ts + w : INT64_MIN;
+        return s->u.sl.len > 0 ? sl_time(s, s->u.sl.len - 1) + w : INT64_MIN;
     case LIMIT_SLIDING_WINDOW:
         return (s->u.sw.w + 2) * s->window_ms;
     case LIMIT_TOKEN_BUCKET: {

@@ -31,14 +31,6 @@
 
 #include "store/limit.h"
 
-/* One admitted request of a sliding log: its time and the running total of the weights
- * (costs) pushed to the log up to and including it, modulo 2^64 (a difference of two is
- * exact: a log never holds 2^64 units). */
-struct algo_sl_entry {
-    int64_t ts;
-    uint64_t cum;
-};
-
 /* Per (subject, rule) state. `kind` (an enum limit_kind) < 0 means empty. Only the
  * sliding log owns memory. */
 struct algo_state {
@@ -51,9 +43,10 @@ struct algo_state {
         struct { int64_t w, cur, prev; } sw;      /* window index, its count, previous count */
         struct { int64_t level, t; } tb;          /* tokens * window_ms, time of `level` */
         struct {                                  /* admitted requests, oldest first */
-            struct algo_sl_entry *e;
-            uint32_t head, len, cap;              /* ring; cap is 0 or a power of two */
-            uint64_t base;                        /* cum of the entry before the head */
+            int64_t *ts;                          /* ring of times; cap is 0 or a power of two;
+                                                   * weighted: followed by cap + 1 running totals */
+            uint32_t head, len, cap;
+            uint32_t weighted;                    /* some entry weighs more than 1 */
         } sl;
         struct { int64_t held; } cc;              /* leases held */
         struct { int64_t start, used; } q;        /* period start (Unix ms), units used in it */

@@ -1,5 +1,5 @@
-/* The limiter store interface: one atomic check of every rule (rate and concurrency)
- * that applies to a request. Two implementations: memory (one process, shared by all
+/* The limiter store interface: one atomic check of every rule (rate, quota and
+ * concurrency) that applies to a request, each counting the request's cost (limit.h). Two implementations: memory (one process, shared by all
  * worker threads) and redis (a fleet of proxies; one async connection per worker thread,
  * one script call per check). In front of either, each limiter's denial cache answers a
  * repeat of a lasting rejection without the store (store/denial_cache.h). */
@@ -58,9 +58,11 @@ void limiter_destroy(struct limiter *limiter);
 /* Checks every rule for `subject` in one atomic step and records the request in each
  * rule's state only when all of them allow it. now_ms < 0 uses the store's clock (the
  * Redis server's TIME for redis, CLOCK_REALTIME for memory); now_ms >= 0 is an explicit
- * clock for tests. n must be 1..LIMITER_MAX_RULES. On the store's clock, a repeat check
- * (same subject, same rules) while an earlier rejection by rate rules still holds is
- * answered from the denial cache before this returns (result->remembered).
+ * clock for tests. n must be 1..LIMITER_MAX_RULES; every rule must pass
+ * limit_rule_validate (a cost a rule could never admit is -EINVAL). On the store's clock, a
+ * repeat check (same subject, same rules and costs) while an earlier rejection by rate
+ * rules or quotas still holds is answered from the denial cache before this returns
+ * (result->remembered).
  * Returns 0 when done has been or will be called; -EINVAL (bad arguments) or -ENOMEM
  * otherwise, in which case done is never called. */
 int limiter_check(struct limiter *limiter, const char *subject, size_t subject_len,

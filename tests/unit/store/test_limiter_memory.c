@@ -22,9 +22,11 @@ static void state_copy(struct algo_state *dst, const struct algo_state *src)
 {
     *dst = *src;
     if (src->kind == LIMIT_SLIDING_LOG && src->u.sl.cap > 0) {
-        dst->u.sl.e = malloc(src->u.sl.cap * sizeof(*src->u.sl.e));
-        assert_non_null(dst->u.sl.e);
-        memcpy(dst->u.sl.e, src->u.sl.e, src->u.sl.cap * sizeof(*src->u.sl.e));
+        /* the times, and for a weighted log the running totals after them */
+        size_t bytes = src->u.sl.cap * sizeof(int64_t) + (src->u.sl.weighted ? (src->u.sl.cap + 1) * sizeof(uint64_t) : 0);
+        dst->u.sl.ts = malloc(bytes);
+        assert_non_null(dst->u.sl.ts);
+        memcpy(dst->u.sl.ts, src->u.sl.ts, bytes);
     }
 }
 
@@ -132,6 +134,44 @@ static void test_brute_force(void **state)
             algo_state_clear(&s);
         }
     }
+}
+
+/* A sliding log keeps times only while every entry weighs 1 (8 bytes an entry, as before
+ * costs); a heavier entry adds running totals, which go once it has left the window. */
+static void test_sliding_log_weights(void **state)
+{
+    struct limit_rule rule = {.id = 1, .kind = LIMIT_SLIDING_LOG, .rate = 10, .window_ms = 1000};
+    struct algo_state s;
+    algo_state_init(&s);
+    struct algo_eval ev;
+    struct limit_verdict v;
+    for (int i = 0; i < 3; i++) {
+        algo_decide(&s, &rule, 100 + i, &ev);
+        assert_int_equal(algo_reserve(&s, &rule, &ev), 0);
+        algo_commit(&s, &rule, &ev);
+    }
+    assert_int_equal(s.u.sl.weighted, 0);
+    rule.cost = 5;
+    algo_decide(&s, &rule, 200, &ev);
+    assert_int_equal(algo_reserve(&s, &rule, &ev), 0);
+    algo_commit(&s, &rule, &ev);
+    algo_verdict(&s, &rule, &ev, &v);
+    assert_int_equal(v.remaining, 2);
+    assert_int_equal(s.u.sl.weighted, 1);
+    assert_int_equal(s.u.sl.len, 4);   /* one entry for the 5 */
+    rule.cost = 3;                     /* 8 used: a 3 waits for the oldest 1 to leave */
+    algo_decide(&s, &rule, 300, &ev);
+    assert_false(ev.allowed);
+    algo_verdict(&s, &rule, &ev, &v);
+    assert_int_equal(v.reset_ms, 100 + 1000 - 300);
+    rule.cost = 1;
+    algo_decide(&s, &rule, 1250, &ev);   /* the 5 has left */
+    assert_int_equal(algo_reserve(&s, &rule, &ev), 0);
+    algo_commit(&s, &rule, &ev);
+    algo_verdict(&s, &rule, &ev, &v);
+    assert_int_equal(v.remaining, 9);
+    assert_int_equal(s.u.sl.weighted, 0);
+    algo_state_clear(&s);
 }
 
 /* ---- the memory store through the limiter interface ---- */
@@ -795,6 +835,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_brute_force),
+        cmocka_unit_test(test_sliding_log_weights),
         cmocka_unit_test_setup_teardown(test_sliding_log_exact, setup_store, teardown_store),
         cmocka_unit_test_setup_teardown(test_rejected_not_recorded, setup_store, teardown_store),
         cmocka_unit_test_setup_teardown(test_clock_backwards, setup_store, teardown_store),
