@@ -349,12 +349,35 @@ static int check_limit_costs(struct cost_walk *w, int64_t plan_id, const struct 
     return 0;
 }
 
+struct plan_name_find {
+    int64_t id;
+    char *buf;
+    size_t len;
+};
+
+static int on_plan_name(void *ctx, const struct catalog_plan *plan)
+{
+    struct plan_name_find *f = ctx;
+    if (plan->id == f->id)
+        snprintf(f->buf, f->len, "plan \"%s\"", plan->name);
+    return 0;
+}
+
 static int on_cost_plan_limit(void *ctx, const struct catalog_limit *l)
 {
     struct cost_walk *w = ctx;
-    snprintf(w->owner_buf, sizeof(w->owner_buf), "plan id %lld", (long long)l->plan_id);
-    w->owner = w->owner_buf;
-    return check_limit_costs(w, l->plan_id, l);
+    int r = check_limit_costs(w, l->plan_id, l);
+    if (r == CATALOG_INVALID) {
+        /* say it again with the plan's name (a refusal is rare; a second walk is cheap) */
+        snprintf(w->owner_buf, sizeof(w->owner_buf), "plan id %lld", (long long)l->plan_id);
+        struct plan_name_find f = {l->plan_id, w->owner_buf, sizeof(w->owner_buf)};
+        int r2 = catalog_plan_each(w->cat, on_plan_name, &f);
+        if (r2)
+            return r2;
+        w->owner = w->owner_buf;
+        r = check_limit_costs(w, l->plan_id, l);
+    }
+    return r;
 }
 
 static int on_cost_user_limit(void *ctx, const struct catalog_limit *l)
@@ -371,7 +394,7 @@ static int on_cost_user_limit(void *ctx, const struct catalog_limit *l)
 
 int tier_catalog_check_costs(struct catalog *cat, char *err, size_t errlen)
 {
-    struct cost_walk w = {.cat = cat, .err = err, .errlen = errlen};
+    struct cost_walk w = {.cat = cat, .err = err, .errlen = errlen, .owner = "the plan"};
     err[0] = '\0';
     int r = catalog_cost_each(cat, 0, on_cost, &w);
     if (r == 0 && w.n > 0)

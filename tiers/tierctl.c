@@ -180,7 +180,7 @@ static const struct help_row help_table[] = {
      NULL, 0, 0, 0, 0, FLAG_SHADOW, true},
     {"--priority", "P", "(plan add/set) 0 (shed first) .. 9 (shed last); default 5",
      NULL, 0, 0, 0, 0, FLAG_PRIORITY, false},
-    {"--route", "\"METHOD /prefix\"", "(limit add) a per-route limit; the longest matching prefix applies",
+    {"--route", "\"METHOD /prefix\"", "(limit add, user limit add) a per-route limit; the longest matching prefix applies",
      NULL, 0, 0, 0, 0, FLAG_ROUTE, false},
     {"--plan", "NAME", "(user add/set/list, simulate) the plan", NULL, 0, 0, 0, 0, FLAG_PLAN, false},
     {"--label", "TEXT", "(key create) a note to tell keys apart", NULL, 0, 0, 0, 0, FLAG_LABEL, false},
