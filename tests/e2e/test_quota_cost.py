@@ -398,3 +398,14 @@ def test_old_catalog_is_served_then_upgraded(tmp_path, start_proxy):
     time.sleep(0.6)
     assert p.get("/x", key=key).status == 429
     assert catalog.run("user", "show", "olduser").returncode == 0
+
+
+def test_plan_set_quota_keeps_its_count(catalog, start_proxy):
+    plan = catalog.plan("kept", "--quota", "5/day")
+    _, key = catalog.user_key(plan)
+    p = start_proxy(catalog)
+    assert [p.get("/x", key=key).status for _ in range(3)] == [200] * 3
+    cp = catalog.run("plan", "set", plan, "--quota", "4/day")
+    assert "kept" in cp.stderr, cp.stderr          # the quota keeps its id, so its count
+    time.sleep(0.6)                                # the proxies' catalog refresh
+    assert [p.get("/x", key=key).status for _ in range(2)] == [200, 429]
