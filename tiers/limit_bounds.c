@@ -324,9 +324,14 @@ static int check_limit_costs(struct cost_walk *w, int64_t plan_id, const struct 
     size_t end = start;
     while (end < w->n && w->costs[end].plan_id == plan_id)
         end++;
-    struct tier_cost_ref refs[64];
+    struct tier_cost_ref refs[TIER_MAX_COSTS_PER_PLAN];
     size_t nrefs = 0;
-    for (size_t i = start; i < end && nrefs < sizeof(refs) / sizeof(refs[0]); i++)
+    if (end - start > TIER_MAX_COSTS_PER_PLAN) {
+        snprintf(w->err, w->errlen, "a plan has at most %d costs (plan id %lld has %zu)", TIER_MAX_COSTS_PER_PLAN,
+                 (long long)plan_id, end - start);
+        return CATALOG_INVALID;
+    }
+    for (size_t i = start; i < end; i++)
         refs[nrefs++] = w->costs[i].ref;
     int64_t admits = l->amount + (l->kind == CATALOG_LIMIT_RATE ? l->burst : 0);
     for (size_t i = start; i < end; i++) {
@@ -397,6 +402,14 @@ int tier_catalog_check_costs(struct catalog *cat, char *err, size_t errlen)
     struct cost_walk w = {.cat = cat, .err = err, .errlen = errlen, .owner = "the plan"};
     err[0] = '\0';
     int r = catalog_cost_each(cat, 0, on_cost, &w);
+    for (size_t i = 0, same = 0; r == 0 && i < w.n; i++) {
+        same = i > 0 && w.costs[i].plan_id == w.costs[i - 1].plan_id ? same + 1 : 1;
+        if (same > TIER_MAX_COSTS_PER_PLAN) {
+            snprintf(err, errlen, "a plan has at most %d costs (plan id %lld has more)", TIER_MAX_COSTS_PER_PLAN,
+                     (long long)w.costs[i].plan_id);
+            r = CATALOG_INVALID;
+        }
+    }
     if (r == 0 && w.n > 0)
         r = catalog_limit_each(cat, 0, on_cost_plan_limit, &w);
     if (r == 0 && w.n > 0)

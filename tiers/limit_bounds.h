@@ -41,6 +41,8 @@ int tier_catalog_check_bounds(struct catalog *cat, char *err, size_t errlen);
  * other cost of the plan, others[0, n), with a longer prefix still covering the limit's
  * whole route takes its place there (longest prefix wins). Conservative: true when
  * unsure. */
+#define TIER_MAX_COSTS_PER_PLAN 64   /* tierctl and the snapshot refuse more */
+
 struct tier_cost_ref {
     const char *method;
     const char *prefix;
@@ -51,7 +53,8 @@ bool tier_cost_meets_limit(const struct tier_cost_ref *cost, const struct tier_c
 
 /* Checks that every cost of every plan can be admitted by each rate limit and quota it
  * can meet (tier_cost_meets_limit), the plan's own and its users' own: a cost above a
- * limit's rate + burst (a quota's N) could never pass. Also bounds each user's own limits:
+ * limit's rate + burst (a quota's N) could never pass; and no plan has more than
+ * TIER_MAX_COSTS_PER_PLAN costs. Also bounds each user's own limits:
  * the plan's worst case plus the user's limits stays within LIMITER_MAX_RULES. Returns 0,
  * CATALOG_INVALID with one line in err, or another catalog.h code / -ENOMEM. */
 int tier_catalog_check_costs(struct catalog *cat, char *err, size_t errlen);

@@ -379,8 +379,12 @@ static int check_rules_per_request(const struct tier_plan *plan, char *err, size
  * one; limit_bounds.h) is refused here too: the store would refuse every such check. */
 static int check_costs(const struct tier_plan *plan, const char *who, char *err, size_t errlen)
 {
-    struct tier_cost_ref refs[64];
-    size_t n = plan->n_costs < 64 ? plan->n_costs : 64;
+    struct tier_cost_ref refs[TIER_MAX_COSTS_PER_PLAN];
+    size_t n = plan->n_costs;
+    if (n > TIER_MAX_COSTS_PER_PLAN) {
+        snprintf(err, errlen, "%s has %zu costs, at most %d are supported", who, n, TIER_MAX_COSTS_PER_PLAN);
+        return -EINVAL;
+    }
     for (size_t i = 0; i < n; i++)
         refs[i] = (struct tier_cost_ref){plan->costs[i].route_method, plan->costs[i].route_prefix, plan->costs[i].cost};
     for (size_t i = 0; i < n; i++) {
