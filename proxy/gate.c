@@ -128,7 +128,7 @@ enum gate_action gate_admit(const struct gate_request *req, const struct snapsho
         const struct tier_user *user = snapshot_find_key(snap, key, key_len);
         if (user == NULL)
             return refuse(out, 401, "invalid_api_key");
-        c->plan = user->plan;
+        c->plan = tier_user_plan(user);   /* the user's own limits in place of the plan's */
         c->user_id = user->id;
         snprintf(c->subject, sizeof(c->subject), "u:%s", user->id);
     } else if (cfg->anonymous_plan != NULL) {
@@ -181,20 +181,23 @@ void gate_verdict(const struct gate_check *check, bool websocket, const struct l
         out->lease_held = check->has_concurrency;
         return;
     }
-    bool rate_rejected = false;
+    bool rate_rejected = false, quota_rejected = false;
     int64_t wait_ms = 0;
     for (size_t i = 0; i < result->n && i < check->n; i++) {
         const struct limit_verdict *v = &result->verdicts[i];
         if (v->allowed)
             continue;
         rate_rejected |= check->rules[i].kind != LIMIT_CONCURRENCY;
+        quota_rejected |= check->rules[i].kind == LIMIT_QUOTA;
         if (v->reset_ms > wait_ms)
             wait_ms = v->reset_ms;
     }
     static const char *const type_names[] = { "http", "concurrency", "ws_connection", "ws_message" };
     out->over_limit = true;
+    /* A quota counts under "http" in /metrics (SPEC's four limit types); the access log
+       and the rejection warning say "quota". */
     out->limit_type = rate_rejected ? LIMIT_HIT_HTTP : websocket ? LIMIT_HIT_WS_CONNECTION : LIMIT_HIT_CONCURRENCY;
-    out->limit_type_name = type_names[out->limit_type];
+    out->limit_type_name = quota_rejected ? "quota" : type_names[out->limit_type];
     if (check->plan != NULL && check->plan->shadow) {
         out->action = GATE_FORWARD;
         out->decision = "shadow";
@@ -202,7 +205,10 @@ void gate_verdict(const struct gate_check *check, bool websocket, const struct l
     }
     out->action = GATE_LIMITED;
     out->decision = "rejected";
-    out->error_code = rate_rejected ? "rate_limit_exceeded" : "concurrency_limit_exceeded";
+    /* Over a quota, the period's end is what the client waits for (Retry-After: the
+       longest wait of every refusing limit) */
+    out->error_code = quota_rejected ? "quota_exceeded" : rate_rejected ? "rate_limit_exceeded"
+                                                                        : "concurrency_limit_exceeded";
     out->retry_after_s = ratelimit_retry_after_s(wait_ms);
 }
 

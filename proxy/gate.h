@@ -56,7 +56,7 @@ struct gate_refusal {
 
 /* Who is calling and which limits the store checks. */
 struct gate_check {
-    const struct tier_plan *plan;
+    const struct tier_plan *plan;  /* the user's view of it (tier_user_plan): own limits in place */
     const char *user_id;       /* the user's id, or "anonymous" */
     char subject[160];         /* limiter subject: "u:<id>" (keys of one user share it) or "ip:<addr>" */
     struct limit_rule rules[LIMITER_MAX_RULES];
@@ -92,8 +92,10 @@ struct gate_outcome {
     bool lease_held;           /* concurrency slots were taken and must be given back */
     bool over_limit;           /* some limit refused (a shadow plan forwards anyway) */
     enum limit_hit_kind limit_type;   /* when over_limit: what refused */
-    const char *limit_type_name;      /* ... as the access log and the body name it */
-    const char *error_code;    /* GATE_LIMITED: "rate_limit_exceeded" or "concurrency_limit_exceeded";
+    const char *limit_type_name;      /* ... as the access log names it ("quota" for a quota,
+                                         counted as "http" in limit_type) */
+    const char *error_code;    /* GATE_LIMITED: "quota_exceeded" (a quota refused), "rate_limit_exceeded"
+                                  or "concurrency_limit_exceeded";
                                   GATE_UNAVAILABLE: "limiter_unavailable" */
     int64_t retry_after_s;     /* GATE_LIMITED: until every refusing limit has room */
 };

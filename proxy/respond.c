@@ -52,7 +52,8 @@ struct MHD_Response *respond_error(const char *error_code, uint64_t *body_bytes)
 struct MHD_Response *respond_limited(const char *error_code, int64_t retry_after_s, uint64_t *body_bytes)
 {
     const char *what = strcmp(error_code, "concurrency_limit_exceeded") == 0 ? "Concurrency limit exceeded"
-                                                                             : "Rate limit exceeded";
+                     : strcmp(error_code, "quota_exceeded") == 0                ? "Quota exceeded"
+                                                                               : "Rate limit exceeded";
     char body[256];
     int n = snprintf(body, sizeof(body),
                      "{\"error_code\":\"%s\",\"detail\":\"%s. Try again in %lld seconds.\",\"retry_after\":%lld}",

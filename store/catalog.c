@@ -21,6 +21,7 @@ struct catalog {
     sqlite3 *db;
     enum catalog_mode mode;
     sqlite3_stmt *data_version;   /* persistent; prepared on first use */
+    int version;                  /* the schema version of the open transaction */
     char errmsg[512];
 };
 
@@ -59,6 +60,46 @@ static const char *const migrations[] = {
     "  created TEXT NOT NULL,"
     "  revoked TEXT);"
     "CREATE INDEX api_keys_user ON api_keys(user_id);",
+    /* 1 -> 2: plan priority; quotas (a kind with its period) and users' own limits, in the
+     * one limits table so that their ids share its sequence (an id names state in the
+     * store); costs per plan and route. SQLite cannot change a CHECK in place: the limits
+     * table is rebuilt, its rows and id high-water mark kept. */
+    "ALTER TABLE plans ADD COLUMN priority INTEGER NOT NULL DEFAULT 5"
+    "  CHECK (priority BETWEEN 0 AND 9);"
+    "CREATE TEMP TABLE limits_seq AS SELECT seq FROM sqlite_sequence WHERE name = 'limits';"
+    "CREATE TABLE limits_v2 ("
+    "  id INTEGER PRIMARY KEY AUTOINCREMENT,"
+    "  plan_id INTEGER REFERENCES plans(id) ON DELETE CASCADE,"
+    "  user_id TEXT REFERENCES users(id) ON DELETE CASCADE,"
+    "  kind TEXT NOT NULL CHECK (kind IN ('rate', 'concurrency', 'ws_messages', 'quota')),"
+    "  algorithm TEXT CHECK (algorithm IN"
+    "    ('sliding-log', 'sliding-window', 'token-bucket', 'fixed-window')),"
+    "  amount INTEGER NOT NULL CHECK (amount >= 1),"
+    "  window_ms INTEGER NOT NULL DEFAULT 0 CHECK (window_ms >= 0),"
+    "  burst INTEGER NOT NULL DEFAULT 0 CHECK (burst >= 0),"
+    "  period TEXT CHECK (period IN ('day', 'week', 'month')),"
+    "  route_method TEXT,"
+    "  route_prefix TEXT,"
+    "  CHECK ((route_method IS NULL) = (route_prefix IS NULL)),"
+    "  CHECK ((plan_id IS NULL) <> (user_id IS NULL)),"
+    "  CHECK ((kind = 'quota') = (period IS NOT NULL)));"
+    "INSERT INTO limits_v2 (id, plan_id, kind, algorithm, amount, window_ms, burst, route_method, route_prefix)"
+    "  SELECT id, plan_id, kind, algorithm, amount, window_ms, burst, route_method, route_prefix FROM limits;"
+    "DROP TABLE limits;"
+    "ALTER TABLE limits_v2 RENAME TO limits;"
+    "CREATE INDEX limits_plan ON limits(plan_id);"
+    "CREATE INDEX limits_user ON limits(user_id);"
+    "INSERT INTO sqlite_sequence (name, seq) SELECT 'limits', 0"
+    "  WHERE NOT EXISTS (SELECT 1 FROM sqlite_sequence WHERE name = 'limits');"
+    "UPDATE sqlite_sequence SET seq = max(seq, coalesce((SELECT max(seq) FROM temp.limits_seq), 0))"
+    "  WHERE name = 'limits';"
+    "DROP TABLE temp.limits_seq;"
+    "CREATE TABLE costs ("
+    "  plan_id INTEGER NOT NULL REFERENCES plans(id) ON DELETE CASCADE,"
+    "  route_method TEXT NOT NULL,"
+    "  route_prefix TEXT NOT NULL,"
+    "  cost INTEGER NOT NULL CHECK (cost >= 1),"
+    "  PRIMARY KEY (plan_id, route_method, route_prefix));",
 };
 #define N_MIGRATIONS ((int)(sizeof(migrations) / sizeof(migrations[0])))
 _Static_assert(N_MIGRATIONS == CATALOG_SCHEMA_VERSION, "one migration step per schema version");
@@ -377,16 +418,16 @@ int catalog_begin(struct catalog *cat, bool write)
     } else if (version < CATALOG_SCHEMA_VERSION) {
         if (write) {
             r = migrate(cat, version);
+            if (r == 0)
+                version = CATALOG_SCHEMA_VERSION;
         } else if (version == 0) {
             set_err(cat, "the catalog %s is not initialized (run \"tierctl init\")",
                     sqlite3_db_filename(cat->db, "main"));
             r = -ENODATA;
-        } else {
-            set_err(cat, "the catalog has schema version %d, older than %d (run \"tierctl init\")",
-                    version, CATALOG_SCHEMA_VERSION);
-            r = -ENOTSUP;
         }
+        /* else: an older schema is read as it is (the queries below know version 1) */
     }
+    cat->version = version;
 out:
     if (r)
         sqlite3_exec(cat->db, "ROLLBACK", NULL, NULL, NULL);
@@ -506,6 +547,17 @@ int catalog_check_limit(const struct catalog_limit *limit, char *err, size_t err
                            (long long)limit->window_ms, (long long)limit->burst);
         break;
     }
+    case CATALOG_LIMIT_QUOTA: {
+        struct limit_rule rule = {
+            .id = limit->id, .kind = LIMIT_QUOTA, .rate = limit->amount, .window_ms = 1,
+            .period = limit->period,
+        };
+        if (limit->window_ms != 0 || limit->burst != 0 || limit->algorithm != LIMIT_SLIDING_LOG ||
+            limit_rule_validate(&rule) != 0)
+            return invalid(err, errlen, "invalid quota: %lld per %s", (long long)limit->amount,
+                           limit_period_name(limit->period));
+        break;
+    }
     case CATALOG_LIMIT_CONCURRENCY:
         if (limit->amount < 1 || limit->amount > CATALOG_MAX_CONCURRENCY)
             return invalid(err, errlen, "a concurrency limit is 1 to %d", CATALOG_MAX_CONCURRENCY);
@@ -515,6 +567,8 @@ int catalog_check_limit(const struct catalog_limit *limit, char *err, size_t err
     default:
         return invalid(err, errlen, "unknown limit kind %d", (int)limit->kind);
     }
+    if (limit->kind != CATALOG_LIMIT_QUOTA && limit->period != LIMIT_PERIOD_NONE)
+        return invalid(err, errlen, "only a quota has a period");
     if ((limit->route_method == NULL) != (limit->route_prefix == NULL))
         return invalid(err, errlen, "a route has both a method and a prefix");
     if (limit->route_method)
@@ -541,7 +595,37 @@ static const char *const kind_names[] = {
     [CATALOG_LIMIT_RATE] = "rate",
     [CATALOG_LIMIT_CONCURRENCY] = "concurrency",
     [CATALOG_LIMIT_WS_MESSAGES] = "ws_messages",
+    [CATALOG_LIMIT_QUOTA] = "quota",
 };
+
+int catalog_check_cost(const struct catalog_cost *cost, char *err, size_t errlen)
+{
+    if (cost->cost < 1 || cost->cost > CATALOG_MAX_COST)
+        return invalid(err, errlen, "a cost is 1 to %d", CATALOG_MAX_COST);
+    if (!cost->route_method || !cost->route_prefix)
+        return invalid(err, errlen, "a cost needs a route");
+    return catalog_check_route(cost->route_method, cost->route_prefix, err, errlen);
+}
+
+/* A period's name in the catalog (the column `period`), or NULL for none. */
+static const char *period_column(enum limit_period period)
+{
+    return period == LIMIT_PERIOD_NONE ? NULL : limit_period_name(period);
+}
+
+static int period_parse(const char *text, enum limit_period *pperiod)
+{
+    static const enum limit_period all[] = {LIMIT_PERIOD_DAY, LIMIT_PERIOD_WEEK, LIMIT_PERIOD_MONTH};
+    *pperiod = LIMIT_PERIOD_NONE;
+    if (!text)
+        return 0;
+    for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++)
+        if (strcmp(text, limit_period_name(all[i])) == 0) {
+            *pperiod = all[i];
+            return 0;
+        }
+    return -EINVAL;
+}
 
 const char *catalog_limit_kind_name(enum catalog_limit_kind kind)
 {
@@ -584,8 +668,12 @@ int catalog_plan_add(struct catalog *cat, const struct catalog_plan *plan, int64
         if (r != CATALOG_NOT_FOUND)
             return r;
     }
-    r = stmt_run(cat, NULL, "INSERT INTO plans (id, name, shadow) VALUES (?, ?, ?)", "Iti",
-                 plan->id, plan->name, (int64_t)plan->shadow);
+    if (plan->priority < CATALOG_PRIORITY_MIN || plan->priority > CATALOG_PRIORITY_MAX) {
+        set_err(cat, "a priority is %d to %d", CATALOG_PRIORITY_MIN, CATALOG_PRIORITY_MAX);
+        return CATALOG_INVALID;
+    }
+    r = stmt_run(cat, NULL, "INSERT INTO plans (id, name, shadow, priority) VALUES (?, ?, ?, ?)", "Itii",
+                 plan->id, plan->name, (int64_t)plan->shadow, (int64_t)plan->priority);
     if (r == 0 && pid)
         *pid = sqlite3_last_insert_rowid(cat->db);
     return r;
@@ -624,6 +712,33 @@ int catalog_plan_set_shadow(struct catalog *cat, int64_t plan_id, bool shadow)
     return r;
 }
 
+int catalog_plan_priority(struct catalog *cat, int64_t plan_id, int *ppriority)
+{
+    int64_t v = CATALOG_PRIORITY_DEFAULT;
+    int r = cat->version < 2 ? query_int(cat, &v, "SELECT 5 FROM plans WHERE id = ?", "i", plan_id)
+                             : query_int(cat, &v, "SELECT priority FROM plans WHERE id = ?", "i", plan_id);
+    if (r == CATALOG_NOT_FOUND)
+        set_err(cat, "no plan with id %lld", (long long)plan_id);
+    if (r == 0)
+        *ppriority = (int)v;
+    return r;
+}
+
+int catalog_plan_set_priority(struct catalog *cat, int64_t plan_id, int priority)
+{
+    if (priority < CATALOG_PRIORITY_MIN || priority > CATALOG_PRIORITY_MAX) {
+        set_err(cat, "a priority is %d to %d", CATALOG_PRIORITY_MIN, CATALOG_PRIORITY_MAX);
+        return CATALOG_INVALID;
+    }
+    int64_t n = 0;
+    int r = stmt_run(cat, &n, "UPDATE plans SET priority = ? WHERE id = ?", "ii", (int64_t)priority, plan_id);
+    if (r == 0 && n == 0) {
+        set_err(cat, "no plan with id %lld", (long long)plan_id);
+        r = CATALOG_NOT_FOUND;
+    }
+    return r;
+}
+
 int catalog_plan_user_count(struct catalog *cat, int64_t plan_id, int64_t *pcount)
 {
     return query_int(cat, pcount, "SELECT count(*) FROM users WHERE plan_id = ?", "i", plan_id);
@@ -653,7 +768,8 @@ int catalog_plan_remove(struct catalog *cat, int64_t plan_id)
 int catalog_plan_each(struct catalog *cat, catalog_plan_fn *fn, void *ctx)
 {
     sqlite3_stmt *st = NULL;
-    int r = stmt_prepare(cat, &st, "SELECT id, name, shadow FROM plans ORDER BY id", "");
+    int r = stmt_prepare(cat, &st, cat->version < 2 ? "SELECT id, name, shadow, 5 FROM plans ORDER BY id"
+                                                    : "SELECT id, name, shadow, priority FROM plans ORDER BY id", "");
     if (r)
         return r;
     int rc;
@@ -662,6 +778,7 @@ int catalog_plan_each(struct catalog *cat, catalog_plan_fn *fn, void *ctx)
             .id = sqlite3_column_int64(st, 0),
             .name = column_text(st, 1),
             .shadow = sqlite3_column_int(st, 2) != 0,
+            .priority = sqlite3_column_int(st, 3),
         };
         r = fn(ctx, &plan);
         if (r)
@@ -679,10 +796,19 @@ int catalog_limit_add(struct catalog *cat, const struct catalog_limit *limit, in
 {
     if (catalog_check_limit(limit, cat->errmsg, sizeof(cat->errmsg)))
         return CATALOG_INVALID;
+    if ((limit->plan_id > 0) == (limit->user_id != NULL)) {
+        set_err(cat, "a limit belongs to a plan or to a user");
+        return CATALOG_INVALID;
+    }
     int64_t v;
-    int r = query_int(cat, &v, "SELECT id FROM plans WHERE id = ?", "i", limit->plan_id);
-    if (r == CATALOG_NOT_FOUND)
-        set_err(cat, "no plan with id %lld", (long long)limit->plan_id);
+    int r;
+    if (limit->user_id) {
+        r = catalog_user_find(cat, limit->user_id, NULL);
+    } else {
+        r = query_int(cat, &v, "SELECT id FROM plans WHERE id = ?", "i", limit->plan_id);
+        if (r == CATALOG_NOT_FOUND)
+            set_err(cat, "no plan with id %lld", (long long)limit->plan_id);
+    }
     if (r)
         return r;
     if (limit->id > 0) {
@@ -696,10 +822,10 @@ int catalog_limit_add(struct catalog *cat, const struct catalog_limit *limit, in
     }
     const char *algorithm = limit->kind == CATALOG_LIMIT_RATE ? limit_kind_name(limit->algorithm) : NULL;
     r = stmt_run(cat, NULL,
-                 "INSERT INTO limits (id, plan_id, kind, algorithm, amount, window_ms, burst,"
-                 " route_method, route_prefix) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                 "Iittiiitt", limit->id, limit->plan_id, catalog_limit_kind_name(limit->kind),
-                 algorithm, limit->amount, limit->window_ms, limit->burst,
+                 "INSERT INTO limits (id, plan_id, user_id, kind, algorithm, amount, window_ms, burst,"
+                 " period, route_method, route_prefix) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                 "IItttiiittt", limit->id, limit->plan_id, limit->user_id, catalog_limit_kind_name(limit->kind),
+                 algorithm, limit->amount, limit->window_ms, limit->burst, period_column(limit->period),
                  limit->route_method, limit->route_prefix);
     if (r == 0 && pid)
         *pid = sqlite3_last_insert_rowid(cat->db);
@@ -724,10 +850,11 @@ int catalog_limit_update(struct catalog *cat, const struct catalog_limit *limit)
     const char *algorithm = limit->kind == CATALOG_LIMIT_RATE ? limit_kind_name(limit->algorithm) : NULL;
     int64_t n = 0;
     int r = stmt_run(cat, &n,
-                     "UPDATE limits SET algorithm = ?, amount = ?, window_ms = ?, burst = ?"
+                     "UPDATE limits SET algorithm = ?, amount = ?, window_ms = ?, burst = ?, period = ?"
                      " WHERE id = ? AND plan_id = ? AND kind = ?",
-                     "tiiiiit", algorithm, limit->amount, limit->window_ms, limit->burst,
-                     limit->id, limit->plan_id, catalog_limit_kind_name(limit->kind));
+                     "tiiitiit", algorithm, limit->amount, limit->window_ms, limit->burst,
+                     period_column(limit->period), limit->id, limit->plan_id,
+                     catalog_limit_kind_name(limit->kind));
     if (r == 0 && n == 0) {
         set_err(cat, "the plan has no %s limit %lld", catalog_limit_kind_name(limit->kind),
                 (long long)limit->id);
@@ -747,19 +874,10 @@ int catalog_limit_remove_routeless(struct catalog *cat, int64_t plan_id,
     return r;
 }
 
-int catalog_limit_each(struct catalog *cat, int64_t plan_id, catalog_limit_fn *fn, void *ctx)
+/* Steps a limits query (the columns of LIMIT_COLUMNS), calling fn per row, and finalizes it. */
+static int limit_walk(struct catalog *cat, sqlite3_stmt *st, catalog_limit_fn *fn, void *ctx)
 {
-    static const char sql_all[] =
-        "SELECT id, plan_id, kind, algorithm, amount, window_ms, burst, route_method, route_prefix"
-        " FROM limits ORDER BY plan_id, id";
-    static const char sql_plan[] =
-        "SELECT id, plan_id, kind, algorithm, amount, window_ms, burst, route_method, route_prefix"
-        " FROM limits WHERE plan_id = ? ORDER BY id";
-    sqlite3_stmt *st = NULL;
-    int r = plan_id > 0 ? stmt_prepare(cat, &st, sql_plan, "i", plan_id) : stmt_prepare(cat, &st, sql_all, "");
-    if (r)
-        return r;
-    int rc;
+    int r = 0, rc;
     while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
         struct catalog_limit limit = {
             .id = sqlite3_column_int64(st, 0),
@@ -770,15 +888,127 @@ int catalog_limit_each(struct catalog *cat, int64_t plan_id, catalog_limit_fn *f
             .burst = sqlite3_column_int64(st, 6),
             .route_method = column_text(st, 7),
             .route_prefix = column_text(st, 8),
+            .user_id = column_text(st, 10),
         };
         const char *kind = column_text(st, 2), *algorithm = column_text(st, 3);
         if (!kind || catalog_limit_kind_parse(kind, &limit.kind) != 0 ||
-            (algorithm && limit_kind_parse(algorithm, &limit.algorithm) != 0)) {
-            set_err(cat, "limit %lld has an unknown kind or algorithm", (long long)limit.id);
+            (algorithm && limit_kind_parse(algorithm, &limit.algorithm) != 0) ||
+            period_parse(column_text(st, 9), &limit.period) != 0) {
+            set_err(cat, "limit %lld has an unknown kind, algorithm or period", (long long)limit.id);
             r = -EINVAL;
             break;
         }
         r = fn(ctx, &limit);
+        if (r)
+            break;
+    }
+    if (r == 0 && rc != SQLITE_DONE)
+        r = sql_fail(cat, rc);
+    sqlite3_finalize(st);
+    return r;
+}
+
+#define LIMIT_COLUMNS_V1 \
+    "SELECT id, plan_id, kind, algorithm, amount, window_ms, burst, route_method, route_prefix, NULL, NULL FROM limits"
+#define LIMIT_COLUMNS \
+    "SELECT id, coalesce(plan_id, 0), kind, algorithm, amount, window_ms, burst, route_method, route_prefix," \
+    " period, user_id FROM limits"
+
+int catalog_limit_each(struct catalog *cat, int64_t plan_id, catalog_limit_fn *fn, void *ctx)
+{
+    const char *sql;
+    if (cat->version < 2)
+        sql = plan_id > 0 ? LIMIT_COLUMNS_V1 " WHERE plan_id = ? ORDER BY id" : LIMIT_COLUMNS_V1 " ORDER BY plan_id, id";
+    else
+        sql = plan_id > 0 ? LIMIT_COLUMNS " WHERE plan_id = ? ORDER BY id"
+                          : LIMIT_COLUMNS " WHERE plan_id IS NOT NULL ORDER BY plan_id, id";
+    sqlite3_stmt *st = NULL;
+    int r = plan_id > 0 ? stmt_prepare(cat, &st, sql, "i", plan_id) : stmt_prepare(cat, &st, sql, "");
+    if (r)
+        return r;
+    return limit_walk(cat, st, fn, ctx);
+}
+
+int catalog_user_limit_each(struct catalog *cat, const char *user_id, catalog_limit_fn *fn, void *ctx)
+{
+    if (cat->version < 2)
+        return 0;   /* schema 1 has no user limits */
+    sqlite3_stmt *st = NULL;
+    int r = user_id ? stmt_prepare(cat, &st, LIMIT_COLUMNS " WHERE user_id = ? ORDER BY id", "t", user_id)
+                    : stmt_prepare(cat, &st, LIMIT_COLUMNS " WHERE user_id IS NOT NULL ORDER BY user_id, id", "");
+    if (r)
+        return r;
+    return limit_walk(cat, st, fn, ctx);
+}
+
+int catalog_user_limit_remove(struct catalog *cat, const char *user_id, int64_t limit_id)
+{
+    int64_t n = 0;
+    int r = stmt_run(cat, &n, "DELETE FROM limits WHERE id = ? AND user_id = ?", "it", limit_id, user_id);
+    if (r == 0 && n == 0) {
+        set_err(cat, "user \"%s\" has no limit %lld", user_id, (long long)limit_id);
+        r = CATALOG_NOT_FOUND;
+    }
+    return r;
+}
+
+/* ---- costs ---- */
+
+int catalog_cost_set(struct catalog *cat, const struct catalog_cost *cost, int64_t *preplaced)
+{
+    if (catalog_check_cost(cost, cat->errmsg, sizeof(cat->errmsg)))
+        return CATALOG_INVALID;
+    int64_t old = 0;
+    int r = query_int(cat, &old, "SELECT id FROM plans WHERE id = ?", "i", cost->plan_id);
+    if (r == CATALOG_NOT_FOUND)
+        set_err(cat, "no plan with id %lld", (long long)cost->plan_id);
+    if (r)
+        return r;
+    old = 0;
+    r = query_int(cat, &old, "SELECT cost FROM costs WHERE plan_id = ? AND route_method = ? AND route_prefix = ?",
+                  "itt", cost->plan_id, cost->route_method, cost->route_prefix);
+    if (r != 0 && r != CATALOG_NOT_FOUND)
+        return r;
+    if (preplaced)
+        *preplaced = r == 0 ? old : 0;
+    return stmt_run(cat, NULL,
+                    "INSERT INTO costs (plan_id, route_method, route_prefix, cost) VALUES (?, ?, ?, ?)"
+                    " ON CONFLICT (plan_id, route_method, route_prefix) DO UPDATE SET cost = excluded.cost",
+                    "itti", cost->plan_id, cost->route_method, cost->route_prefix, cost->cost);
+}
+
+int catalog_cost_remove(struct catalog *cat, int64_t plan_id, const char *method, const char *prefix)
+{
+    int64_t n = 0;
+    int r = stmt_run(cat, &n, "DELETE FROM costs WHERE plan_id = ? AND route_method = ? AND route_prefix = ?",
+                     "itt", plan_id, method, prefix);
+    if (r == 0 && n == 0) {
+        set_err(cat, "the plan has no cost for \"%s %s\"", method, prefix);
+        r = CATALOG_NOT_FOUND;
+    }
+    return r;
+}
+
+int catalog_cost_each(struct catalog *cat, int64_t plan_id, catalog_cost_fn *fn, void *ctx)
+{
+    if (cat->version < 2)
+        return 0;   /* schema 1 has no costs */
+    sqlite3_stmt *st = NULL;
+    int r = stmt_prepare(cat, &st,
+                         "SELECT plan_id, route_method, route_prefix, cost FROM costs"
+                         " WHERE ?1 <= 0 OR plan_id = ?1 ORDER BY plan_id, route_method, route_prefix",
+                         "i", plan_id);
+    if (r)
+        return r;
+    int rc;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        struct catalog_cost cost = {
+            .plan_id = sqlite3_column_int64(st, 0),
+            .route_method = column_text(st, 1),
+            .route_prefix = column_text(st, 2),
+            .cost = sqlite3_column_int64(st, 3),
+        };
+        r = fn(ctx, &cost);
         if (r)
             break;
     }
@@ -1096,6 +1326,10 @@ int catalog_backup(struct catalog *cat, const char *path)
 int catalog_clear(struct catalog *cat)
 {
     int r = stmt_run(cat, NULL, "DELETE FROM api_keys", "");
+    if (r == 0)
+        r = stmt_run(cat, NULL, "DELETE FROM costs", "");
+    if (r == 0)
+        r = stmt_run(cat, NULL, "DELETE FROM limits", "");
     if (r == 0)
         r = stmt_run(cat, NULL, "DELETE FROM users", "");
     if (r == 0)

@@ -20,7 +20,7 @@
 
 #include "store/limit.h"
 
-#define CATALOG_SCHEMA_VERSION 1
+#define CATALOG_SCHEMA_VERSION 2
 #define CATALOG_BUSY_TIMEOUT_MS 5000
 #define CATALOG_HASH_LEN 32              /* SHA-256 of the key text */
 #define CATALOG_NAME_MAX 64              /* plan names */
@@ -29,6 +29,10 @@
 #define CATALOG_METHOD_MAX 15            /* route methods; "*" = any */
 #define CATALOG_PREFIX_MAX 1024          /* route prefixes */
 #define CATALOG_MAX_CONCURRENCY 1000000
+#define CATALOG_MAX_COST 1000000000      /* units one request can count (tierctl cost set) */
+#define CATALOG_PRIORITY_MIN 0           /* shed first */
+#define CATALOG_PRIORITY_MAX 9           /* shed last */
+#define CATALOG_PRIORITY_DEFAULT 5
 
 enum catalog_status {
     CATALOG_NOT_FOUND = 1,   /* no such plan, limit, user or key */
@@ -51,6 +55,7 @@ enum catalog_limit_kind {
     CATALOG_LIMIT_RATE = 0,
     CATALOG_LIMIT_CONCURRENCY,
     CATALOG_LIMIT_WS_MESSAGES,
+    CATALOG_LIMIT_QUOTA,         /* amount per calendar period (tierctl --quota; schema 2) */
 };
 
 /* Records as read and written. String pointers handed to callbacks are only valid during
@@ -59,6 +64,7 @@ struct catalog_plan {
     int64_t id;                  /* on add: 0 = allocate, > 0 = keep (import) */
     const char *name;
     bool shadow;
+    int priority;                /* CATALOG_PRIORITY_MIN..MAX; schema 1 files read as the default */
 };
 
 struct catalog_limit {
@@ -73,6 +79,18 @@ struct catalog_limit {
     int64_t burst;               /* rate only; 0 for the other kinds */
     const char *route_method;    /* NULL = route-less (plan-wide); "*" = any method */
     const char *route_prefix;    /* NULL with route_method */
+    enum limit_period period;    /* quota only; LIMIT_PERIOD_NONE for the other kinds */
+    const char *user_id;         /* a user's own limit (plan_id 0); NULL = a plan's limit */
+};
+
+/* A plan's cost for one route: requests whose method and path match it (the longest
+ * matching prefix of the plan's costs wins, like limit routes) count `cost` units against
+ * every rate limit and quota they meet. */
+struct catalog_cost {
+    int64_t plan_id;
+    const char *route_method;    /* "*" = any method */
+    const char *route_prefix;
+    int64_t cost;                /* 1..CATALOG_MAX_COST */
 };
 
 struct catalog_user {
@@ -115,8 +133,9 @@ void catalog_set_busy_timeout(struct catalog *cat, int ms);
 
 /* Begins a transaction: a write one takes the write lock at once (BEGIN IMMEDIATE) and
  * migrates an older schema forward (from an empty file only in CATALOG_CREATE mode); a
- * read one sees one consistent state and requires the current schema. Returns 0, or
- * non-zero with nothing begun. */
+ * read one sees one consistent state of the current schema or an older one (schema 1
+ * reads as plans of priority 5 with no quotas, costs or user limits; the first write
+ * migrates it). Returns 0, or non-zero with nothing begun. */
 int catalog_begin(struct catalog *cat, bool write);
 int catalog_commit(struct catalog *cat);
 /* Rolls back the open transaction, if any. */
@@ -138,7 +157,7 @@ int catalog_check_route(const char *method, const char *prefix, char *err, size_
 int catalog_check_limit(const struct catalog_limit *limit, char *err, size_t errlen);
 int catalog_check_time(const char *text, char *err, size_t errlen);
 
-/* "rate", "concurrency", "ws_messages" and back. parse returns 0 or CATALOG_INVALID. */
+/* "rate", "concurrency", "ws_messages", "quota" and back. parse returns 0 or CATALOG_INVALID. */
 const char *catalog_limit_kind_name(enum catalog_limit_kind kind);
 int catalog_limit_kind_parse(const char *text, enum catalog_limit_kind *pkind);
 
@@ -148,12 +167,16 @@ typedef int catalog_plan_fn(void *ctx, const struct catalog_plan *plan);
 typedef int catalog_limit_fn(void *ctx, const struct catalog_limit *limit);
 typedef int catalog_user_fn(void *ctx, const struct catalog_user *user);
 typedef int catalog_key_fn(void *ctx, const struct catalog_key *key);
+typedef int catalog_cost_fn(void *ctx, const struct catalog_cost *cost);
 
 /* Plans. add returns CATALOG_EXISTS for a taken name; remove returns CATALOG_IN_USE while
  * users are on the plan and removes its limits with it. */
 int catalog_plan_add(struct catalog *cat, const struct catalog_plan *plan, int64_t *pid);
 int catalog_plan_find(struct catalog *cat, const char *name, int64_t *pid, bool *pshadow);
 int catalog_plan_set_shadow(struct catalog *cat, int64_t plan_id, bool shadow);
+/* The plan's priority; set returns CATALOG_INVALID outside CATALOG_PRIORITY_MIN..MAX. */
+int catalog_plan_priority(struct catalog *cat, int64_t plan_id, int *ppriority);
+int catalog_plan_set_priority(struct catalog *cat, int64_t plan_id, int priority);
 int catalog_plan_remove(struct catalog *cat, int64_t plan_id);
 int catalog_plan_user_count(struct catalog *cat, int64_t plan_id, int64_t *pcount);
 int catalog_plan_each(struct catalog *cat, catalog_plan_fn *fn, void *ctx);
@@ -171,6 +194,22 @@ int catalog_limit_update(struct catalog *cat, const struct catalog_limit *limit)
 int catalog_limit_remove_routeless(struct catalog *cat, int64_t plan_id,
                                    enum catalog_limit_kind kind, int64_t *pcount);
 int catalog_limit_each(struct catalog *cat, int64_t plan_id, catalog_limit_fn *fn, void *ctx);
+
+/* A user's own limits (catalog_limit.user_id set, plan_id 0): catalog_limit_add adds one
+ * (the user must exist); they go with the user when it is removed. user_limit_each walks
+ * one user's (user_id NULL: every user's, ordered by user id, then limit id);
+ * catalog_limit_each never shows them. remove returns CATALOG_NOT_FOUND unless the limit
+ * is that user's. */
+int catalog_user_limit_each(struct catalog *cat, const char *user_id, catalog_limit_fn *fn, void *ctx);
+int catalog_user_limit_remove(struct catalog *cat, const char *user_id, int64_t limit_id);
+
+/* Costs. set adds or replaces the plan's cost for the route (*preplaced: the cost it had,
+ * 0 = none); remove returns CATALOG_NOT_FOUND when the plan has none for it. each walks
+ * one plan's costs (plan_id 0: every plan's), ordered by plan id, method, prefix. */
+int catalog_check_cost(const struct catalog_cost *cost, char *err, size_t errlen);
+int catalog_cost_set(struct catalog *cat, const struct catalog_cost *cost, int64_t *preplaced);
+int catalog_cost_remove(struct catalog *cat, int64_t plan_id, const char *method, const char *prefix);
+int catalog_cost_each(struct catalog *cat, int64_t plan_id, catalog_cost_fn *fn, void *ctx);
 
 /* Users. remove revokes the user's active keys (the key rows stay, revoked, for the
  * record) and deletes the user. plan_id 0 in catalog_user_each walks every user. */

@@ -21,7 +21,9 @@ json_t *catalog_json_limit(const struct catalog_limit *limit)
     bad |= json_object_set_new(o, "id", json_integer(limit->id));
     bad |= json_object_set_new(o, "kind", json_string(catalog_limit_kind_name(limit->kind)));
     bad |= json_object_set_new(o, "amount", json_integer(limit->amount));
-    if (limit->kind != CATALOG_LIMIT_CONCURRENCY)
+    if (limit->kind == CATALOG_LIMIT_QUOTA)
+        bad |= json_object_set_new(o, "period", json_string(limit_period_name(limit->period)));
+    else if (limit->kind != CATALOG_LIMIT_CONCURRENCY)
         bad |= json_object_set_new(o, "window_ms", json_integer(limit->window_ms));
     if (limit->kind == CATALOG_LIMIT_RATE) {
         bad |= json_object_set_new(o, "burst", json_integer(limit->burst));
@@ -34,6 +36,12 @@ json_t *catalog_json_limit(const struct catalog_limit *limit)
         return NULL;
     }
     return o;
+}
+
+json_t *catalog_json_cost(const struct catalog_cost *cost)
+{
+    return json_pack("{s:s++, s:I}", "route", cost->route_method, " ", cost->route_prefix, "cost",
+                     (json_int_t)cost->cost);
 }
 
 json_t *catalog_json_user(const struct catalog_user *user)
@@ -73,8 +81,8 @@ struct export_ctx {
 static int export_plan(void *ctx, const struct catalog_plan *plan)
 {
     struct export_ctx *x = ctx;
-    json_t *o = json_pack("{s:I, s:s, s:b, s:[]}", "id", (json_int_t)plan->id, "name", plan->name,
-                          "shadow", plan->shadow, "limits");
+    json_t *o = json_pack("{s:I, s:s, s:b, s:i, s:[], s:[]}", "id", (json_int_t)plan->id, "name", plan->name,
+                          "shadow", plan->shadow, "priority", plan->priority, "limits", "costs");
     if (!o || json_array_append_new(x->array, o) != 0)
         return -ENOMEM;
     return 0;
@@ -89,11 +97,20 @@ static int export_limit(void *ctx, const struct catalog_limit *limit)
     return 0;
 }
 
+static int export_cost(void *ctx, const struct catalog_cost *cost)
+{
+    struct export_ctx *x = ctx;
+    json_t *o = catalog_json_cost(cost);
+    if (!o || json_array_append_new(x->array, o) != 0)
+        return -ENOMEM;
+    return 0;
+}
+
 static int export_user(void *ctx, const struct catalog_user *user)
 {
     struct export_ctx *x = ctx;
     json_t *o = catalog_json_user(user);
-    if (!o || json_array_append_new(x->array, o) != 0)
+    if (!o || json_object_set_new(o, "limits", json_array()) != 0 || json_array_append_new(x->array, o) != 0)
         return -ENOMEM;
     return 0;
 }
@@ -129,10 +146,20 @@ int catalog_json_export(struct catalog *cat, json_t **pdoc, char *err, size_t er
             break;
         x.array = json_object_get(plan, "limits");
         r = catalog_limit_each(cat, json_integer_value(json_object_get(plan, "id")), export_limit, &x);
+        x.array = json_object_get(plan, "costs");
+        if (r == 0)
+            r = catalog_cost_each(cat, json_integer_value(json_object_get(plan, "id")), export_cost, &x);
     }
     if (r == 0) {
         x.array = json_object_get(doc, "users");
         r = catalog_user_each(cat, 0, export_user, &x);
+    }
+    json_t *user;
+    json_array_foreach(json_object_get(doc, "users"), i, user) {
+        if (r)
+            break;
+        x.array = json_object_get(user, "limits");
+        r = catalog_user_limit_each(cat, json_string_value(json_object_get(user, "id")), export_limit, &x);
     }
     if (r == 0) {
         x.array = json_object_get(doc, "api_keys");
@@ -159,11 +186,19 @@ struct import_limit {
     char *prefix;                      /* malloc'd */
 };
 
+struct import_cost {
+    struct catalog_cost cost;
+    char method[CATALOG_METHOD_MAX + 1];
+    char *prefix;                      /* malloc'd */
+};
+
 struct import {
     struct import_plan *plans;
     size_t n_plans;
-    struct import_limit *limits;
+    struct import_limit *limits;       /* the plans' limits, then the users' */
     size_t n_limits;
+    struct import_cost *costs;
+    size_t n_costs;
     struct catalog_user *users;
     size_t n_users;
     struct catalog_key *keys;
@@ -261,7 +296,7 @@ static int check_catalog(struct import *im, int r)
 static int parse_limit(struct import *im, json_t *o, int64_t plan_id, struct import_limit *il)
 {
     static const char *const fields[] = {"id", "kind", "amount", "window_ms", "burst", "algorithm",
-                                         "route", NULL};
+                                         "period", "route", NULL};
     struct catalog_limit *l = &il->limit;
     const char *kind, *algorithm, *route;
     int r;
@@ -271,12 +306,25 @@ static int parse_limit(struct import *im, json_t *o, int64_t plan_id, struct imp
         (r = get_str(im, o, "kind", NULL, false, &kind)))
         return r;
     if (catalog_limit_kind_parse(kind, &l->kind) != 0)
-        return bad(im, "unknown kind \"%s\" (rate, concurrency, ws_messages)", kind);
+        return bad(im, "unknown kind \"%s\" (rate, concurrency, ws_messages, quota)", kind);
     l->plan_id = plan_id;
     l->algorithm = LIMIT_SLIDING_LOG;
     if ((r = get_int(im, o, "amount", true, 0, &l->amount)))
         return r;
-    if (l->kind == CATALOG_LIMIT_CONCURRENCY) {
+    if (l->kind != CATALOG_LIMIT_QUOTA && json_object_get(o, "period"))
+        return bad(im, "only a quota has a period");
+    if (l->kind == CATALOG_LIMIT_QUOTA) {
+        const char *period;
+        int64_t one;
+        char text[64];
+        if (json_object_get(o, "window_ms") || json_object_get(o, "burst") || json_object_get(o, "algorithm"))
+            return bad(im, "a quota has no window_ms, burst or algorithm");
+        if ((r = get_str(im, o, "period", NULL, false, &period)))
+            return r;
+        snprintf(text, sizeof(text), "1/%s", period);
+        if (limit_quota_parse(text, &one, &l->period) != 0)
+            return bad(im, "unknown period \"%s\" (day, week, month)", period);
+    } else if (l->kind == CATALOG_LIMIT_CONCURRENCY) {
         if (json_object_get(o, "window_ms") || json_object_get(o, "burst") || json_object_get(o, "algorithm"))
             return bad(im, "a concurrency limit has no window_ms, burst or algorithm");
     } else if ((r = get_int(im, o, "window_ms", true, 0, &l->window_ms))) {
@@ -367,8 +415,9 @@ static int check_unique_ids(struct import *im, const char *what, int64_t *ids, s
 static int parse_doc(struct import *im, json_t *doc)
 {
     static const char *const top[] = {"format", "version", "last_ids", "plans", "users", "api_keys", NULL};
-    static const char *const plan_fields[] = {"id", "name", "shadow", "limits", NULL};
-    static const char *const user_fields[] = {"id", "plan", "created", NULL};
+    static const char *const plan_fields[] = {"id", "name", "shadow", "priority", "limits", "costs", NULL};
+    static const char *const user_fields[] = {"id", "plan", "created", "limits", NULL};
+    static const char *const cost_fields[] = {"route", "cost", NULL};
     static const char *const key_fields[] = {"id", "user", "label", "sha256", "created", "revoked", NULL};
     static const char *const seq_names[] = {"plans", "limits", "api_keys", NULL};
     int r;
@@ -380,7 +429,8 @@ static int parse_doc(struct import *im, json_t *doc)
     if (strcmp(format, CATALOG_JSON_FORMAT) != 0)
         return bad(im, "\"format\" is not \"%s\"", CATALOG_JSON_FORMAT);
     json_t *version = json_object_get(doc, "version");
-    if (!json_is_integer(version) || json_integer_value(version) != CATALOG_JSON_VERSION)
+    if (!json_is_integer(version) || json_integer_value(version) < 1 ||
+        json_integer_value(version) > CATALOG_JSON_VERSION)
         return bad(im, "unsupported \"version\" (this tierctl reads version %d)", CATALOG_JSON_VERSION);
     json_t *plans = json_object_get(doc, "plans"), *users = json_object_get(doc, "users"),
            *keys = json_object_get(doc, "api_keys"), *last = json_object_get(doc, "last_ids");
@@ -399,16 +449,23 @@ static int parse_doc(struct import *im, json_t *doc)
     }
 
     /* Plans and their limits. */
-    size_t n_limits = 0, i, j;
+    size_t n_limits = 0, n_costs = 0, i, j;
     json_t *o, *lo;
     json_array_foreach(plans, i, o) {
+        json_t *limits = json_is_object(o) ? json_object_get(o, "limits") : NULL;
+        json_t *costs = json_is_object(o) ? json_object_get(o, "costs") : NULL;
+        n_limits += json_is_array(limits) ? json_array_size(limits) : 0;
+        n_costs += json_is_array(costs) ? json_array_size(costs) : 0;
+    }
+    json_array_foreach(users, i, o) {
         json_t *limits = json_is_object(o) ? json_object_get(o, "limits") : NULL;
         n_limits += json_is_array(limits) ? json_array_size(limits) : 0;
     }
     im->plans = calloc(json_array_size(plans) + 1, sizeof(*im->plans));
     im->limits = calloc(n_limits + 1, sizeof(*im->limits));
+    im->costs = calloc(n_costs + 1, sizeof(*im->costs));
     int64_t *ids = calloc(n_limits + json_array_size(plans) + json_array_size(keys) + 1, sizeof(int64_t));
-    if (!im->plans || !im->limits || !ids) {
+    if (!im->plans || !im->limits || !im->costs || !ids) {
         free(ids);
         return -ENOMEM;
     }
@@ -429,6 +486,14 @@ static int parse_doc(struct import *im, json_t *doc)
             goto out;
         }
         p->shadow = json_is_true(shadow);
+        int64_t priority;
+        if ((r = get_int(im, o, "priority", false, CATALOG_PRIORITY_DEFAULT, &priority)))
+            goto out;
+        if (priority > CATALOG_PRIORITY_MAX) {
+            r = bad(im, "\"priority\" is %d to %d", CATALOG_PRIORITY_MIN, CATALOG_PRIORITY_MAX);
+            goto out;
+        }
+        p->priority = (int)priority;
         int64_t other;
         if (find_plan(im, p->name, &other) == 0) {
             r = bad(im, "a plan named \"%s\" appears twice", p->name);
@@ -447,13 +512,43 @@ static int parse_doc(struct import *im, json_t *doc)
             if (r)
                 goto out;
         }
+        json_t *costs = json_object_get(o, "costs");
+        if (costs && !json_is_array(costs)) {
+            r = bad(im, "\"costs\" is an array");
+            goto out;
+        }
+        json_array_foreach(costs, j, lo) {
+            snprintf(im->where, sizeof(im->where), "plans[%zu].costs[%zu]", i, j);
+            struct import_cost *ic = &im->costs[im->n_costs++];
+            const char *route;
+            if (!json_is_object(lo)) {
+                r = bad(im, "a cost is an object");
+                goto out;
+            }
+            if ((r = only_keys(im, lo, cost_fields)) || (r = get_str(im, lo, "route", NULL, false, &route)) ||
+                (r = get_int(im, lo, "cost", true, 0, &ic->cost.cost)))
+                goto out;
+            const char *space = strchr(route, ' ');
+            size_t m = space ? (size_t)(space - route) : 0;
+            if (!space || m == 0 || m >= sizeof(ic->method)) {
+                r = bad(im, "a route is \"METHOD /prefix\"");
+                goto out;
+            }
+            memcpy(ic->method, route, m);
+            ic->method[m] = '\0';
+            if (!(ic->prefix = strdup(space + 1))) {
+                r = -ENOMEM;
+                goto out;
+            }
+            ic->cost.plan_id = p->id;
+            ic->cost.route_method = ic->method;
+            ic->cost.route_prefix = ic->prefix;
+            if ((r = check_catalog(im, catalog_check_cost(&ic->cost, im->msg, sizeof(im->msg)))))
+                goto out;
+        }
     }
     im->where[0] = '\0';
     if ((r = check_unique_ids(im, "plan", ids, im->n_plans)))
-        goto out;
-    for (i = 0; i < im->n_limits; i++)
-        ids[i] = im->limits[i].limit.id;
-    if ((r = check_unique_ids(im, "limit", ids, im->n_limits)))
         goto out;
 
     /* Users. */
@@ -482,8 +577,25 @@ static int parse_doc(struct import *im, json_t *doc)
         }
         u->plan_name = plan;
         im->n_users++;
+        json_t *limits = json_object_get(o, "limits");
+        if (limits && !json_is_array(limits)) {
+            r = bad(im, "\"limits\" is an array");
+            goto out;
+        }
+        json_array_foreach(limits, j, lo) {
+            snprintf(im->where, sizeof(im->where), "users[%zu].limits[%zu]", i, j);
+            struct import_limit *il = &im->limits[im->n_limits++];
+            r = parse_limit(im, lo, 0, il);
+            il->limit.user_id = u->id;
+            if (r)
+                goto out;
+        }
     }
     im->where[0] = '\0';
+    for (i = 0; i < im->n_limits; i++)
+        ids[i] = im->limits[i].limit.id;
+    if ((r = check_unique_ids(im, "limit", ids, im->n_limits)))
+        goto out;
     qsort(im->users, im->n_users, sizeof(*im->users), cmp_user);
     for (i = 1; i < im->n_users; i++) {
         if (strcmp(im->users[i].id, im->users[i - 1].id) == 0) {
@@ -559,6 +671,9 @@ static void import_free(struct import *im)
 {
     for (size_t i = 0; i < im->n_limits; i++)
         free(im->limits[i].prefix);
+    for (size_t i = 0; i < im->n_costs; i++)
+        free(im->costs[i].prefix);
+    free(im->costs);
     free(im->plans);
     free(im->limits);
     free(im->users);
@@ -580,9 +695,15 @@ int catalog_json_import(struct catalog *cat, json_t *doc, char *err, size_t errl
     for (size_t i = 0; r == 0 && i < im.n_plans; i++)
         r = catalog_plan_add(cat, &im.plans[i].plan, NULL);
     for (size_t i = 0; r == 0 && i < im.n_limits; i++)
-        r = catalog_limit_add(cat, &im.limits[i].limit, NULL);
+        if (!im.limits[i].limit.user_id)
+            r = catalog_limit_add(cat, &im.limits[i].limit, NULL);
+    for (size_t i = 0; r == 0 && i < im.n_costs; i++)
+        r = catalog_cost_set(cat, &im.costs[i].cost, NULL);
     for (size_t i = 0; r == 0 && i < im.n_users; i++)
         r = catalog_user_add(cat, &im.users[i]);
+    for (size_t i = 0; r == 0 && i < im.n_limits; i++)   /* the users' own, once the users are in */
+        if (im.limits[i].limit.user_id)
+            r = catalog_limit_add(cat, &im.limits[i].limit, NULL);
     for (size_t i = 0; r == 0 && i < im.n_keys; i++)
         r = catalog_key_add(cat, &im.keys[i], NULL);
     static const char *const tables[] = {"plans", "limits", "api_keys"};

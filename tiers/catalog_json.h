@@ -1,20 +1,25 @@
 /* The catalog as JSON: `tierctl export`/`import` and tierctl's --json output.
  *
- * Export format (version 1); objects in id order, keys in the order shown:
+ * Export format (version 2; version 1 lacks priority, costs, quotas and users' limits and
+ * still imports); objects in id order, keys in the order shown:
  *   {"format": "tierproxy-catalog", "version": 1,
  *    "last_ids": {"plans": 3, "limits": 6, "api_keys": 2},   high-water marks: ids are
  *                                                              never reused, even after import
- *    "plans": [{"id": 1, "name": "free", "shadow": false, "limits": [
+ *    "plans": [{"id": 1, "name": "free", "shadow": false, "priority": 5, "limits": [
  *        {"id": 1, "kind": "rate", "amount": 100, "window_ms": 60000, "burst": 0,
  *         "algorithm": "sliding-log"},
  *        {"id": 2, "kind": "concurrency", "amount": 10},
  *        {"id": 7, "kind": "ws_messages", "amount": 10, "window_ms": 1000},
- *        {"id": 8, "kind": "rate", ..., "route": "GET /v1/search"}]}],
- *    "users": [{"id": "alice", "plan": "free", "created": "2024-05-01T12:00:00Z"}],
+ *        {"id": 8, "kind": "rate", ..., "route": "GET /v1/search"},
+ *        {"id": 9, "kind": "quota", "amount": 10000, "period": "month"}],
+ *      "costs": [{"route": "POST /batch", "cost": 10}]}],
+ *    "users": [{"id": "alice", "plan": "free", "created": "2024-05-01T12:00:00Z",
+ *               "limits": [{"id": 10, "kind": "rate", ...}]}],
  *    "api_keys": [{"id": 1, "user": "alice", "label": "ci", "sha256": "<64 hex>",
  *                  "created": "...", "revoked": null}]}
  * Import accepts exactly this (unknown fields are errors; "burst" defaults to 0,
- * "algorithm" to sliding-log, "shadow" to false, "label" to "", "revoked" to null,
+ * "algorithm" to sliding-log, "shadow" to false, "priority" to 5, "costs" and a user's
+ * "limits" to [], "label" to "", "revoked" to null,
  * "last_ids" to the largest ids present). */
 #pragma once
 #include <stddef.h>
@@ -24,7 +29,7 @@
 #include "store/catalog.h"
 
 #define CATALOG_JSON_FORMAT "tierproxy-catalog"
-#define CATALOG_JSON_VERSION 1
+#define CATALOG_JSON_VERSION 2   /* 2: priority, quotas, costs, users' own limits; 1 still imports */
 
 /* The whole catalog; the caller holds a transaction. Returns 0 and sets *pdoc (the caller
  * json_decrefs it), or non-zero with the reason in err. */
@@ -39,4 +44,5 @@ int catalog_json_import(struct catalog *cat, json_t *doc, char *err, size_t errl
 /* One record as JSON (export form). Return a new reference, NULL on allocation failure. */
 json_t *catalog_json_limit(const struct catalog_limit *limit);
 json_t *catalog_json_user(const struct catalog_user *user);
+json_t *catalog_json_cost(const struct catalog_cost *cost);   /* {"route": "POST /batch", "cost": 10} */
 json_t *catalog_json_key(const struct catalog_key *key, int with_hash);

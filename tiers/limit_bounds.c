@@ -155,17 +155,69 @@ static int on_bounds_limit(void *ctx, const struct catalog_limit *l)
     return 0;
 }
 
+/* A user's own limits (limiter rules: every kind but ws-messages) counted on top of the
+ * plan's worst case: more than a merged selection can meet, so never too few. */
+struct own_walk {
+    struct bounds_walk *plans;
+    struct catalog *cat;
+    char user[CATALOG_USER_ID_MAX + 1];
+    int64_t plan_id;
+    size_t n;
+    char *err;
+    size_t errlen;
+};
+
+static int check_own(struct own_walk *o)
+{
+    if (o->n == 0)
+        return 0;
+    struct plan_count *pc = plan_of(o->plans, o->plan_id);
+    size_t worst = pc ? tier_worst_rules(pc->plan_wide, pc->refs, pc->n) : 0;
+    if (worst + o->n <= LIMITER_MAX_RULES)
+        return 0;
+    snprintf(o->err, o->errlen,
+             "user \"%s\": one request could meet up to %zu limits (%zu of the plan \"%s\" and %zu of the user's"
+             " own), at most %d are supported", o->user, worst + o->n, worst, pc ? pc->name : "?", o->n,
+             LIMITER_MAX_RULES);
+    return CATALOG_INVALID;
+}
+
+static int on_own_limit(void *ctx, const struct catalog_limit *l)
+{
+    struct own_walk *o = ctx;
+    if (l->kind == CATALOG_LIMIT_WS_MESSAGES)
+        return 0;
+    if (strcmp(o->user, l->user_id) != 0) {
+        int r = check_own(o);
+        if (r)
+            return r;
+        snprintf(o->user, sizeof(o->user), "%s", l->user_id);
+        o->n = 0;
+        if ((r = catalog_user_find(o->cat, l->user_id, &o->plan_id)) != 0)
+            return r;
+    }
+    o->n++;
+    return 0;
+}
+
 int tier_catalog_check_bounds(struct catalog *cat, char *err, size_t errlen)
 {
     struct bounds_walk w = {0};
+    err[0] = '\0';
     int r = catalog_plan_each(cat, on_bounds_plan, &w);
     if (r == 0)
         r = catalog_limit_each(cat, 0, on_bounds_limit, &w);
     if (r == 0 && w.err)
         r = w.err;
+    if (r == 0) {
+        struct own_walk o = {.plans = &w, .cat = cat, .err = err, .errlen = errlen};
+        r = catalog_user_limit_each(cat, NULL, on_own_limit, &o);
+        if (r == 0)
+            r = check_own(&o);
+    }
     if (r == -ENOMEM)
         snprintf(err, errlen, "out of memory");
-    else if (r)
+    else if (r && !err[0])
         snprintf(err, errlen, "%s", catalog_errmsg(cat));
     for (size_t i = 0; i < w.n; i++) {
         struct plan_count *pc = &w.plans[i];
@@ -186,5 +238,190 @@ int tier_catalog_check_bounds(struct catalog *cat, char *err, size_t errlen)
         free(pc->refs);
     }
     free(w.plans);
+    return r;
+}
+
+/* ---- costs against limits ---- */
+
+static bool methods_agree(const char *a, const char *b)
+{
+    return strcmp(a, "*") == 0 || strcmp(b, "*") == 0 || strcmp(a, b) == 0;
+}
+
+static bool starts_with_folded(const char *s, const char *prefix)
+{
+    return strncasecmp(s, prefix, strlen(prefix)) == 0;
+}
+
+bool tier_cost_meets_limit(const struct tier_cost_ref *cost, const struct tier_cost_ref *others, size_t n,
+                           const char *limit_method, const char *limit_prefix)
+{
+    if (limit_method == NULL || limit_prefix == NULL)
+        return true;
+    if (!methods_agree(cost->method, limit_method))
+        return false;
+    if (starts_with_folded(cost->prefix, limit_prefix))
+        return true;   /* the cost's route lies within the limit's */
+    if (!starts_with_folded(limit_prefix, cost->prefix))
+        return false;  /* disjoint */
+    /* The limit's route lies within the cost's: a longer cost prefix that still covers the
+     * whole limit route, for every method the limit takes, wins there instead. */
+    size_t cost_len = strlen(cost->prefix), limit_len = strlen(limit_prefix);
+    for (size_t i = 0; i < n; i++) {
+        const struct tier_cost_ref *o = &others[i];
+        size_t len = strlen(o->prefix);
+        if (len > cost_len && len <= limit_len && starts_with_folded(limit_prefix, o->prefix) &&
+            (strcmp(o->method, "*") == 0 || (strcmp(limit_method, "*") != 0 && strcmp(o->method, limit_method) == 0)))
+            return false;
+    }
+    return true;
+}
+
+struct cost_entry {
+    int64_t plan_id;
+    struct tier_cost_ref ref;      /* strings owned */
+};
+
+struct cost_walk {
+    struct catalog *cat;
+    struct cost_entry *costs;      /* in plan id order */
+    size_t n, cap;
+    char *err;
+    size_t errlen;
+    const char *owner;             /* "plan \"free\"" or "user \"alice\"", for the message */
+    char owner_buf[CATALOG_USER_ID_MAX + CATALOG_NAME_MAX + 32];
+};
+
+static int on_cost(void *ctx, const struct catalog_cost *cost)
+{
+    struct cost_walk *w = ctx;
+    if (w->n == w->cap) {
+        size_t cap = w->cap ? w->cap * 2 : 16;
+        struct cost_entry *c = realloc(w->costs, cap * sizeof(*c));
+        if (c == NULL)
+            return -ENOMEM;
+        w->costs = c;
+        w->cap = cap;
+    }
+    struct cost_entry *e = &w->costs[w->n];
+    e->plan_id = cost->plan_id;
+    e->ref.cost = cost->cost;
+    e->ref.method = strdup(cost->route_method);
+    e->ref.prefix = strdup(cost->route_prefix);
+    w->n++;
+    return e->ref.method && e->ref.prefix ? 0 : -ENOMEM;
+}
+
+/* Checks one rate limit or quota (of a plan, or a user's own on plan_id) against the
+ * plan's costs. */
+static int check_limit_costs(struct cost_walk *w, int64_t plan_id, const struct catalog_limit *l)
+{
+    if (l->kind != CATALOG_LIMIT_RATE && l->kind != CATALOG_LIMIT_QUOTA)
+        return 0;
+    size_t start = 0;
+    while (start < w->n && w->costs[start].plan_id != plan_id)
+        start++;
+    size_t end = start;
+    while (end < w->n && w->costs[end].plan_id == plan_id)
+        end++;
+    struct tier_cost_ref refs[TIER_MAX_COSTS_PER_PLAN];
+    size_t nrefs = 0;
+    if (end - start > TIER_MAX_COSTS_PER_PLAN) {
+        snprintf(w->err, w->errlen, "a plan has at most %d costs (plan id %lld has %zu)", TIER_MAX_COSTS_PER_PLAN,
+                 (long long)plan_id, end - start);
+        return CATALOG_INVALID;
+    }
+    for (size_t i = start; i < end; i++)
+        refs[nrefs++] = w->costs[i].ref;
+    int64_t admits = l->amount + (l->kind == CATALOG_LIMIT_RATE ? l->burst : 0);
+    for (size_t i = start; i < end; i++) {
+        const struct tier_cost_ref *c = &w->costs[i].ref;
+        if (c->cost <= admits || !tier_cost_meets_limit(c, refs, nrefs, l->route_method, l->route_prefix))
+            continue;
+        char amount[64];
+        if (l->kind == CATALOG_LIMIT_QUOTA)
+            limit_quota_format(l->amount, l->period, amount, sizeof(amount));
+        else
+            limit_rate_format(l->amount, l->window_ms, amount, sizeof(amount));
+        snprintf(w->err, w->errlen,
+                 "cost %lld on \"%s %s\" is more than %s's limit %lld (%s %s, burst %lld%s%s%s%s) admits:"
+                 " such a request could never pass", (long long)c->cost, c->method, c->prefix, w->owner,
+                 (long long)l->id, catalog_limit_kind_name(l->kind), amount, (long long)l->burst,
+                 l->route_method ? ", on " : "", l->route_method ? l->route_method : "",
+                 l->route_method ? " " : "", l->route_prefix ? l->route_prefix : "");
+        return CATALOG_INVALID;
+    }
+    return 0;
+}
+
+struct plan_name_find {
+    int64_t id;
+    char *buf;
+    size_t len;
+};
+
+static int on_plan_name(void *ctx, const struct catalog_plan *plan)
+{
+    struct plan_name_find *f = ctx;
+    if (plan->id == f->id)
+        snprintf(f->buf, f->len, "plan \"%s\"", plan->name);
+    return 0;
+}
+
+static int on_cost_plan_limit(void *ctx, const struct catalog_limit *l)
+{
+    struct cost_walk *w = ctx;
+    int r = check_limit_costs(w, l->plan_id, l);
+    if (r == CATALOG_INVALID) {
+        /* say it again with the plan's name (a refusal is rare; a second walk is cheap) */
+        snprintf(w->owner_buf, sizeof(w->owner_buf), "plan id %lld", (long long)l->plan_id);
+        struct plan_name_find f = {l->plan_id, w->owner_buf, sizeof(w->owner_buf)};
+        int r2 = catalog_plan_each(w->cat, on_plan_name, &f);
+        if (r2)
+            return r2;
+        w->owner = w->owner_buf;
+        r = check_limit_costs(w, l->plan_id, l);
+    }
+    return r;
+}
+
+static int on_cost_user_limit(void *ctx, const struct catalog_limit *l)
+{
+    struct cost_walk *w = ctx;
+    int64_t plan_id = 0;
+    int r = catalog_user_find(w->cat, l->user_id, &plan_id);
+    if (r)
+        return r;
+    snprintf(w->owner_buf, sizeof(w->owner_buf), "user \"%s\"", l->user_id);
+    w->owner = w->owner_buf;
+    return check_limit_costs(w, plan_id, l);
+}
+
+int tier_catalog_check_costs(struct catalog *cat, char *err, size_t errlen)
+{
+    struct cost_walk w = {.cat = cat, .err = err, .errlen = errlen, .owner = "the plan"};
+    err[0] = '\0';
+    int r = catalog_cost_each(cat, 0, on_cost, &w);
+    for (size_t i = 0, same = 0; r == 0 && i < w.n; i++) {
+        same = i > 0 && w.costs[i].plan_id == w.costs[i - 1].plan_id ? same + 1 : 1;
+        if (same > TIER_MAX_COSTS_PER_PLAN) {
+            snprintf(err, errlen, "a plan has at most %d costs (plan id %lld has more)", TIER_MAX_COSTS_PER_PLAN,
+                     (long long)w.costs[i].plan_id);
+            r = CATALOG_INVALID;
+        }
+    }
+    if (r == 0 && w.n > 0)
+        r = catalog_limit_each(cat, 0, on_cost_plan_limit, &w);
+    if (r == 0 && w.n > 0)
+        r = catalog_user_limit_each(cat, NULL, on_cost_user_limit, &w);
+    if (r == -ENOMEM)
+        snprintf(err, errlen, "out of memory");
+    else if (r && !err[0])
+        snprintf(err, errlen, "%s", catalog_errmsg(cat));
+    for (size_t i = 0; i < w.n; i++) {
+        free((char *)w.costs[i].ref.method);
+        free((char *)w.costs[i].ref.prefix);
+    }
+    free(w.costs);
     return r;
 }

@@ -6,6 +6,7 @@
 #pragma once
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "store/catalog.h"
 
@@ -32,3 +33,28 @@ size_t tier_worst_rules(size_t plan_wide, struct tier_route_ref *refs, size_t n)
  * LIMITER_MAX_RULES. Returns 0, CATALOG_INVALID with `plan "NAME": one request can meet N
  * limits, at most 16 ...` in err, or another catalog.h code / -ENOMEM. */
 int tier_catalog_check_bounds(struct catalog *cat, char *err, size_t errlen);
+
+/* Whether a request of the cost route (cost_method, cost_prefix) of a plan can meet the
+ * limit on (limit_method, limit_prefix) (NULL: a route-less limit, met by every request),
+ * so that the cost counts against it: the methods agree ("*" agrees with any), one prefix
+ * starts the other (ignoring ASCII case, as path_case = insensitive may compare), and no
+ * other cost of the plan, others[0, n), with a longer prefix still covering the limit's
+ * whole route takes its place there (longest prefix wins). Conservative: true when
+ * unsure. */
+#define TIER_MAX_COSTS_PER_PLAN 64   /* tierctl and the snapshot refuse more */
+
+struct tier_cost_ref {
+    const char *method;
+    const char *prefix;
+    int64_t cost;
+};
+bool tier_cost_meets_limit(const struct tier_cost_ref *cost, const struct tier_cost_ref *others, size_t n,
+                           const char *limit_method, const char *limit_prefix);
+
+/* Checks that every cost of every plan can be admitted by each rate limit and quota it
+ * can meet (tier_cost_meets_limit), the plan's own and its users' own: a cost above a
+ * limit's rate + burst (a quota's N) could never pass; and no plan has more than
+ * TIER_MAX_COSTS_PER_PLAN costs. Also bounds each user's own limits:
+ * the plan's worst case plus the user's limits stays within LIMITER_MAX_RULES. Returns 0,
+ * CATALOG_INVALID with one line in err, or another catalog.h code / -ENOMEM. */
+int tier_catalog_check_costs(struct catalog *cat, char *err, size_t errlen);

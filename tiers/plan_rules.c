@@ -15,6 +15,7 @@ size_t tier_plan_rules(const struct tier_plan *plan, const char *method, const c
     if (n > MAX_SELECTED)
         n = MAX_SELECTED;
     size_t n_rules = 0;
+    int64_t cost = tier_plan_cost(plan, method, path, path_len, ignore_case);
     for (size_t i = 0; i < n; i++) {
         const struct tier_limit *l = selected[i];
         if (l->kind == TIER_LIMIT_WS_MESSAGES) {
@@ -29,6 +30,8 @@ size_t tier_plan_rules(const struct tier_plan *plan, const char *method, const c
             rule.kind = LIMIT_CONCURRENCY;
             rule.burst = 0;
             rule.window_ms = lease_ttl_ms;
+        } else if (cost > 1) {
+            rule.cost = cost;   /* every rate limit and quota; never a concurrency slot */
         }
         rules[n_rules] = rule;
         checked[n_rules++] = l;

@@ -12,8 +12,10 @@
 
 /* Selects the limits of `plan` for METHOD PATH (PATH as request_target.h matches it, routes
  * compared ignoring ASCII case when ignore_case; tier_plan_select_case) and
- * makes the limiter's rules of them: a rate limit as it is, a concurrency limit as a
- * LIMIT_CONCURRENCY rule with burst 0 and window lease_ttl_ms. A snapshot never holds a
+ * makes the limiter's rules of them: a rate limit or quota as it is, with the request's cost
+ * (tier_plan_cost) in rule.cost, a concurrency limit as a LIMIT_CONCURRENCY rule with burst
+ * 0 and window lease_ttl_ms (one slot, whatever the cost). Pass the user's plan
+ * (tier_user_plan) so that the user's own limits replace the plan's. A snapshot never holds a
  * plan where one request meets more than LIMITER_MAX_RULES (limit_bounds.h); the cap here
  * only keeps the arrays safe. rules and checked (the limit of each rule) hold
  * LIMITER_MAX_RULES entries. *pws (may be NULL) receives the first --ws-messages limit,

@@ -365,7 +365,7 @@ static const struct tier_plan *plan_of(const struct simulation *sim, const struc
         return sim->opt.plan;
     const struct tier_user *user = anonymous ? NULL : snapshot_find_user(sim->opt.snap, line->user);
     if (user != NULL)
-        return user->plan;
+        return tier_user_plan(user);   /* with the user's own limits, as the proxy checks */
     return line->plan != NULL ? snapshot_find_plan(sim->opt.snap, line->plan) : NULL;
 }
 

@@ -42,6 +42,12 @@ struct snapshot {
     size_t n_plans;
     struct tier_limit *limits;
     size_t n_limits;
+    struct tier_cost *costs;           /* every plan's, in plan id order */
+    size_t n_costs;
+    struct tier_limit *own_limits;     /* every user's own, grouped by user */
+    size_t n_own_limits;
+    struct tier_plan *own_plans;       /* one per user with own limits */
+    struct tier_limit *merged;         /* the limits of own_plans */
     struct tier_user *users;           /* sorted by id (strcmp) */
     size_t n_users;
     struct key_slot *keys;             /* power-of-two table, at most half full */
@@ -82,6 +88,10 @@ static void snapshot_free(struct snapshot *snap)
     }
     free(snap->plans);
     free(snap->limits);
+    free(snap->costs);
+    free(snap->own_limits);
+    free(snap->own_plans);
+    free(snap->merged);
     free(snap->users);
     free(snap->keys);
     free(snap);
@@ -134,6 +144,10 @@ struct build {
     struct vec plans;                  /* struct tier_plan */
     struct vec limits;                 /* struct tier_limit, with plan ids in plan_ids */
     struct vec plan_ids;               /* int64_t per limit */
+    struct vec costs;                  /* struct tier_cost, with plan ids in cost_plan_ids */
+    struct vec cost_plan_ids;
+    struct vec own;                    /* struct tier_limit, with user ids in own_user_ids */
+    struct vec own_user_ids;           /* const char * (arena) per own limit */
     struct vec users;                  /* struct tier_user */
     struct vec keys;                   /* struct pending_key */
     bool users_sorted;
@@ -149,7 +163,76 @@ static int on_plan(void *ctx, const struct catalog_plan *plan)
         return -ENOMEM;
     p->id = plan->id;
     p->shadow = plan->shadow;
+    p->priority = plan->priority;
     return 0;
+}
+
+/* A quota's period as a window, for the RateLimit headers' w= (a month as 30 days). */
+static int64_t period_nominal_ms(enum limit_period period)
+{
+    switch (period) {
+    case LIMIT_PERIOD_DAY: return 86400000;
+    case LIMIT_PERIOD_WEEK: return 7 * 86400000LL;
+    case LIMIT_PERIOD_MONTH: return 30 * 86400000LL;
+    default: return 0;
+    }
+}
+
+/* Fills l from a catalog limit (a plan's or a user's own). */
+static int fill_limit(struct build *b, struct tier_limit *l, const struct catalog_limit *limit)
+{
+    l->id = limit->id;
+    switch (limit->kind) {
+    case CATALOG_LIMIT_RATE: l->kind = TIER_LIMIT_RATE; break;
+    case CATALOG_LIMIT_CONCURRENCY: l->kind = TIER_LIMIT_CONCURRENCY; break;
+    case CATALOG_LIMIT_WS_MESSAGES: l->kind = TIER_LIMIT_WS_MESSAGES; break;
+    case CATALOG_LIMIT_QUOTA: l->kind = TIER_LIMIT_QUOTA; break;
+    }
+    l->rule = (struct limit_rule){
+        .id = limit->id, .kind = limit->algorithm, .rate = limit->amount,
+        .burst = limit->burst, .window_ms = limit->window_ms,
+    };
+    if (l->kind == TIER_LIMIT_QUOTA) {
+        l->rule.kind = LIMIT_QUOTA;
+        l->rule.burst = 0;
+        l->rule.period = limit->period;
+        l->rule.window_ms = period_nominal_ms(limit->period);
+    }
+    l->own = limit->user_id != NULL;
+    if (limit->route_method && limit->route_prefix) {
+        l->has_route = true;
+        snprintf(l->route_method, sizeof(l->route_method), "%s", limit->route_method);
+        if (!(l->route_prefix = arena_strdup(b->snap, limit->route_prefix)))
+            return -ENOMEM;
+        l->route_prefix_len = strlen(l->route_prefix);
+    }
+    return 0;
+}
+
+static int on_cost(void *ctx, const struct catalog_cost *cost)
+{
+    struct build *b = ctx;
+    struct tier_cost *c = vec_push(&b->costs);
+    int64_t *plan_id = vec_push(&b->cost_plan_ids);
+    if (!c || !plan_id)
+        return -ENOMEM;
+    *plan_id = cost->plan_id;
+    snprintf(c->route_method, sizeof(c->route_method), "%s", cost->route_method);
+    if (!(c->route_prefix = arena_strdup(b->snap, cost->route_prefix)))
+        return -ENOMEM;
+    c->route_prefix_len = strlen(c->route_prefix);
+    c->cost = cost->cost;
+    return 0;
+}
+
+static int on_own_limit(void *ctx, const struct catalog_limit *limit)
+{
+    struct build *b = ctx;
+    struct tier_limit *l = vec_push(&b->own);
+    const char **user_id = vec_push(&b->own_user_ids);
+    if (!l || !user_id || !(*user_id = arena_strdup(b->snap, limit->user_id)))
+        return -ENOMEM;
+    return fill_limit(b, l, limit);
 }
 
 static int on_limit(void *ctx, const struct catalog_limit *limit)
@@ -160,24 +243,7 @@ static int on_limit(void *ctx, const struct catalog_limit *limit)
     if (!l || !plan_id)
         return -ENOMEM;
     *plan_id = limit->plan_id;
-    l->id = limit->id;
-    switch (limit->kind) {
-    case CATALOG_LIMIT_RATE: l->kind = TIER_LIMIT_RATE; break;
-    case CATALOG_LIMIT_CONCURRENCY: l->kind = TIER_LIMIT_CONCURRENCY; break;
-    case CATALOG_LIMIT_WS_MESSAGES: l->kind = TIER_LIMIT_WS_MESSAGES; break;
-    }
-    l->rule = (struct limit_rule){
-        .id = limit->id, .kind = limit->algorithm, .rate = limit->amount,
-        .burst = limit->burst, .window_ms = limit->window_ms,
-    };
-    if (limit->route_method && limit->route_prefix) {
-        l->has_route = true;
-        snprintf(l->route_method, sizeof(l->route_method), "%s", limit->route_method);
-        if (!(l->route_prefix = arena_strdup(b->snap, limit->route_prefix)))
-            return -ENOMEM;
-        l->route_prefix_len = strlen(l->route_prefix);
-    }
-    return 0;
+    return fill_limit(b, l, limit);
 }
 
 static int cmp_plan_id(const void *a, const void *b)
@@ -240,7 +306,9 @@ static void limit_base_name(const struct tier_plan *plan, const struct tier_limi
                             size_t size)
 {
     char window[32] = "concurrency";
-    if (l->kind != TIER_LIMIT_CONCURRENCY)
+    if (l->kind == TIER_LIMIT_QUOTA)
+        snprintf(window, sizeof(window), "%s", limit_period_name(l->rule.period));
+    else if (l->kind != TIER_LIMIT_CONCURRENCY)
         limit_window_format(l->rule.window_ms, window, sizeof(window));
     snprintf(buf, size, "%s%s%s%s%s-%s%s", plan->name, l->has_route ? "-" : "",
              l->has_route ? l->route_method : "", l->has_route ? " " : "",
@@ -307,12 +375,40 @@ static int check_rules_per_request(const struct tier_plan *plan, char *err, size
     return -EINVAL;
 }
 
-/* Gives each plan its slice of the limits and each limit its name. */
+/* A cost that a rate limit or quota it meets could never admit (tierctl refuses to write
+ * one; limit_bounds.h) is refused here too: the store would refuse every such check. */
+static int check_costs(const struct tier_plan *plan, const char *who, char *err, size_t errlen)
+{
+    struct tier_cost_ref refs[TIER_MAX_COSTS_PER_PLAN];
+    size_t n = plan->n_costs;
+    if (n > TIER_MAX_COSTS_PER_PLAN) {
+        snprintf(err, errlen, "%s has %zu costs, at most %d are supported", who, n, TIER_MAX_COSTS_PER_PLAN);
+        return -EINVAL;
+    }
+    for (size_t i = 0; i < n; i++)
+        refs[i] = (struct tier_cost_ref){plan->costs[i].route_method, plan->costs[i].route_prefix, plan->costs[i].cost};
+    for (size_t i = 0; i < n; i++) {
+        for (size_t k = 0; k < plan->n_limits; k++) {
+            const struct tier_limit *l = &plan->limits[k];
+            if ((l->kind != TIER_LIMIT_RATE && l->kind != TIER_LIMIT_QUOTA) ||
+                refs[i].cost <= l->rule.rate + l->rule.burst ||
+                !tier_cost_meets_limit(&refs[i], refs, n, l->has_route ? l->route_method : NULL,
+                                       l->has_route ? l->route_prefix : NULL))
+                continue;
+            snprintf(err, errlen, "%s: cost %lld on \"%s %s\" is more than limit %lld admits",
+                     who, (long long)refs[i].cost, refs[i].method, refs[i].prefix, (long long)l->id);
+            return -EINVAL;
+        }
+    }
+    return 0;
+}
+
+/* Gives each plan its slice of the limits and costs, and each limit its name. */
 static int attach_limits(struct build *b)
 {
     struct snapshot *snap = b->snap;
-    const int64_t *plan_ids = b->plan_ids.items;
-    size_t j = 0;
+    const int64_t *plan_ids = b->plan_ids.items, *cost_plan_ids = b->cost_plan_ids.items;
+    size_t j = 0, c = 0;
     for (size_t i = 0; i < snap->n_plans; i++) {
         struct tier_plan *plan = &snap->plans[i];
         while (j < snap->n_limits && plan_ids[j] < plan->id)
@@ -322,11 +418,95 @@ static int attach_limits(struct build *b)
             j++;
         plan->limits = snap->limits + start;
         plan->n_limits = j - start;
+        while (c < snap->n_costs && cost_plan_ids[c] < plan->id)
+            c++;
+        size_t cost_start = c;
+        while (c < snap->n_costs && cost_plan_ids[c] == plan->id)
+            c++;
+        plan->costs = snap->costs + cost_start;
+        plan->n_costs = c - cost_start;
         int rc = name_plan_limits(snap, plan, snap->limits + start, j - start);
         if (rc == 0)
             rc = check_rules_per_request(plan, b->err, b->errlen);
+        if (rc == 0) {
+            char who[CATALOG_NAME_MAX + 16];
+            snprintf(who, sizeof(who), "plan \"%s\"", plan->name);
+            rc = check_costs(plan, who, b->err, b->errlen);
+        }
         if (rc)
             return rc;
+    }
+    return 0;
+}
+
+static bool same_route(const struct tier_limit *a, const struct tier_limit *b)
+{
+    if (a->has_route != b->has_route)
+        return false;
+    return !a->has_route || (strcmp(a->route_method, b->route_method) == 0 && strcmp(a->route_prefix, b->route_prefix) == 0);
+}
+
+/* Whether one of own[0, n) replaces the plan's limit l: the same kind on the same route. */
+static bool replaced(const struct tier_limit *l, const struct tier_limit *own, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (own[i].kind == l->kind && same_route(&own[i], l))
+            return true;
+    return false;
+}
+
+/* Gives each user its own limits and, for a user that has some, its own view of the plan
+ * (tier_user.own_plan). Users are sorted; own limits come grouped by user. */
+static int attach_own_limits(struct build *b)
+{
+    struct snapshot *snap = b->snap;
+    const char **owners = b->own_user_ids.items;
+    size_t n_own_users = 0, n_merged = 0;
+    for (size_t i = 0; i < snap->n_own_limits;) {
+        struct tier_user *u = bsearch(owners[i], snap->users, snap->n_users, sizeof(struct tier_user), cmp_user_id);
+        size_t k = i;
+        while (k < snap->n_own_limits && strcmp(owners[k], owners[i]) == 0)
+            k++;
+        if (u) {
+            u->limits = snap->own_limits + i;
+            u->n_limits = k - i;
+            n_own_users++;
+            n_merged += u->plan->n_limits + (k - i);
+        }
+        i = k;
+    }
+    if (n_own_users == 0)
+        return 0;
+    snap->own_plans = calloc(n_own_users, sizeof(struct tier_plan));
+    snap->merged = calloc(n_merged, sizeof(struct tier_limit));
+    if (!snap->own_plans || !snap->merged)
+        return -ENOMEM;
+    size_t p = 0, m = 0;
+    for (size_t i = 0; i < snap->n_users; i++) {
+        struct tier_user *u = &snap->users[i];
+        if (u->n_limits == 0)
+            continue;
+        struct tier_plan *own = &snap->own_plans[p++];
+        *own = *u->plan;
+        own->limits = snap->merged + m;
+        size_t start = m;
+        for (size_t k = 0; k < u->plan->n_limits; k++)
+            if (!replaced(&u->plan->limits[k], u->limits, u->n_limits))
+                snap->merged[m++] = u->plan->limits[k];
+        for (size_t k = 0; k < u->n_limits; k++)
+            snap->merged[m++] = u->limits[k];
+        own->n_limits = m - start;
+        int rc = name_plan_limits(snap, own, snap->merged + start, m - start);
+        if (rc == 0)
+            rc = check_rules_per_request(own, b->err, b->errlen);
+        if (rc == 0) {
+            char who[CATALOG_USER_ID_MAX + 16];
+            snprintf(who, sizeof(who), "user \"%s\"", u->id);
+            rc = check_costs(own, who, b->err, b->errlen);
+        }
+        if (rc)
+            return rc;
+        u->own_plan = own;
     }
     return 0;
 }
@@ -368,6 +548,10 @@ int snapshot_build(struct catalog *cat, struct snapshot **psnap, char *err, size
         .plans = {.size = sizeof(struct tier_plan)},
         .limits = {.size = sizeof(struct tier_limit)},
         .plan_ids = {.size = sizeof(int64_t)},
+        .costs = {.size = sizeof(struct tier_cost)},
+        .cost_plan_ids = {.size = sizeof(int64_t)},
+        .own = {.size = sizeof(struct tier_limit)},
+        .own_user_ids = {.size = sizeof(const char *)},
         .users = {.size = sizeof(struct tier_user)},
         .keys = {.size = sizeof(struct pending_key)},
         .users_sorted = true,
@@ -399,6 +583,12 @@ int snapshot_build(struct catalog *cat, struct snapshot **psnap, char *err, size
     b.snap->limits = b.limits.items;
     b.snap->n_limits = b.limits.n;
     b.limits.items = NULL;
+    r = catalog_cost_each(cat, 0, on_cost, &b);
+    if (r)
+        goto out;
+    b.snap->costs = b.costs.items;
+    b.snap->n_costs = b.costs.n;
+    b.costs.items = NULL;
     r = attach_limits(&b);
     if (r)
         goto out;
@@ -410,6 +600,15 @@ int snapshot_build(struct catalog *cat, struct snapshot **psnap, char *err, size
     b.users.items = NULL;
     if (!b.users_sorted)
         qsort(b.snap->users, b.snap->n_users, sizeof(struct tier_user), cmp_user);
+    r = catalog_user_limit_each(cat, NULL, on_own_limit, &b);
+    if (r)
+        goto out;
+    b.snap->own_limits = b.own.items;
+    b.snap->n_own_limits = b.own.n;
+    b.own.items = NULL;
+    r = attach_own_limits(&b);
+    if (r)
+        goto out;
     r = catalog_key_each(cat, NULL, true, on_key, &b);
     if (r)
         goto out;
@@ -432,6 +631,10 @@ out:
     free(b.plans.items);
     free(b.limits.items);
     free(b.plan_ids.items);
+    free(b.costs.items);
+    free(b.cost_plan_ids.items);
+    free(b.own.items);
+    free(b.own_user_ids.items);
     free(b.users.items);
     free(b.keys.items);
     snapshot_free(b.snap);
@@ -558,4 +761,29 @@ size_t tier_plan_select_case(const struct tier_plan *plan, const char *method, c
         }
     }
     return n;
+}
+
+int64_t tier_plan_cost(const struct tier_plan *plan, const char *method, const char *path, size_t path_len,
+                       bool ignore_case)
+{
+    if (!plan || plan->n_costs == 0)
+        return 1;
+    if (!path)
+        path_len = 0;
+    const struct tier_cost *best = NULL;
+    bool best_specific = false;
+    for (size_t i = 0; i < plan->n_costs; i++) {
+        const struct tier_cost *c = &plan->costs[i];
+        bool specific = strcmp(c->route_method, "*") != 0;
+        if (specific && (!method || strcmp(c->route_method, method) != 0))
+            continue;
+        if (!request_target_has_prefix(path, path_len, c->route_prefix, c->route_prefix_len, ignore_case))
+            continue;
+        if (!best || c->route_prefix_len > best->route_prefix_len ||
+            (c->route_prefix_len == best->route_prefix_len && specific && !best_specific)) {
+            best = c;
+            best_specific = specific;
+        }
+    }
+    return best ? best->cost : 1;
 }

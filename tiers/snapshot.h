@@ -16,6 +16,9 @@ enum tier_limit_kind {
     TIER_LIMIT_RATE = 0,
     TIER_LIMIT_CONCURRENCY,    /* amount = at most N in flight */
     TIER_LIMIT_WS_MESSAGES,    /* rule = client-to-upstream messages per connection */
+    TIER_LIMIT_QUOTA,          /* rule.kind LIMIT_QUOTA: rule.rate per rule.period; rule.window_ms
+                                  holds the period's nominal length (day, week, 30 days) for the
+                                  RateLimit headers' window */
 };
 
 struct tier_limit {
@@ -27,23 +30,53 @@ struct tier_limit {
     const char *route_prefix;      /* owned by the snapshot */
     size_t route_prefix_len;
     const char *name;              /* for the ietf RateLimit headers: plan, route and window,
-                                      "free-1min", "pro-POST /upload-10s", "free-concurrency"
-                                      ("-2", "-3" on repeats within the plan); owned by the
-                                      snapshot */
+                                      "free-1min", "pro-POST /upload-10s", "free-concurrency",
+                                      "free-month" for a quota ("-2", "-3" on repeats within the
+                                      plan); owned by the snapshot */
+    bool own;                      /* a user's own limit (tierctl user limit add) */
+};
+
+/* A plan's cost for requests on one route (tierctl cost set). */
+struct tier_cost {
+    char route_method[16];         /* "*" = any method */
+    const char *route_prefix;      /* owned by the snapshot */
+    size_t route_prefix_len;
+    int64_t cost;
 };
 
 struct tier_plan {
     int64_t id;
     const char *name;
     bool shadow;
+    int priority;                  /* 0 (shed first) .. 9 (shed last) */
     const struct tier_limit *limits;
     size_t n_limits;
+    const struct tier_cost *costs;
+    size_t n_costs;
 };
 
+/* A user. own_plan, for a user with limits of its own, is the plan as it applies to that
+ * user: the same id, name, shadow, priority and costs, with each of the plan's limits that
+ * has a user limit of the same kind on the same route (or both route-less) replaced by the
+ * user's (all of the user's of that kind and route); NULL when the user has none.
+ * tier_user_plan gives the one to select limits from. */
 struct tier_user {
     const char *id;
     const struct tier_plan *plan;
+    const struct tier_limit *limits;     /* the user's own, in catalog id order */
+    size_t n_limits;
+    const struct tier_plan *own_plan;
 };
+
+static inline const struct tier_plan *tier_user_plan(const struct tier_user *user)
+{
+    return user->own_plan ? user->own_plan : user->plan;
+}
+
+/* The cost of a request on METHOD PATH under plan: the plan's cost whose route matches
+ * with the longest prefix (a method-specific one beats "*" on the same prefix), or 1. */
+int64_t tier_plan_cost(const struct tier_plan *plan, const char *method, const char *path, size_t path_len,
+                       bool ignore_case);
 
 struct snapshot;
 

@@ -24,6 +24,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <event2/event.h>
+#include <ini.h>
 #include <jansson.h>
 #include <openssl/crypto.h>
 #include <sqlite3.h>
@@ -32,29 +34,36 @@
 #include "store/limit.h"
 #include "tiers/apikey.h"
 #include "tiers/catalog_json.h"
+#include "store/limiter.h"
 #include "tiers/limit_bounds.h"
+#include "tiers/plan_rules.h"
 #include "tiers/simulate.h"
+#include "tiers/snapshot.h"
 
 #define EXIT_REFUSED 1
 #define EXIT_USAGE 2
 #define DEFAULT_DB "./plans.db"
 #define MAX_POSITIONAL 4
+#define USAGE_DEFAULT_CONFIG "/etc/tierproxy/tierproxy.ini"
 
 enum flag {
-    FLAG_RATE, FLAG_BURST, FLAG_ALGORITHM, FLAG_CONCURRENCY, FLAG_WS_MESSAGES, FLAG_SHADOW,
-    FLAG_ROUTE, FLAG_PLAN, FLAG_LABEL, FLAG_JSON, FLAG_DB, FLAG_HELP,
-    FLAG_VERSION,
+    FLAG_RATE, FLAG_BURST, FLAG_ALGORITHM, FLAG_CONCURRENCY, FLAG_WS_MESSAGES, FLAG_QUOTA, FLAG_SHADOW,
+    FLAG_PRIORITY, FLAG_ROUTE, FLAG_PLAN, FLAG_LABEL, FLAG_JSON, FLAG_REDIS, FLAG_KEY_PREFIX, FLAG_CONFIG,
+    FLAG_DB, FLAG_HELP, FLAG_VERSION,
     N_FLAGS,
 };
 #define F(name) (1u << FLAG_##name)
-#define LIMIT_FLAGS (F(RATE) | F(BURST) | F(ALGORITHM) | F(CONCURRENCY) | F(WS_MESSAGES))
+#define LIMIT_FLAGS (F(RATE) | F(BURST) | F(ALGORITHM) | F(CONCURRENCY) | F(WS_MESSAGES) | F(QUOTA))
+#define MAX_FLAG_LIMITS 4   /* one per kind: rate, concurrency, ws-messages, quota */
 
 enum access { ACCESS_NONE, ACCESS_READ, ACCESS_WRITE, ACCESS_CREATE };
 
 /* LIMIT-FLAGS after parsing. */
 struct limit_flags {
-    bool rate, burst, algorithm, concurrency, ws, shadow;
+    bool rate, burst, algorithm, concurrency, ws, shadow, quota, priority;
     int64_t rate_amount, rate_window_ms, burst_value, concurrency_value, ws_amount, ws_window_ms;
+    int64_t quota_amount, priority_value;
+    enum limit_period quota_period;
     enum limit_kind algorithm_value;
     bool shadow_value;
 };
@@ -78,6 +87,7 @@ static command_fn cmd_init, cmd_plan_add, cmd_plan_set, cmd_plan_list, cmd_plan_
     cmd_limit_add, cmd_limit_remove, cmd_user_add, cmd_user_set, cmd_user_list, cmd_user_show,
     cmd_user_remove, cmd_key_create, cmd_key_list, cmd_key_revoke, cmd_export, cmd_import;
 static command_fn cmd_limit_set, cmd_backup, cmd_simulate;
+static command_fn cmd_cost_set, cmd_cost_remove, cmd_user_limit_add, cmd_user_limit_remove, cmd_usage;
 
 /* The help table: a row is a command (run != NULL) or a flag. It is the only source of
  * usage text, and of which arguments and flags a command takes. */
@@ -96,10 +106,10 @@ struct help_row {
 static const struct help_row help_table[] = {
     {"init", "", "create the schema and the default plans (idempotent)",
      cmd_init, 0, 0, 0, ACCESS_CREATE, 0, 0},
-    {"plan add", "NAME [LIMIT-FLAGS]", "add a plan",
-     cmd_plan_add, 1, 1, LIMIT_FLAGS | F(SHADOW), ACCESS_WRITE, 0, 0},
-    {"plan set", "NAME [LIMIT-FLAGS]", "replace the plan's route-less limits of the kinds given",
-     cmd_plan_set, 1, 1, LIMIT_FLAGS | F(SHADOW), ACCESS_WRITE, 0, 0},
+    {"plan add", "NAME [LIMIT-FLAGS] [--priority P]", "add a plan",
+     cmd_plan_add, 1, 1, LIMIT_FLAGS | F(SHADOW) | F(PRIORITY), ACCESS_WRITE, 0, 0},
+    {"plan set", "NAME [LIMIT-FLAGS] [--priority P]", "replace the plan's route-less limits of the kinds given",
+     cmd_plan_set, 1, 1, LIMIT_FLAGS | F(SHADOW) | F(PRIORITY), ACCESS_WRITE, 0, 0},
     {"plan list", "[--json]", "list the plans with their limits and number of users",
      cmd_plan_list, 0, 0, F(JSON), ACCESS_READ, 0, 0},
     {"plan show", "NAME [--json]", "show a plan and its limits",
@@ -114,6 +124,11 @@ static const struct help_row help_table[] = {
      cmd_limit_set, 2, 2, LIMIT_FLAGS, ACCESS_WRITE, 0, 0},
     {"limit remove", "PLAN LIMIT-ID", "remove a limit",
      cmd_limit_remove, 2, 2, 0, ACCESS_WRITE, 0, 0},
+    {"cost set", "PLAN \"METHOD /prefix\" N",
+     "requests on that route count N against every rate limit and quota of the plan (longest prefix wins)",
+     cmd_cost_set, 3, 3, 0, ACCESS_WRITE, 0, 0},
+    {"cost remove", "PLAN \"METHOD /prefix\"", "requests on that route count 1 again",
+     cmd_cost_remove, 2, 2, 0, ACCESS_WRITE, 0, 0},
     {"user add", "ID --plan NAME", "add a user on a plan",
      cmd_user_add, 1, 1, F(PLAN), ACCESS_WRITE, 0, 0},
     {"user set", "ID --plan NAME", "move a user to another plan",
@@ -124,6 +139,14 @@ static const struct help_row help_table[] = {
      cmd_user_show, 1, 1, F(JSON), ACCESS_READ, 0, 0},
     {"user remove", "ID", "remove a user; also revokes the user's keys",
      cmd_user_remove, 1, 1, 0, ACCESS_WRITE, 0, 0},
+    {"user limit add", "USER LIMIT-FLAGS [--route \"METHOD /prefix\"]",
+     "the user's own limits; each replaces the plan's limits of its kind on the same route; prints the ids",
+     cmd_user_limit_add, 1, 1, LIMIT_FLAGS | F(ROUTE), ACCESS_WRITE, 0, 0},
+    {"user limit remove", "USER LIMIT-ID", "remove one of the user's own limits",
+     cmd_user_limit_remove, 2, 2, 0, ACCESS_WRITE, 0, 0},
+    {"usage", "USER [--json] [--config FILE | --redis URL [--key-prefix P]]",
+     "the user's standing on each limit (used, remaining, reset), read from the proxies' Redis store",
+     cmd_usage, 1, 1, F(JSON) | F(REDIS) | F(KEY_PREFIX) | F(CONFIG), ACCESS_NONE, 0, 0},
     {"key create", "USER [--label TEXT] [--json]", "print a new key alone on one line; it is never shown again",
      cmd_key_create, 1, 1, F(LABEL) | F(JSON), ACCESS_WRITE, 0, 0},
     {"key list", "[USER] [--json]", "key id, user, label, created, revoked; never the key itself",
@@ -151,13 +174,22 @@ static const struct help_row help_table[] = {
      NULL, 0, 0, 0, 0, FLAG_CONCURRENCY, true},
     {"--ws-messages", "N/WINDOW", "client-to-upstream WebSocket messages per connection",
      NULL, 0, 0, 0, 0, FLAG_WS_MESSAGES, true},
+    {"--quota", "N/PERIOD", "PERIOD: day | week | month, calendar periods in UTC (weeks start on Monday)",
+     NULL, 0, 0, 0, 0, FLAG_QUOTA, true},
     {"--shadow", "on|off", "(plan add/set) count and report, but never reject",
      NULL, 0, 0, 0, 0, FLAG_SHADOW, true},
-    {"--route", "\"METHOD /prefix\"", "(limit add) a per-route limit; the longest matching prefix applies",
+    {"--priority", "P", "(plan add/set) 0 (shed first) .. 9 (shed last); default 5",
+     NULL, 0, 0, 0, 0, FLAG_PRIORITY, false},
+    {"--route", "\"METHOD /prefix\"", "(limit add, user limit add) a per-route limit; the longest matching prefix applies",
      NULL, 0, 0, 0, 0, FLAG_ROUTE, false},
     {"--plan", "NAME", "(user add/set/list, simulate) the plan", NULL, 0, 0, 0, 0, FLAG_PLAN, false},
     {"--label", "TEXT", "(key create) a note to tell keys apart", NULL, 0, 0, 0, 0, FLAG_LABEL, false},
-    {"--json", NULL, "(list, show, key create) print JSON", NULL, 0, 0, 0, 0, FLAG_JSON, false},
+    {"--json", NULL, "(list, show, key create, usage) print JSON", NULL, 0, 0, 0, 0, FLAG_JSON, false},
+    {"--config", "FILE", "(usage) the proxy's INI file, for [limits] store, redis and key_prefix; default "
+     "$TIERPROXY_CONFIG, else " USAGE_DEFAULT_CONFIG, NULL, 0, 0, 0, 0, FLAG_CONFIG, false},
+    {"--redis", "URL", "(usage) the proxies' Redis, instead of the INI file's", NULL, 0, 0, 0, 0, FLAG_REDIS, false},
+    {"--key-prefix", "P", "(usage) the proxies' [limits] key_prefix (default tierproxy:)",
+     NULL, 0, 0, 0, 0, FLAG_KEY_PREFIX, false},
     {"--db", "PATH", "the catalog; default $TIERPROXY_DB, else " DEFAULT_DB, NULL, 0, 0, 0, 0, FLAG_DB, false},
     {"--help", NULL, "print this help", NULL, 0, 0, 0, 0, FLAG_HELP, false},
     {"--version", NULL, "print the version", NULL, 0, 0, 0, 0, FLAG_VERSION, false},
@@ -262,6 +294,8 @@ static int parse_int(const char *text, int64_t min, int64_t max, int64_t *pv)
     return 0;
 }
 
+static int parse_route(struct cli *c, const char *v);
+
 /* Parses and checks the LIMIT-FLAGS and --route; pure, before the catalog is opened. */
 static int parse_limit_flags(struct cli *c)
 {
@@ -293,6 +327,17 @@ static int parse_limit_flags(struct cli *c)
         if (limit_rate_parse(v, &lf->ws_amount, &lf->ws_window_ms) != 0)
             return usage_error(c->cmd, "invalid --ws-messages \"%s\" (N/WINDOW, e.g. 10/s)", v);
     }
+    if ((v = c->flag[FLAG_QUOTA])) {
+        lf->quota = true;
+        if (limit_quota_parse(v, &lf->quota_amount, &lf->quota_period) != 0)
+            return usage_error(c->cmd, "invalid quota \"%s\" (N/day, N/week or N/month, e.g. 10000/month)", v);
+    }
+    if ((v = c->flag[FLAG_PRIORITY])) {
+        lf->priority = true;
+        if (parse_int(v, CATALOG_PRIORITY_MIN, CATALOG_PRIORITY_MAX, &lf->priority_value) != 0)
+            return usage_error(c->cmd, "invalid priority \"%s\" (%d, shed first, to %d, shed last)", v,
+                               CATALOG_PRIORITY_MIN, CATALOG_PRIORITY_MAX);
+    }
     if ((v = c->flag[FLAG_SHADOW])) {
         lf->shadow = true;
         if (strcmp(v, "on") == 0)
@@ -312,8 +357,16 @@ static int parse_limit_flags(struct cli *c)
             return usage_error(c->cmd, "rate %s with burst %" PRId64 " is out of range", c->flag[FLAG_RATE],
                                rule.burst);
     }
-    if ((v = c->flag[FLAG_ROUTE])) {
-        /* "METHOD /prefix": the method is upper-cased; "*" = any method. */
+    if ((v = c->flag[FLAG_ROUTE]))
+        return parse_route(c, v);
+    return 0;
+}
+
+/* Parses "METHOD /prefix" (--route, or a cost's route) into c->route_method and
+ * c->route_prefix: the method is upper-cased; "*" = any method. */
+static int parse_route(struct cli *c, const char *v)
+{
+    {
         const char *p = v;
         while (*p == ' ' || *p == '\t')
             p++;
@@ -383,9 +436,21 @@ static int parse_args(int argc, char **argv, struct cli *c, bool *phelp)
         if (strlen(argv[i]) != first || strncmp(argv[i], row->words, first) != 0)
             continue;
         group_known = true;
-        if (!space)
+        if (!space) {
             c->cmd = row;
-        else if (i + 1 < argc && strcmp(argv[i + 1], space + 1) == 0)
+            continue;
+        }
+        /* the rest of the words ("add", or "limit add"), one argument each */
+        const char *w = space + 1;
+        int at = i + 1;
+        bool match = true;
+        while (*w && match) {
+            size_t len = strcspn(w, " ");
+            match = at < argc && strlen(argv[at]) == len && strncmp(argv[at], w, len) == 0;
+            w += len + (w[len] == ' ');
+            at++;
+        }
+        if (match)
             c->cmd = row;
     }
     if (!c->cmd) {
@@ -403,7 +468,8 @@ static int parse_args(int argc, char **argv, struct cli *c, bool *phelp)
         fprintf(stderr, "usage: tierctl [--db PATH] %s %s ...\n", argv[i], list);
         return EXIT_USAGE;
     }
-    i += strchr(c->cmd->words, ' ') ? 2 : 1;
+    for (const char *w = c->cmd->words; w; w = strchr(w + 1, ' '))
+        i++;
 
     /* Positional arguments and flags, in any order; "--" ends the flags. */
     bool flags_done = false;
@@ -512,6 +578,16 @@ static void table_print_free(struct table *t)
     t->nrows = t->cap = 0;
 }
 
+/* Frees a table without printing it. */
+static void table_print_free_silent(struct table *t)
+{
+    for (size_t i = 0; i < t->nrows * t->ncols; i++)
+        free(t->cells[i]);
+    free(t->cells);
+    t->cells = NULL;
+    t->nrows = t->cap = 0;
+}
+
 static int print_json(json_t *doc)
 {
     if (!doc)
@@ -541,6 +617,9 @@ static void describe_limit(const struct catalog_limit *l, char *buf, size_t len)
         break;
     case CATALOG_LIMIT_WS_MESSAGES:
         n = (size_t)snprintf(buf, len, "ws-messages %s", limit_rate_format(l->amount, l->window_ms, rate, sizeof(rate)));
+        break;
+    case CATALOG_LIMIT_QUOTA:
+        n = (size_t)snprintf(buf, len, "quota %s", limit_quota_format(l->amount, l->period, rate, sizeof(rate)));
         break;
     }
     if (l->route_method && n < len)
@@ -582,15 +661,20 @@ static void append(char *buf, size_t len, const char *fmt, ...)
 
 static const char *kind_word(enum catalog_limit_kind kind)
 {
-    return kind == CATALOG_LIMIT_RATE ? "rate" : kind == CATALOG_LIMIT_CONCURRENCY ? "concurrency" : "ws-messages";
+    return kind == CATALOG_LIMIT_RATE ? "rate" : kind == CATALOG_LIMIT_CONCURRENCY ? "concurrency"
+         : kind == CATALOG_LIMIT_QUOTA ? "quota" : "ws-messages";
 }
 
 /* A limit's numbers without its kind: "3/10s", "100/min burst 10 token-bucket", "10" (a
  * concurrency), each followed by " on GET /v1" for a route. */
 static void describe_value(const struct catalog_limit *l, char *buf, size_t len)
 {
-    if (l->kind == CATALOG_LIMIT_CONCURRENCY) {
-        snprintf(buf, len, "%" PRId64, l->amount);
+    if (l->kind == CATALOG_LIMIT_CONCURRENCY || l->kind == CATALOG_LIMIT_QUOTA) {
+        char quota[64];
+        if (l->kind == CATALOG_LIMIT_QUOTA)
+            snprintf(buf, len, "%s", limit_quota_format(l->amount, l->period, quota, sizeof(quota)));
+        else
+            snprintf(buf, len, "%" PRId64, l->amount);
         if (l->route_method)
             append(buf, len, " on %s %s", l->route_method, l->route_prefix);
         return;
@@ -674,7 +758,7 @@ static int cmd_init(struct cli *c)
             continue;   /* exists: left as the operator made it */
         if (r != CATALOG_NOT_FOUND)
             return catalog_failed(c);
-        struct catalog_plan plan = {.name = defaults[i].name};
+        struct catalog_plan plan = {.name = defaults[i].name, .priority = CATALOG_PRIORITY_DEFAULT};
         struct catalog_limit rate = {
             .kind = CATALOG_LIMIT_RATE, .algorithm = LIMIT_SLIDING_LOG,
             .amount = defaults[i].rate, .window_ms = 60000,
@@ -723,10 +807,15 @@ static int flag_limits(struct cli *c, int64_t plan_id, bool with_route, struct c
             .plan_id = plan_id, .kind = CATALOG_LIMIT_WS_MESSAGES, .amount = lf->ws_amount,
             .window_ms = lf->ws_window_ms, .route_method = method, .route_prefix = prefix,
         };
+    if (lf->quota)
+        limits[n++] = (struct catalog_limit){
+            .plan_id = plan_id, .kind = CATALOG_LIMIT_QUOTA, .amount = lf->quota_amount,
+            .period = lf->quota_period, .route_method = method, .route_prefix = prefix,
+        };
     return n;
 }
 
-/* Adds the limits the LIMIT-FLAGS ask for; limits (3) receives them with their new ids. */
+/* Adds the limits the LIMIT-FLAGS ask for; limits (MAX_FLAG_LIMITS) receives them with their new ids. */
 static int add_flag_limits(struct cli *c, int64_t plan_id, bool with_route, struct catalog_limit *limits, int *pn)
 {
     int n = flag_limits(c, plan_id, with_route, limits);
@@ -754,11 +843,14 @@ static int cmd_plan_add(struct cli *c)
         return r;
     if ((c->lf.burst || c->lf.algorithm) && !c->lf.rate)
         return usage_error(c->cmd, "--burst and --algorithm go with --rate");
-    struct catalog_plan plan = {.name = name, .shadow = c->lf.shadow && c->lf.shadow_value};
+    struct catalog_plan plan = {
+        .name = name, .shadow = c->lf.shadow && c->lf.shadow_value,
+        .priority = c->lf.priority ? (int)c->lf.priority_value : CATALOG_PRIORITY_DEFAULT,
+    };
     int64_t plan_id;
     if (catalog_plan_add(c->cat, &plan, &plan_id))
         return catalog_failed(c);
-    struct catalog_limit limits[3];
+    struct catalog_limit limits[MAX_FLAG_LIMITS];
     int n = 0;
     r = add_flag_limits(c, plan_id, false, limits, &n);
     if (r)
@@ -769,7 +861,8 @@ static int cmd_plan_add(struct cli *c)
         describe_full(&limits[i], one, sizeof(one));
         append(text, sizeof(text), "%s%s", i ? ", " : "", one);
     }
-    note(c, "plan %s: added with %s%s", name, n ? text : "no limits", plan.shadow ? ", shadow on" : "");
+    note(c, "plan %s: added with %s%s, priority %d", name, n ? text : "no limits", plan.shadow ? ", shadow on" : "",
+         plan.priority);
     return 0;
 }
 
@@ -799,7 +892,7 @@ static int replace_routeless(struct cli *c, const char *plan_name, struct catalo
         return r;
     size_t keep = 0;
     for (size_t i = 0; i < pick.n; i++) {
-        if (items[i].l.window_ms == want.window_ms) {
+        if (items[i].l.window_ms == want.window_ms && items[i].l.period == want.period) {
             keep = i;
             break;
         }
@@ -883,8 +976,9 @@ static int cmd_plan_set(struct cli *c)
 {
     const char *name = c->pos[0];
     struct limit_flags *lf = &c->lf;
-    if (!lf->rate && !lf->burst && !lf->algorithm && !lf->concurrency && !lf->ws && !lf->shadow)
-        return usage_error(c->cmd, "nothing to set: give LIMIT-FLAGS or --shadow");
+    if (!lf->rate && !lf->burst && !lf->algorithm && !lf->concurrency && !lf->ws && !lf->shadow && !lf->quota &&
+        !lf->priority)
+        return usage_error(c->cmd, "nothing to set: give LIMIT-FLAGS, --shadow or --priority");
     int64_t plan_id;
     bool shadow;
     if (catalog_plan_find(c->cat, name, &plan_id, &shadow))
@@ -893,7 +987,7 @@ static int cmd_plan_set(struct cli *c)
     int r = 0;
     if (!lf->rate && (lf->burst || lf->algorithm))
         r = change_routeless_rates(c, name, plan_id, text, sizeof(text));
-    struct catalog_limit want[3];
+    struct catalog_limit want[MAX_FLAG_LIMITS];
     int n = flag_limits(c, plan_id, false, want);
     for (int i = 0; r == 0 && i < n; i++)
         r = replace_routeless(c, name, want[i], text, sizeof(text));
@@ -904,6 +998,13 @@ static int cmd_plan_set(struct cli *c)
             return catalog_failed(c);
         append(text, sizeof(text), "%sshadow %s -> %s", text[0] ? "; " : "", shadow ? "on" : "off",
                lf->shadow_value ? "on" : "off");
+    }
+    if (lf->priority) {
+        int old = 0;
+        if (catalog_plan_priority(c->cat, plan_id, &old) ||
+            catalog_plan_set_priority(c->cat, plan_id, (int)lf->priority_value))
+            return catalog_failed(c);
+        append(text, sizeof(text), "%spriority %d -> %d", text[0] ? "; " : "", old, (int)lf->priority_value);
     }
     note(c, "plan %s: %s", name, text);
     return 0;
@@ -938,20 +1039,39 @@ static int collect_limit_summary(void *ctx, const struct catalog_limit *l)
     return 0;
 }
 
+static int collect_cost_json(void *ctx, const struct catalog_cost *cost)
+{
+    json_t *o = catalog_json_cost(cost);
+    if (!o || json_array_append_new(ctx, o))
+        return -ENOMEM;
+    return 0;
+}
+
 static json_t *plan_json(struct catalog *cat, const struct catalog_plan *plan)
 {
     int64_t users = 0;
-    json_t *o = json_pack("{s:I, s:s, s:b, s:I, s:[]}", "id", (json_int_t)plan->id, "name", plan->name,
-                          "shadow", plan->shadow, "users", (json_int_t)0, "limits");
+    json_t *o = json_pack("{s:I, s:s, s:b, s:i, s:I, s:[], s:[]}", "id", (json_int_t)plan->id, "name", plan->name,
+                          "shadow", plan->shadow, "priority", plan->priority, "users", (json_int_t)0, "limits",
+                          "costs");
     if (!o)
         return NULL;
     if (catalog_plan_user_count(cat, plan->id, &users) ||
         json_object_set_new(o, "users", json_integer(users)) ||
-        catalog_limit_each(cat, plan->id, collect_limit_json, json_object_get(o, "limits"))) {
+        catalog_limit_each(cat, plan->id, collect_limit_json, json_object_get(o, "limits")) ||
+        catalog_cost_each(cat, plan->id, collect_cost_json, json_object_get(o, "costs"))) {
         json_decref(o);
         return NULL;
     }
     return o;
+}
+
+static int collect_cost_summary(void *ctx, const struct catalog_cost *cost)
+{
+    struct summary *s = ctx;
+    size_t n = strlen(s->text);
+    snprintf(s->text + n, sizeof(s->text) - n, "%scost %" PRId64 " on %s %s", n ? "; " : "", cost->cost,
+             cost->route_method, cost->route_prefix);
+    return 0;
 }
 
 static int list_plan(void *ctx, const struct catalog_plan *plan)
@@ -968,21 +1088,24 @@ static int list_plan(void *ctx, const struct catalog_plan *plan)
     int r = catalog_plan_user_count(v->cat, plan->id, &users);
     if (r == 0)
         r = catalog_limit_each(v->cat, plan->id, collect_limit_summary, &s);
+    if (r == 0)
+        r = catalog_cost_each(v->cat, plan->id, collect_cost_summary, &s);
     if (r)
         return r;
-    char nusers[32];
+    char nusers[32], priority[16];
     snprintf(nusers, sizeof(nusers), "%" PRId64, users);
-    return table_row(v->table, plan->name, plan->shadow ? "on" : "off", nusers, s.text[0] ? s.text : "none");
+    snprintf(priority, sizeof(priority), "%d", plan->priority);
+    return table_row(v->table, plan->name, plan->shadow ? "on" : "off", priority, nusers, s.text[0] ? s.text : "none");
 }
 
 static int cmd_plan_list(struct cli *c)
 {
-    struct table t = {.ncols = 4};
+    struct table t = {.ncols = 5};
     struct plan_view v = {.cat = c->cat, .table = &t};
     if (c->flag[FLAG_JSON] && !(v.array = json_array()))
         return fail("out of memory");
     if (!v.array)
-        table_row(&t, "NAME", "SHADOW", "USERS", "LIMITS");
+        table_row(&t, "NAME", "SHADOW", "PRIORITY", "USERS", "LIMITS");
     int r = catalog_plan_each(c->cat, list_plan, &v);
     if (r) {
         json_decref(v.array);
@@ -1001,6 +1124,8 @@ static int show_limit_row(void *ctx, const struct catalog_limit *l)
     snprintf(id, sizeof(id), "%" PRId64, l->id);
     if (l->kind == CATALOG_LIMIT_CONCURRENCY)
         snprintf(amount, sizeof(amount), "%" PRId64, l->amount);
+    else if (l->kind == CATALOG_LIMIT_QUOTA)
+        limit_quota_format(l->amount, l->period, amount, sizeof(amount));
     else
         limit_rate_format(l->amount, l->window_ms, amount, sizeof(amount));
     char burst[32];
@@ -1012,6 +1137,14 @@ static int show_limit_row(void *ctx, const struct catalog_limit *l)
                      rate ? limit_kind_name(l->algorithm) : "-", l->route_method ? route : "-");
 }
 
+static int cost_row(void *ctx, const struct catalog_cost *cost)
+{
+    char n[32], route[CATALOG_PREFIX_MAX + 32];
+    snprintf(n, sizeof(n), "%" PRId64, cost->cost);
+    snprintf(route, sizeof(route), "%s %s", cost->route_method, cost->route_prefix);
+    return table_row(ctx, n, route);
+}
+
 static int cmd_plan_show(struct cli *c)
 {
     struct catalog_plan plan = {.name = c->pos[0]};
@@ -1019,6 +1152,8 @@ static int cmd_plan_show(struct cli *c)
     if (catalog_plan_find(c->cat, plan.name, &plan.id, &shadow))
         return catalog_failed(c);
     plan.shadow = shadow;
+    if (catalog_plan_priority(c->cat, plan.id, &plan.priority))
+        return catalog_failed(c);
     if (c->flag[FLAG_JSON]) {
         json_t *o = plan_json(c->cat, &plan);
         return o ? print_json(o) : catalog_failed(c);
@@ -1026,8 +1161,8 @@ static int cmd_plan_show(struct cli *c)
     int64_t users = 0;
     if (catalog_plan_user_count(c->cat, plan.id, &users))
         return catalog_failed(c);
-    printf("plan    %s\nid      %" PRId64 "\nshadow  %s\nusers   %" PRId64 "\n", plan.name, plan.id,
-           plan.shadow ? "on" : "off", users);
+    printf("plan      %s\nid        %" PRId64 "\nshadow    %s\npriority  %d\nusers     %" PRId64 "\n", plan.name,
+           plan.id, plan.shadow ? "on" : "off", plan.priority, users);
     struct table t = {.ncols = 6};
     table_row(&t, "LIMIT-ID", "KIND", "AMOUNT", "BURST", "ALGORITHM", "ROUTE");
     int r = catalog_limit_each(c->cat, plan.id, show_limit_row, &t);
@@ -1035,6 +1170,16 @@ static int cmd_plan_show(struct cli *c)
         table_print_free(&t);
     else
         return catalog_failed(c);
+    struct table costs = {.ncols = 2};
+    table_row(&costs, "COST", "ROUTE");
+    if (catalog_cost_each(c->cat, plan.id, cost_row, &costs)) {
+        table_print_free(&costs);
+        return catalog_failed(c);
+    }
+    if (costs.nrows > 1)
+        table_print_free(&costs);
+    else
+        table_print_free_silent(&costs);
     return 0;
 }
 
@@ -1065,20 +1210,21 @@ static int cmd_plan_remove(struct cli *c)
 static int cmd_limit_add(struct cli *c)
 {
     const struct limit_flags *lf = &c->lf;
-    if (!lf->rate && !lf->concurrency && !lf->ws)
-        return usage_error(c->cmd, "give --rate, --concurrency or --ws-messages");
+    if (!lf->rate && !lf->concurrency && !lf->ws && !lf->quota)
+        return usage_error(c->cmd, "give --rate, --concurrency, --ws-messages or --quota");
     if ((lf->burst || lf->algorithm) && !lf->rate)
         return usage_error(c->cmd, "--burst and --algorithm go with --rate");
     int64_t plan_id;
     int n = 0;
     if (catalog_plan_find(c->cat, c->pos[0], &plan_id, NULL))
         return catalog_failed(c);
-    struct catalog_limit limits[3];
+    struct catalog_limit limits[MAX_FLAG_LIMITS];
     int r = add_flag_limits(c, plan_id, true, limits, &n);
     if (r)
         return r;
     char err[512];
-    if (tier_catalog_check_bounds(c->cat, err, sizeof(err)) != 0)   /* before the ids go out */
+    if (tier_catalog_check_bounds(c->cat, err, sizeof(err)) != 0 ||
+        tier_catalog_check_costs(c->cat, err, sizeof(err)) != 0)   /* before the ids go out */
         return fail("%s; nothing was changed", err);
     char text[sizeof(c->note)] = "";
     for (int i = 0; i < n; i++) {
@@ -1130,7 +1276,7 @@ static int cmd_limit_remove(struct cli *c)
 static int cmd_limit_set(struct cli *c)
 {
     const struct limit_flags *lf = &c->lf;
-    if (!lf->rate && !lf->burst && !lf->algorithm && !lf->concurrency && !lf->ws)
+    if (!lf->rate && !lf->burst && !lf->algorithm && !lf->concurrency && !lf->ws && !lf->quota)
         return usage_error(c->cmd, "give the LIMIT-FLAGS to change");
     int64_t plan_id;
     struct limit_copy old;
@@ -1140,8 +1286,14 @@ static int cmd_limit_set(struct cli *c)
     struct catalog_limit l = old.l;
     bool rate_flags = lf->rate || lf->burst || lf->algorithm;
     switch (l.kind) {
+    case CATALOG_LIMIT_QUOTA:
+        if (rate_flags || lf->concurrency || lf->ws)
+            return fail("limit %" PRId64 " is a quota: give --quota", l.id);
+        l.amount = lf->quota_amount;
+        l.period = lf->quota_period;
+        break;
     case CATALOG_LIMIT_RATE:
-        if (lf->concurrency || lf->ws)
+        if (lf->concurrency || lf->ws || lf->quota)
             return fail("limit %" PRId64 " is a rate limit: give --rate, --burst or --algorithm", l.id);
         if (lf->rate) {
             l.amount = lf->rate_amount;
@@ -1153,12 +1305,12 @@ static int cmd_limit_set(struct cli *c)
             l.algorithm = lf->algorithm_value;
         break;
     case CATALOG_LIMIT_CONCURRENCY:
-        if (rate_flags || lf->ws)
+        if (rate_flags || lf->ws || lf->quota)
             return fail("limit %" PRId64 " is a concurrency limit: give --concurrency", l.id);
         l.amount = lf->concurrency_value;
         break;
     case CATALOG_LIMIT_WS_MESSAGES:
-        if (rate_flags || lf->concurrency)
+        if (rate_flags || lf->concurrency || lf->quota)
             return fail("limit %" PRId64 " is a ws-messages limit: give --ws-messages", l.id);
         l.amount = lf->ws_amount;
         l.window_ms = lf->ws_window_ms;
@@ -1304,8 +1456,14 @@ static int cmd_user_show(struct cli *c)
         return r == -ENOMEM ? fail("out of memory") : catalog_failed(c);
     }
     if (c->flag[FLAG_JSON]) {
-        json_t *keys = json_array();
+        json_t *keys = json_array(), *limits = json_array();
         struct key_view v = {.array = keys};
+        if (!limits || json_object_set_new(user, "limits", limits) ||
+            catalog_user_limit_each(c->cat, c->pos[0], collect_limit_json, limits)) {
+            json_decref(keys);
+            json_decref(user);
+            return fail("cannot list the user's limits: %s", catalog_errmsg(c->cat));
+        }
         if (!keys || json_object_set_new(user, "keys", keys) ||
             catalog_key_each(c->cat, c->pos[0], false, list_key, &v)) {
             json_decref(user);
@@ -1316,6 +1474,19 @@ static int cmd_user_show(struct cli *c)
     printf("user     %s\nplan     %s\ncreated  %s\n", json_string_value(json_object_get(user, "id")),
            json_string_value(json_object_get(user, "plan")), json_string_value(json_object_get(user, "created")));
     json_decref(user);
+    struct table own = {.ncols = 6};
+    table_row(&own, "LIMIT-ID", "KIND", "AMOUNT", "BURST", "ALGORITHM", "ROUTE");
+    if (catalog_user_limit_each(c->cat, c->pos[0], show_limit_row, &own)) {
+        table_print_free_silent(&own);
+        return catalog_failed(c);
+    }
+    if (own.nrows > 1) {
+        printf("own limits (each replaces the plan's of its kind on its route):\n");
+        table_print_free(&own);
+    } else {
+        table_print_free_silent(&own);
+        printf("limits   the plan's\n");
+    }
     struct table t = {.ncols = 4};
     struct key_view v = {.table = &t};
     table_row(&t, "KEY-ID", "LABEL", "CREATED", "REVOKED");
@@ -1339,6 +1510,96 @@ static int cmd_user_remove(struct cli *c)
     if (catalog_user_remove(c->cat, c->pos[0], &revoked))
         return catalog_failed(c);
     note(c, "user %s: removed; %" PRId64 " key%s revoked", c->pos[0], revoked, revoked == 1 ? "" : "s");
+    return 0;
+}
+
+/* ---- a user's own limits ---- */
+
+static int cmd_user_limit_add(struct cli *c)
+{
+    const struct limit_flags *lf = &c->lf;
+    const char *user = c->pos[0];
+    int r = check_user_id(c, user);
+    if (r)
+        return r;
+    if (!lf->rate && !lf->concurrency && !lf->ws && !lf->quota)
+        return usage_error(c->cmd, "give --rate, --concurrency, --ws-messages or --quota");
+    if ((lf->burst || lf->algorithm) && !lf->rate)
+        return usage_error(c->cmd, "--burst and --algorithm go with --rate");
+    if (catalog_user_find(c->cat, user, NULL))
+        return catalog_failed(c);
+    struct catalog_limit limits[MAX_FLAG_LIMITS];
+    int n = flag_limits(c, 0, true, limits);
+    char text[sizeof(c->note)] = "";
+    for (int i = 0; i < n; i++) {
+        limits[i].user_id = user;
+        if (catalog_limit_add(c->cat, &limits[i], &limits[i].id))
+            return catalog_failed(c);
+    }
+    char err[512];
+    if (tier_catalog_check_bounds(c->cat, err, sizeof(err)) != 0 ||
+        tier_catalog_check_costs(c->cat, err, sizeof(err)) != 0)   /* before the ids go out */
+        return fail("%s; nothing was changed", err);
+    for (int i = 0; i < n; i++) {
+        char one[CATALOG_PREFIX_MAX + 128];
+        printf("%" PRId64 "\n", limits[i].id);
+        describe_full(&limits[i], one, sizeof(one));
+        append(text, sizeof(text), "%s%" PRId64 " %s", i ? ", " : "", limits[i].id, one);
+    }
+    note(c, "user %s: added own limit%s %s", user, n == 1 ? "" : "s", text);
+    return 0;
+}
+
+static int cmd_user_limit_remove(struct cli *c)
+{
+    const char *user = c->pos[0];
+    int64_t limit_id;
+    int r = check_user_id(c, user);
+    if (r)
+        return r;
+    if (parse_int(c->pos[1], 1, INT64_MAX, &limit_id))
+        return usage_error(c->cmd, "invalid LIMIT-ID \"%s\"", c->pos[1]);
+    if (catalog_user_find(c->cat, user, NULL) || catalog_user_limit_remove(c->cat, user, limit_id))
+        return catalog_failed(c);
+    note(c, "user %s: removed own limit %" PRId64 "; the plan's limits of its kind apply again", user, limit_id);
+    return 0;
+}
+
+/* ---- costs ---- */
+
+static int cmd_cost_set(struct cli *c)
+{
+    int64_t plan_id, n, old = 0;
+    int r = parse_route(c, c->pos[1]);
+    if (r)
+        return r;
+    if (parse_int(c->pos[2], 1, CATALOG_MAX_COST, &n))
+        return usage_error(c->cmd, "invalid cost \"%s\" (a whole number, 1 to %d)", c->pos[2], CATALOG_MAX_COST);
+    if (catalog_plan_find(c->cat, c->pos[0], &plan_id, NULL))
+        return catalog_failed(c);
+    struct catalog_cost cost = {
+        .plan_id = plan_id, .route_method = c->route_method, .route_prefix = c->route_prefix, .cost = n,
+    };
+    if (catalog_cost_set(c->cat, &cost, &old))
+        return catalog_failed(c);
+    if (old)
+        note(c, "plan %s: cost on %s %s %" PRId64 " -> %" PRId64, c->pos[0], c->route_method, c->route_prefix,
+             old, n);
+    else
+        note(c, "plan %s: cost on %s %s 1 -> %" PRId64, c->pos[0], c->route_method, c->route_prefix, n);
+    return 0;
+}
+
+static int cmd_cost_remove(struct cli *c)
+{
+    int64_t plan_id;
+    int r = parse_route(c, c->pos[1]);
+    if (r)
+        return r;
+    if (catalog_plan_find(c->cat, c->pos[0], &plan_id, NULL) ||
+        catalog_cost_remove(c->cat, plan_id, c->route_method, c->route_prefix))
+        return catalog_failed(c);
+    note(c, "plan %s: cost on %s %s removed (requests there count 1)", c->pos[0], c->route_method, c->route_prefix);
     return 0;
 }
 
@@ -1527,6 +1788,256 @@ static int cmd_import(struct cli *c)
     return 0;
 }
 
+/* ---- usage ---- */
+
+/* Where the proxies keep their counts: [limits] of the proxy's INI file, or --redis. */
+struct store_config {
+    char store[16];                    /* "memory" or "redis" */
+    char redis[1024];
+    char key_prefix[128];
+    int64_t lease_ttl_ms;
+    bool seen_redis;
+};
+
+static int on_ini(void *ctx, const char *section, const char *name, const char *value)
+{
+    struct store_config *sc = ctx;
+    if (strcmp(section, "limits") != 0)
+        return 1;   /* the proxy checks the rest; here only [limits] matters */
+    if (strcmp(name, "store") == 0)
+        snprintf(sc->store, sizeof(sc->store), "%s", value);
+    else if (strcmp(name, "redis") == 0)
+        snprintf(sc->redis, sizeof(sc->redis), "%s", value), sc->seen_redis = true;
+    else if (strcmp(name, "key_prefix") == 0)
+        snprintf(sc->key_prefix, sizeof(sc->key_prefix), "%s", value);
+    else if (strcmp(name, "lease_ttl_ms") == 0 && parse_int(value, 1, INT64_MAX / 4, &sc->lease_ttl_ms) != 0)
+        return 0;
+    return 1;
+}
+
+/* The proxy's defaults, its INI file (--config, $TIERPROXY_CONFIG, the default path), its
+ * TIERPROXY_LIMITS_* variables, then --redis and --key-prefix, each over the one before. */
+static int read_store_config(struct cli *c, struct store_config *sc, char *where, size_t wherelen)
+{
+    *sc = (struct store_config){.store = "memory", .redis = "redis://127.0.0.1:6379/0",
+                                .key_prefix = "tierproxy:", .lease_ttl_ms = 30000};
+    const char *file = c->flag[FLAG_CONFIG];
+    if (!file && !c->flag[FLAG_REDIS]) {
+        const char *env = getenv("TIERPROXY_CONFIG");
+        file = env && env[0] ? env : USAGE_DEFAULT_CONFIG;
+    }
+    snprintf(where, wherelen, "%s", file ? file : "--redis");
+    if (file) {
+        int line = ini_parse(file, on_ini, sc);
+        if (line < 0)
+            return fail("cannot read %s: %s (give --config FILE, the proxy's, or --redis URL)", file, strerror(errno));
+        if (line > 0)
+            return fail("%s:%d: cannot read [limits] there", file, line);
+    }
+    const char *env;
+    if ((env = getenv("TIERPROXY_LIMITS_STORE")) && env[0])
+        snprintf(sc->store, sizeof(sc->store), "%s", env);
+    if ((env = getenv("TIERPROXY_LIMITS_REDIS")) && env[0])
+        snprintf(sc->redis, sizeof(sc->redis), "%s", env);
+    if ((env = getenv("TIERPROXY_LIMITS_KEY_PREFIX")))
+        snprintf(sc->key_prefix, sizeof(sc->key_prefix), "%s", env);
+    if (c->flag[FLAG_REDIS]) {
+        snprintf(sc->store, sizeof(sc->store), "redis");
+        snprintf(sc->redis, sizeof(sc->redis), "%s", c->flag[FLAG_REDIS]);
+    }
+    if (c->flag[FLAG_KEY_PREFIX])
+        snprintf(sc->key_prefix, sizeof(sc->key_prefix), "%s", c->flag[FLAG_KEY_PREFIX]);
+    if (strcmp(sc->store, "redis") != 0)
+        return fail("%s has [limits] store = %s: the counts live inside each tierproxy process, where tierctl"
+                    " cannot read them (usage needs store = redis; a proxy's RateLimit headers show its counts)",
+                    where, sc->store);
+    return 0;
+}
+
+struct peek_wait {
+    bool done;
+    struct limiter_result result;
+};
+
+static void on_peek(void *arg, const struct limiter_result *result)
+{
+    struct peek_wait *w = arg;
+    w->result = *result;
+    w->done = true;
+}
+
+/* Runs base's loop for up to ms, or until *flag. */
+static void run_loop_until(struct event_base *base, const bool *flag, bool (*ready)(const void *), const void *arg,
+                           int64_t ms)
+{
+    for (int64_t waited = 0; waited < ms; waited += 20) {
+        if ((flag && *flag) || (ready && ready(arg)))
+            return;
+        struct timeval tv = {0, 20000};
+        event_base_loopexit(base, &tv);
+        event_base_dispatch(base);
+    }
+}
+
+static bool limiter_ready(const void *arg)
+{
+    return limiter_available(arg);
+}
+
+/* One row of the report: the limit, its store rule, and its standing. */
+struct usage_row {
+    const struct tier_limit *limit;
+    struct limit_rule rule;
+    struct limit_verdict verdict;
+};
+
+static json_t *usage_row_json(const struct usage_row *u)
+{
+    const struct tier_limit *l = u->limit;
+    const char *kind = l->kind == TIER_LIMIT_QUOTA ? "quota" : l->kind == TIER_LIMIT_CONCURRENCY ? "concurrency" : "rate";
+    int64_t used = u->verdict.limit - u->verdict.remaining;
+    json_t *o = json_pack("{s:I, s:s, s:s, s:I, s:I, s:I, s:I, s:s}", "id", (json_int_t)l->id, "kind", kind, "name",
+                          l->name, "limit", (json_int_t)u->verdict.limit, "used", (json_int_t)(used < 0 ? 0 : used),
+                          "remaining", (json_int_t)u->verdict.remaining, "reset_s",
+                          (json_int_t)((u->verdict.reset_ms + 999) / 1000), "source", l->own ? "user" : "plan");
+    if (!o)
+        return NULL;
+    char text[64];
+    int bad = 0;
+    if (l->kind == TIER_LIMIT_QUOTA)
+        bad |= json_object_set_new(o, "period", json_string(limit_period_name(l->rule.period)));
+    else if (l->kind == TIER_LIMIT_RATE)
+        bad |= json_object_set_new(o, "window", json_string(limit_window_format(l->rule.window_ms, text, sizeof(text))));
+    bad |= json_object_set_new(o, "route", l->has_route ? json_sprintf("%s %s", l->route_method, l->route_prefix)
+                                                        : json_null());
+    if (bad) {
+        json_decref(o);
+        return NULL;
+    }
+    return o;
+}
+
+/* `usage USER`: every rate limit, quota and concurrency limit that applies to the user
+ * (the plan's, with the user's own in their place), peeked in the proxies' Redis the way a
+ * check would see it, with nothing recorded (limiter_peek). ws-messages limits count per
+ * connection inside a proxy and are not shown. */
+static int cmd_usage(struct cli *c)
+{
+    const char *user_id = c->pos[0];
+    int r = check_user_id(c, user_id);
+    if (r)
+        return r;
+    if (c->flag[FLAG_KEY_PREFIX] && !c->flag[FLAG_REDIS] && !c->flag[FLAG_CONFIG])
+        return usage_error(c->cmd, "--key-prefix goes with --redis");
+    char err[512], where[1024];
+    struct snapshot *snap = NULL;
+    if (snapshot_load(c->db_path, &snap, err, sizeof(err)))
+        return fail("%s", err);
+    const struct tier_user *user = snapshot_find_user(snap, user_id);
+    if (!user) {
+        snapshot_unref(snap);
+        return fail("no user \"%s\"", user_id);
+    }
+    struct store_config sc;
+    if ((r = read_store_config(c, &sc, where, sizeof(where))) != 0) {
+        snapshot_unref(snap);
+        return r;
+    }
+    const struct tier_plan *plan = tier_user_plan(user);
+    struct usage_row *rows = calloc(plan->n_limits + 1, sizeof(*rows));
+    size_t n = 0;
+    for (size_t i = 0; rows && i < plan->n_limits; i++) {
+        const struct tier_limit *l = &plan->limits[i];
+        if (l->kind == TIER_LIMIT_WS_MESSAGES)
+            continue;
+        rows[n].limit = l;
+        rows[n].rule = l->rule;
+        if (l->kind == TIER_LIMIT_CONCURRENCY)
+            rows[n].rule = (struct limit_rule){.id = l->id, .kind = LIMIT_CONCURRENCY, .rate = l->rule.rate,
+                                               .window_ms = sc.lease_ttl_ms};
+        n++;
+    }
+    struct event_base *base = rows ? event_base_new() : NULL;
+    struct redis_store_options opts = {
+        .url = sc.redis, .key_prefix = sc.key_prefix, .command_timeout_ms = 2000, .lease_ttl_ms = sc.lease_ttl_ms,
+    };
+    struct limiter *limiter = base ? limiter_redis_create(base, &opts, err, sizeof(err)) : NULL;
+    if (!rows || !base || !limiter) {
+        r = !rows || !base ? fail("out of memory") : fail("%s: %s", where, err);
+        goto out;
+    }
+    run_loop_until(base, NULL, limiter_ready, limiter, 3000);
+    if (!limiter_available(limiter)) {
+        r = fail("cannot reach the proxies' Redis (%s, from %s)", sc.redis, where);
+        goto out;
+    }
+    char subject[CATALOG_USER_ID_MAX + 8];
+    int len = snprintf(subject, sizeof(subject), "u:%s", user->id);   /* the proxies' subject */
+    for (size_t at = 0; at < n; at += LIMITER_MAX_RULES) {
+        size_t batch = n - at < LIMITER_MAX_RULES ? n - at : LIMITER_MAX_RULES;
+        struct limit_rule rules[LIMITER_MAX_RULES];
+        for (size_t k = 0; k < batch; k++)
+            rules[k] = rows[at + k].rule;
+        struct peek_wait w = {0};
+        if (limiter_peek(limiter, subject, (size_t)len, rules, batch, -1, on_peek, &w) != 0) {
+            r = fail("cannot ask the store about user \"%s\"", user->id);
+            goto out;
+        }
+        run_loop_until(base, &w.done, NULL, NULL, 5000);
+        if (!w.done || w.result.status != LIMITER_DECIDED) {
+            r = fail("the proxies' Redis (%s) did not answer", sc.redis);
+            goto out;
+        }
+        for (size_t k = 0; k < batch; k++)
+            rows[at + k].verdict = w.result.verdicts[k];
+    }
+    if (c->flag[FLAG_JSON]) {
+        json_t *doc = json_pack("{s:s, s:s, s:[]}", "user", user->id, "plan", plan->name, "limits");
+        json_t *arr = doc ? json_object_get(doc, "limits") : NULL;
+        for (size_t k = 0; arr && k < n; k++) {
+            json_t *o = usage_row_json(&rows[k]);
+            if (!o || json_array_append_new(arr, o)) {
+                json_decref(doc);
+                doc = arr = NULL;
+            }
+        }
+        r = print_json(doc);
+        goto out;
+    }
+    printf("user  %s\nplan  %s\n", user->id, plan->name);
+    struct table t = {.ncols = 7};
+    table_row(&t, "LIMIT-ID", "LIMIT", "USED", "REMAINING", "RESET-S", "ROUTE", "SOURCE");
+    for (size_t k = 0; k < n; k++) {
+        const struct usage_row *u = &rows[k];
+        const struct tier_limit *l = u->limit;
+        char id[32], what[96], used[32], remaining[32], reset[32], route[CATALOG_PREFIX_MAX + 32], num[64];
+        snprintf(id, sizeof(id), "%" PRId64, l->id);
+        if (l->kind == TIER_LIMIT_QUOTA)
+            snprintf(what, sizeof(what), "quota %s", limit_quota_format(l->rule.rate, l->rule.period, num, sizeof(num)));
+        else if (l->kind == TIER_LIMIT_CONCURRENCY)
+            snprintf(what, sizeof(what), "concurrency %" PRId64, l->rule.rate);
+        else
+            snprintf(what, sizeof(what), "rate %s%s", limit_rate_format(l->rule.rate, l->rule.window_ms, num, sizeof(num)),
+                     l->rule.burst ? " +burst" : "");
+        int64_t n_used = u->verdict.limit - u->verdict.remaining;
+        snprintf(used, sizeof(used), "%" PRId64, n_used < 0 ? 0 : n_used);
+        snprintf(remaining, sizeof(remaining), "%" PRId64, u->verdict.remaining);
+        snprintf(reset, sizeof(reset), "%" PRId64, (u->verdict.reset_ms + 999) / 1000);
+        snprintf(route, sizeof(route), "%s %s", l->route_method, l->has_route ? l->route_prefix : "");
+        table_row(&t, id, what, used, remaining, reset, l->has_route ? route : "-", l->own ? "user" : "plan");
+    }
+    table_print_free(&t);
+    r = fflush(stdout) != 0 ? fail("cannot write the output: %s", strerror(errno)) : 0;
+out:
+    if (limiter)
+        limiter_destroy(limiter);
+    if (base)
+        event_base_free(base);
+    free(rows);
+    snapshot_unref(snap);
+    return r;
+}
+
 /* ---- simulate ---- */
 
 /* Replays an access log (tiers/simulate.h). The catalog is read only for --plan or each
@@ -1629,7 +2140,8 @@ int main(int argc, char **argv)
     if (status == 0 && c.cmd->access != ACCESS_READ) {
         /* every change (limit add/set, plan set, import, ...) leaves no request meeting more
          * limits than the proxy checks at once (limit_bounds.h) */
-        if (tier_catalog_check_bounds(c.cat, err, sizeof(err)) != 0)
+        if (tier_catalog_check_bounds(c.cat, err, sizeof(err)) != 0 ||
+            tier_catalog_check_costs(c.cat, err, sizeof(err)) != 0)
             status = fail("%s; nothing was changed", err);
     }
     if (status == 0 && (fflush(stdout) != 0 || ferror(stdout)))

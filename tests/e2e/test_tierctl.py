@@ -225,7 +225,7 @@ def test_init_creates_default_plans(ctl):
     # WAL, so that tierctl and the proxies' readers do not block each other.
     with sqlite3.connect(str(ctl.db)) as db:
         assert db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
-        assert db.execute("PRAGMA user_version").fetchone()[0] == 1
+        assert db.execute("PRAGMA user_version").fetchone()[0] == 2   # 2: issue 13 (quotas, costs, ...)
 
 
 def test_init_is_idempotent_and_keeps_changes(ctl):
@@ -261,7 +261,7 @@ def test_plan_add_show_list(ctl):
     assert ctl.plan("bare")["limits"] == []
     # Text forms.
     listing = ctl("plan", "list").stdout
-    assert re.search(r"^gold\s+on\s+0\s+5000/h burst 10 token-bucket; concurrency 5; ws-messages 10/15s$",
+    assert re.search(r"^gold\s+on\s+5\s+0\s+5000/h burst 10 token-bucket; concurrency 5; ws-messages 10/15s$",
                      listing, re.M), listing
     show = ctl("plan", "show", "gold").stdout
     assert "token-bucket" in show and "5000/h" in show and "ws_messages" in show
@@ -491,7 +491,7 @@ def test_export_import_round_trip(ctl, tmp_path):
     make_rich_catalog(ctl)
     exported = ctl.export()
     doc = json.loads(exported)
-    assert doc["format"] == "tierproxy-catalog" and doc["version"] == 1
+    assert doc["format"] == "tierproxy-catalog" and doc["version"] == 2
     assert {"plans", "users", "api_keys", "last_ids"} <= set(doc)
     ctl("export", tmp_path / "out.json")
     assert (tmp_path / "out.json").read_text() == exported     # FILE and stdout agree
@@ -541,7 +541,7 @@ MALFORMED = [
     ("[]", None),
     ("{}", None),
     (None, (["format"], "something-else")),
-    (None, (["version"], 2)),
+    (None, (["version"], 3)),
     (None, (["extra"], 1)),
     (None, (["plans", 0, "name"], "bad name")),
     (None, (["plans", 1, "name"], "free")),                      # duplicate name

@@ -16,10 +16,22 @@
  *   plan "quiet": no limits
  *   plan "trial" (shadow): 1/s
  *   alice (pro): keys "alice-key-1", "alice-key-2", revoked "alice-old"
- *   bob (free): key "bob-key"; carol (quiet): "carol-key"; dave (trial): "dave-key" */
+ *   bob (free): key "bob-key"; carol (quiet): "carol-key"; dave (trial): "dave-key"
+ *   plan "metered" (priority 8): 100/min, quota 50/month, 3 concurrent, cost 10 on "POST /batch"
+ *   erin (metered): "erin-key"; frank (metered, own rate 500/min and own 40/min on
+ *   "POST /batch"): "frank-key" */
 static struct tmpdb db;
 static struct snapshot *snap;
 static int64_t plan_wide_limit, upload_limit, admin_limit, pro_concurrency;
+static int64_t metered_rate, metered_quota, metered_concurrency, frank_rate, frank_batch;
+
+static int64_t add_limit_full(struct catalog *cat, const struct catalog_limit *l)
+{
+    int64_t id = 0;
+    if (catalog_limit_add(cat, l, &id))
+        fail_msg("limit_add: %s", catalog_errmsg(cat));
+    return id;
+}
 
 static int setup(void **state)
 {
@@ -47,6 +59,23 @@ static int setup(void **state)
     add_key(cat, "bob", "bob-key");
     add_key(cat, "carol", "carol-key");
     add_key(cat, "dave", "dave-key");
+    int64_t metered = add_plan(cat, "metered");
+    assert_int_equal(catalog_plan_set_priority(cat, metered, 8), 0);
+    metered_rate = add_limit(cat, metered, 'r', 100, 60000, NULL, NULL);
+    metered_quota = add_limit_full(cat, &(struct catalog_limit){
+        .plan_id = metered, .kind = CATALOG_LIMIT_QUOTA, .amount = 50, .period = LIMIT_PERIOD_MONTH});
+    metered_concurrency = add_limit(cat, metered, 'c', 3, 0, NULL, NULL);
+    struct catalog_cost batch = {.plan_id = metered, .route_method = "POST", .route_prefix = "/batch", .cost = 10};
+    assert_int_equal(catalog_cost_set(cat, &batch, NULL), 0);
+    add_user(cat, "erin", metered);
+    add_user(cat, "frank", metered);
+    add_key(cat, "erin", "erin-key");
+    add_key(cat, "frank", "frank-key");
+    frank_rate = add_limit_full(cat, &(struct catalog_limit){
+        .user_id = "frank", .kind = CATALOG_LIMIT_RATE, .amount = 500, .window_ms = 60000});
+    frank_batch = add_limit_full(cat, &(struct catalog_limit){
+        .user_id = "frank", .kind = CATALOG_LIMIT_RATE, .amount = 40, .window_ms = 60000,
+        .route_method = "POST", .route_prefix = "/batch"});
     tmpdb_commit(cat);
     char err[256];
     if (snapshot_load(db.path, &snap, err, sizeof(err)) != 0)
@@ -441,6 +470,106 @@ static void test_verdicts(void **state)
     assert_false(out.lease_held);
 }
 
+/* ---- quotas, costs, users' own limits ---- */
+
+static const struct limit_rule *rule_of(const struct gate_check *c, int64_t id)
+{
+    for (size_t i = 0; i < c->n; i++)
+        if (c->rules[i].id == id)
+            return &c->rules[i];
+    return NULL;
+}
+
+/* Admits METHOD TARGET with "Authorization: Bearer <key>"; the field's value lives in
+ * bearer until the next call. */
+static void admit_as(struct fixture *f, const char *key, const char *method, const char *target,
+                     struct gate_admission *adm)
+{
+    static char bearer[64];
+    fixture_init(f, method, target, "192.0.2.1");
+    snprintf(bearer, sizeof(bearer), "Bearer %s", key);
+    add_field(f, "Authorization", bearer);
+    assert_int_equal(admit(f, adm), GATE_CHECK);
+}
+
+static void test_cost_applies_to_rate_and_quota_not_concurrency(void **state)
+{
+    (void)state;
+    struct fixture f;
+    struct gate_admission adm;
+    admit_as(&f, "erin-key", "POST", "/batch/lookup", &adm);
+    assert_int_equal(adm.check.n, 3);
+    assert_int_equal(limit_rule_cost(rule_of(&adm.check, metered_rate)), 10);
+    const struct limit_rule *quota = rule_of(&adm.check, metered_quota);
+    assert_non_null(quota);
+    assert_int_equal(quota->kind, LIMIT_QUOTA);
+    assert_int_equal(quota->period, LIMIT_PERIOD_MONTH);
+    assert_int_equal(quota->rate, 50);
+    assert_int_equal(limit_rule_cost(quota), 10);
+    const struct limit_rule *slots = rule_of(&adm.check, metered_concurrency);
+    assert_int_equal(slots->kind, LIMIT_CONCURRENCY);
+    assert_int_equal(limit_rule_cost(slots), 1);
+    assert_int_equal(adm.check.plan->priority, 8);
+    /* another method or path: cost 1 */
+    admit_as(&f, "erin-key", "GET", "/batch/lookup", &adm);
+    assert_int_equal(limit_rule_cost(rule_of(&adm.check, metered_rate)), 1);
+    assert_int_equal(limit_rule_cost(rule_of(&adm.check, metered_quota)), 1);
+}
+
+static void test_quota_refusal_is_quota_exceeded_until_the_period_ends(void **state)
+{
+    (void)state;
+    struct fixture f;
+    struct gate_admission adm;
+    admit_as(&f, "erin-key", "GET", "/x", &adm);
+    for (size_t i = 0; i < adm.check.n; i++)
+        if (adm.check.rules[i].id == metered_quota)
+            assert_string_equal(adm.check.checked[i]->name, "metered-month");   /* the ietf item's name */
+    struct limiter_result res = decided(false, adm.check.n);
+    const int64_t ten_days_ms = 10LL * 86400000 + 300;
+    for (size_t i = 0; i < adm.check.n; i++)
+        if (adm.check.rules[i].id == metered_quota)
+            res.verdicts[i] = (struct limit_verdict){ .allowed = false, .limit = 50, .remaining = 0, .reset_ms = ten_days_ms };
+    struct gate_outcome out;
+    gate_verdict(&adm.check, false, &res, &f.cfg, &out);
+    assert_int_equal(out.action, GATE_LIMITED);
+    assert_string_equal(out.error_code, "quota_exceeded");
+    assert_int_equal(out.retry_after_s, 10 * 86400 + 1);
+    assert_string_equal(out.limit_type_name, "quota");
+    assert_int_equal(out.limit_type, LIMIT_HIT_HTTP);   /* /metrics keeps SPEC's four types */
+    /* a rate limit refusing too: still the quota's code, the longest wait */
+    for (size_t i = 0; i < adm.check.n; i++)
+        if (adm.check.rules[i].id == metered_rate)
+            res.verdicts[i] = (struct limit_verdict){ .allowed = false, .limit = 100, .remaining = 0, .reset_ms = 2000 };
+    gate_verdict(&adm.check, false, &res, &f.cfg, &out);
+    assert_string_equal(out.error_code, "quota_exceeded");
+    assert_int_equal(out.retry_after_s, 10 * 86400 + 1);
+}
+
+static void test_user_limits_replace_the_plans_of_their_kind_and_route(void **state)
+{
+    (void)state;
+    struct fixture f;
+    struct gate_admission adm;
+    admit_as(&f, "frank-key", "GET", "/x", &adm);
+    assert_string_equal(adm.check.plan->name, "metered");
+    assert_string_equal(adm.check.user_id, "frank");
+    assert_null(rule_of(&adm.check, metered_rate));          /* replaced by frank's own rate */
+    assert_int_equal(rule_of(&adm.check, frank_rate)->rate, 500);
+    assert_non_null(rule_of(&adm.check, metered_quota));     /* other kinds stay the plan's */
+    assert_non_null(rule_of(&adm.check, metered_concurrency));
+    assert_null(rule_of(&adm.check, frank_batch));            /* a route limit, not this route */
+    /* on his route: his route limit joins, with the plan's cost */
+    admit_as(&f, "frank-key", "POST", "/batch", &adm);
+    assert_int_equal(rule_of(&adm.check, frank_batch)->rate, 40);
+    assert_int_equal(limit_rule_cost(rule_of(&adm.check, frank_batch)), 10);
+    assert_int_equal(limit_rule_cost(rule_of(&adm.check, frank_rate)), 10);
+    /* erin, on the same plan, keeps the plan's */
+    admit_as(&f, "erin-key", "GET", "/x", &adm);
+    assert_non_null(rule_of(&adm.check, metered_rate));
+    assert_null(rule_of(&adm.check, frank_rate));
+}
+
 static void test_shadow_plan_forwards(void **state)
 {
     (void)state;
@@ -689,6 +818,9 @@ int main(void)
         cmocka_unit_test(test_route_method_is_case_sensitive),
         cmocka_unit_test(test_verdicts),
         cmocka_unit_test(test_shadow_plan_forwards),
+        cmocka_unit_test(test_cost_applies_to_rate_and_quota_not_concurrency),
+        cmocka_unit_test(test_quota_refusal_is_quota_exceeded_until_the_period_ends),
+        cmocka_unit_test(test_user_limits_replace_the_plans_of_their_kind_and_route),
         cmocka_unit_test(test_upstream_drops_hop_by_hop_and_connection_named),
         cmocka_unit_test(test_upstream_key_stripped_unless_forward_key),
         cmocka_unit_test(test_upstream_x_tier_stripped_then_added),

@@ -103,6 +103,139 @@ static void test_migrate_empty_file(void **state)
     catalog_close(cat);
 }
 
+/* Schema 1 as 949c306 wrote it: one plan with limits 1 and 7 (7 removed), a user. */
+static const char schema_v1[] =
+    "CREATE TABLE plans (id INTEGER PRIMARY KEY AUTOINCREMENT, name TEXT NOT NULL UNIQUE,"
+    "  shadow INTEGER NOT NULL DEFAULT 0 CHECK (shadow IN (0, 1)));"
+    "CREATE TABLE limits (id INTEGER PRIMARY KEY AUTOINCREMENT,"
+    "  plan_id INTEGER NOT NULL REFERENCES plans(id) ON DELETE CASCADE,"
+    "  kind TEXT NOT NULL CHECK (kind IN ('rate', 'concurrency', 'ws_messages')),"
+    "  algorithm TEXT CHECK (algorithm IN ('sliding-log', 'sliding-window', 'token-bucket', 'fixed-window')),"
+    "  amount INTEGER NOT NULL CHECK (amount >= 1), window_ms INTEGER NOT NULL DEFAULT 0 CHECK (window_ms >= 0),"
+    "  burst INTEGER NOT NULL DEFAULT 0 CHECK (burst >= 0), route_method TEXT, route_prefix TEXT,"
+    "  CHECK ((route_method IS NULL) = (route_prefix IS NULL)));"
+    "CREATE INDEX limits_plan ON limits(plan_id);"
+    "CREATE TABLE users (id TEXT PRIMARY KEY NOT NULL, plan_id INTEGER NOT NULL REFERENCES plans(id),"
+    "  created TEXT NOT NULL);"
+    "CREATE TABLE api_keys (id INTEGER PRIMARY KEY AUTOINCREMENT, user_id TEXT NOT NULL,"
+    "  hash BLOB NOT NULL UNIQUE CHECK (length(hash) = 32), label TEXT NOT NULL DEFAULT '',"
+    "  created TEXT NOT NULL, revoked TEXT);"
+    "INSERT INTO plans (id, name) VALUES (1, 'old');"
+    "INSERT INTO limits (id, plan_id, kind, algorithm, amount, window_ms) VALUES (1, 1, 'rate', 'sliding-log', 2, 60000);"
+    "INSERT INTO limits (id, plan_id, kind, algorithm, amount, window_ms) VALUES (7, 1, 'rate', 'sliding-log', 9, 1000);"
+    "INSERT INTO limits (id, plan_id, kind, amount, route_method, route_prefix) VALUES (3, 1, 'concurrency', 4, 'GET', '/v1');"
+    "DELETE FROM limits WHERE id = 7;"
+    "INSERT INTO users (id, plan_id, created) VALUES ('olduser', 1, '2026-01-01T00:00:00Z');"
+    "PRAGMA user_version = 1;";
+
+static int count_limit(void *ctx, const struct catalog_limit *l)
+{
+    (void)l;
+    (*(int *)ctx)++;
+    return 0;
+}
+
+static int get_priority(void *ctx, const struct catalog_plan *plan)
+{
+    *(int *)ctx = plan->priority;
+    return 0;
+}
+
+/* A schema 1 file is read as it is (priority 5, nothing new) and migrated by the first
+ * writer with its rows, routes and id high-water mark kept. */
+static void test_schema_1_read_then_migrated(void **state)
+{
+    struct tmpdb *t = *state;
+    char err[256];
+    struct catalog *cat = NULL;
+    sql_exec(t->path, schema_v1);
+    assert_int_equal(catalog_open(t->path, CATALOG_READ_ONLY, &cat, err, sizeof(err)), 0);
+    assert_int_equal(catalog_begin(cat, false), 0);
+    int priority = -1, n = 0;
+    assert_int_equal(catalog_plan_each(cat, get_priority, &priority), 0);
+    assert_int_equal(priority, CATALOG_PRIORITY_DEFAULT);
+    assert_int_equal(catalog_limit_each(cat, 0, count_limit, &n), 0);
+    assert_int_equal(n, 2);
+    n = 0;
+    assert_int_equal(catalog_user_limit_each(cat, NULL, count_limit, &n), 0);
+    assert_int_equal(n, 0);
+    catalog_close(cat);
+    assert_int_equal(sql_int(t->path, "PRAGMA user_version"), 1);   /* a reader changes nothing */
+
+    assert_int_equal(catalog_open(t->path, CATALOG_READ_WRITE, &cat, err, sizeof(err)), 0);
+    assert_int_equal(catalog_begin(cat, true), 0);
+    int64_t next = add_limit(cat, 1, 'r', 5, 1000, NULL, NULL);
+    assert_true(next > 7);   /* ids are never reused across the rebuild */
+    assert_int_equal(catalog_commit(cat), 0);
+    catalog_close(cat);
+    assert_int_equal(sql_int(t->path, "PRAGMA user_version"), CATALOG_SCHEMA_VERSION);
+    assert_int_equal(sql_int(t->path, "SELECT count(*) FROM limits WHERE id = 3 AND route_prefix = '/v1'"), 1);
+    assert_int_equal(sql_int(t->path, "SELECT priority FROM plans WHERE id = 1"), 5);
+}
+
+static int sum_costs(void *ctx, const struct catalog_cost *cost)
+{
+    *(int64_t *)ctx += cost->cost;
+    return 0;
+}
+
+/* Costs: set replaces, remove refuses what is not there, they go with their plan. Users'
+ * own limits: in the limits' id sequence, never in catalog_limit_each, gone with the user. */
+static void test_costs_and_user_limits(void **state)
+{
+    struct tmpdb *t = *state;
+    struct catalog *cat = tmpdb_begin(t);
+    int64_t plan = add_plan(cat, "metered");
+    struct catalog_cost cost = {.plan_id = plan, .route_method = "POST", .route_prefix = "/batch", .cost = 10};
+    int64_t old = -1, sum = 0;
+    assert_int_equal(catalog_cost_set(cat, &cost, &old), 0);
+    assert_int_equal(old, 0);
+    cost.cost = 20;
+    assert_int_equal(catalog_cost_set(cat, &cost, &old), 0);
+    assert_int_equal(old, 10);
+    assert_int_equal(catalog_cost_each(cat, plan, sum_costs, &sum), 0);
+    assert_int_equal(sum, 20);
+    cost.cost = 0;
+    assert_int_equal(catalog_cost_set(cat, &cost, NULL), CATALOG_INVALID);
+    assert_int_equal(catalog_cost_remove(cat, plan, "GET", "/batch"), CATALOG_NOT_FOUND);
+    assert_int_equal(catalog_plan_set_priority(cat, plan, 10), CATALOG_INVALID);
+    assert_int_equal(catalog_plan_set_priority(cat, plan, 0), 0);
+
+    add_user(cat, "alice", plan);
+    struct catalog_limit own = {.user_id = "alice", .kind = CATALOG_LIMIT_QUOTA, .amount = 100,
+                                .period = LIMIT_PERIOD_WEEK};
+    int64_t own_id = 0, plan_limit = add_limit(cat, plan, 'r', 50, 1000, NULL, NULL);
+    assert_int_equal(catalog_limit_add(cat, &own, &own_id), 0);
+    assert_true(own_id > plan_limit);
+    struct catalog_limit nobody = own;
+    nobody.user_id = "bob";
+    assert_int_equal(catalog_limit_add(cat, &nobody, NULL), CATALOG_NOT_FOUND);
+    struct catalog_limit both = own;
+    both.plan_id = plan;
+    assert_int_equal(catalog_limit_add(cat, &both, NULL), CATALOG_INVALID);
+    struct catalog_limit no_period = own;
+    no_period.period = LIMIT_PERIOD_NONE;
+    assert_int_equal(catalog_limit_add(cat, &no_period, NULL), CATALOG_INVALID);
+    int n = 0;
+    assert_int_equal(catalog_limit_each(cat, 0, count_limit, &n), 0);
+    assert_int_equal(n, 1);
+    n = 0;
+    assert_int_equal(catalog_user_limit_each(cat, "alice", count_limit, &n), 0);
+    assert_int_equal(n, 1);
+    assert_int_equal(catalog_user_limit_remove(cat, "alice", plan_limit), CATALOG_NOT_FOUND);
+    int64_t revoked = 0;
+    assert_int_equal(catalog_user_remove(cat, "alice", &revoked), 0);
+    n = 0;
+    assert_int_equal(catalog_user_limit_each(cat, NULL, count_limit, &n), 0);
+    assert_int_equal(n, 0);
+    assert_int_equal(catalog_limit_remove(cat, plan, plan_limit), 0);
+    assert_int_equal(catalog_plan_remove(cat, plan), 0);
+    sum = 0;
+    assert_int_equal(catalog_cost_each(cat, 0, sum_costs, &sum), 0);
+    assert_int_equal(sum, 0);
+    tmpdb_commit(cat);
+}
+
 static void test_migration_rolls_back_with_the_command(void **state)
 {
     struct tmpdb *t = *state;
@@ -373,6 +506,8 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_migrate_empty_file, setup, teardown),
         cmocka_unit_test_setup_teardown(test_migration_rolls_back_with_the_command, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_schema_1_read_then_migrated, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_costs_and_user_limits, setup, teardown),
         cmocka_unit_test_setup_teardown(test_missing_file, setup, teardown),
         cmocka_unit_test_setup_teardown(test_newer_schema_refused, setup, teardown),
         cmocka_unit_test_setup_teardown(test_foreign_database_refused, setup, teardown),

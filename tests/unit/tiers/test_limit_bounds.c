@@ -78,9 +78,31 @@ static void test_catalog_and_snapshot_refuse_17(void **state)
     tmpdb_remove(&db);
 }
 
+/* A cost meets a limit it can share a request with; a longer cost prefix covering the
+ * limit's whole route takes the shorter one's place there. */
+static void test_cost_meets_limit(void **state)
+{
+    (void)state;
+    struct tier_cost_ref costs[] = {
+        {"*", "/api", 5}, {"POST", "/api/cheap", 1}, {"GET", "/other", 3},
+    };
+    const size_t n = sizeof(costs) / sizeof(costs[0]);
+    assert_true(tier_cost_meets_limit(&costs[0], costs, n, NULL, NULL));            /* plan-wide */
+    assert_true(tier_cost_meets_limit(&costs[0], costs, n, "*", "/api/x"));         /* under it */
+    assert_true(tier_cost_meets_limit(&costs[0], costs, n, "GET", "/"));            /* over it */
+    assert_false(tier_cost_meets_limit(&costs[0], costs, n, "*", "/elsewhere"));   /* disjoint */
+    assert_false(tier_cost_meets_limit(&costs[2], costs, n, "POST", "/other"));    /* methods differ */
+    /* POST /api/cheap/... costs 1, not 5 */
+    assert_false(tier_cost_meets_limit(&costs[0], costs, n, "POST", "/api/cheap/x"));
+    /* but GET /api/cheap/... still costs 5 */
+    assert_true(tier_cost_meets_limit(&costs[0], costs, n, "GET", "/api/cheap/x"));
+    assert_true(tier_cost_meets_limit(&costs[0], costs, n, "*", "/api/cheap"));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_cost_meets_limit),
         cmocka_unit_test(test_prefixes_no_request_can_match),
         cmocka_unit_test(test_worst_rules),
         cmocka_unit_test(test_catalog_and_snapshot_refuse_17),
