@@ -112,3 +112,33 @@ size_t limiter_lease_count(const struct limiter *limiter);
 
 /* True while the store answers (for /health). */
 bool limiter_available(const struct limiter *limiter);
+
+/* What a check the store could not decide becomes, per kind of rule (rate rules, and
+ * concurrency rules): passed on as LIMITER_UNAVAILABLE for the caller to forward (open)
+ * or refuse (closed), or decided by a local limiter (local). */
+enum limiter_store_error {
+    LIMITER_STORE_ERROR_CLOSED = 0,
+    LIMITER_STORE_ERROR_OPEN = 1,
+    LIMITER_STORE_ERROR_LOCAL = 2,
+};
+
+struct local_fallback_options {
+    enum limiter_store_error rate;          /* [limits] on_store_error */
+    enum limiter_store_error concurrency;   /* [limits] concurrency_on_store_error */
+    double share;                           /* local_share, 0 < share <= 1 */
+};
+
+/* A limiter that asks `primary` (Redis) and, when primary answers LIMITER_UNAVAILABLE,
+ * decides the rules whose kind is LIMITER_STORE_ERROR_LOCAL with `local` (a memory limiter,
+ * over one memory_store per process) on scaled rules: rate, burst and concurrency times
+ * share (floored, rate and concurrency at least 1). A local concurrency rule also counts
+ * the leases this limiter still holds in primary for the same subject and rule. Such a
+ * result has local = true; rules left to open get an allowed verdict of their full limit;
+ * a closed rule (or no local rule) passes LIMITER_UNAVAILABLE on. Takes ownership of both
+ * (destroyed with it); NULL (both destroyed) on allocation failure. Releases go to
+ * whichever limiter holds the lease. With no local kind the check is primary's, no copy. */
+struct limiter *limiter_local_fallback_create(struct limiter *primary, struct limiter *local,
+                                              const struct local_fallback_options *options);
+
+/* Changes the options (a reload), on the limiter's thread. A no-op for other limiters. */
+void limiter_local_fallback_set(struct limiter *limiter, const struct local_fallback_options *options);

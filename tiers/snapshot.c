@@ -149,6 +149,7 @@ static int on_plan(void *ctx, const struct catalog_plan *plan)
         return -ENOMEM;
     p->id = plan->id;
     p->shadow = plan->shadow;
+    p->priority = TIER_PRIORITY_DEFAULT;   /* the catalog's priority: loaded with i13-tiers' column */
     return 0;
 }
 
