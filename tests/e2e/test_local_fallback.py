@@ -135,6 +135,43 @@ def test_lease_released_during_outage_does_not_count_after(catalog, proxies, red
     assert logged and logged[-1]["decision"] == "allowed", logged
 
 
+def test_local_slots_while_redis_is_down(catalog, proxies, redis_factory):
+    """Concurrency 1, Redis killed: a slot taken in Redis before the outage still counts
+    locally while its request runs (a second request is refused 429); a slot taken locally
+    is given back locally when its request ends (the next request is admitted)."""
+    catalog.plan("one", "--rate", "1000/min", "--concurrency", "1")
+    key = catalog.user_key("one")[1]
+    up_key = key
+    rd = redis_factory()
+    p = proxies.start(catalog, store="redis", redis=rd, proxy={"workers": 1})
+    assert p.get("/warm", key=key).status == 200
+    got = {}
+
+    def slow(name, ms):
+        got[name] = p.get("/slow/%d" % ms, key=up_key, timeout=30)
+    before = threading.Thread(target=slow, args=("before", 1500))
+    before.start()
+    time.sleep(0.4)   # its slot is held in Redis
+    rd.stop()
+    r = p.get("/during", key=key)
+    assert r.status == 429, r   # the Redis-held slot counts in the local decision
+    assert r.json()["error_code"] == "concurrency_limit_exceeded", r
+    before.join(30)
+    assert got["before"].status == 200, got["before"]
+    # a local slot: taken, refused to a second request, given back at the end
+    local = threading.Thread(target=slow, args=("local", 800))
+    local.start()
+    time.sleep(0.3)
+    r = p.get("/during", key=key)
+    assert r.status == 429, r
+    local.join(30)
+    assert got["local"].status == 200, got["local"]
+    r = p.get("/during", key=key)
+    assert r.status == 200 and r.header("RateLimit-Limit") in ("1", "1000"), r
+    logged = [ln for ln in p.access_log_lines() if ln.get("path") in ("/during", "/slow/800")]
+    assert logged and all(ln["decision"] == "local" for ln in logged), logged
+
+
 def test_local_share_scales_each_limit(catalog, proxies, redis_factory):
     """local_share = 0.3: a 10/min user gets 3 per proxy while Redis is down; a
     concurrency-1 limit stays at least 1."""
@@ -182,3 +219,22 @@ def test_bad_store_error_mode_names_the_three_words(proxies, catalog, tmp_path):
     rc, out, path, line = check_with(proxies, catalog, tmp_path, "limits", "on_store_error", "maybe")
     assert rc == 1 and "%s:%d" % (path, line) in out, out
     assert "local" in out, out
+
+
+def test_redis_up_one_evalsha_per_request_with_local_default(catalog, proxies, redis_factory):
+    """The fallback costs Redis nothing while it answers: with the defaults (local), each
+    request of a plan with a rate and a concurrency limit is one EVALSHA."""
+    from test_redis_usage import evalsha_calls
+    catalog.plan("wide", "--rate", "100000/min", "--concurrency", "50")
+    wide_key = catalog.user_key("wide")[1]
+    rd = redis_factory()
+    p = proxies.start(catalog, store="redis", redis=rd)
+    assert p.get("/warm", key=wide_key).status == 200
+    before = evalsha_calls(rd)
+    c = p.client()
+    for _ in range(200):
+        r = c.get("/hot", key=wide_key)
+        assert r.status == 200 and r.header("RateLimit-Limit") is not None, r
+    c.close()
+    assert evalsha_calls(rd) - before == 200
+    assert all(ln["decision"] == "allowed" for ln in p.access_log_lines() if ln.get("path") == "/hot")
