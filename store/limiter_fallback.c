@@ -192,9 +192,16 @@ static int fallback_check(struct limiter *limiter, const char *subject, size_t s
 {
     struct fallback_limiter *fl = (struct fallback_limiter *)limiter;
     uint32_t concurrency = 0;
-    for (size_t i = 0; i < n; i++)
-        if (rules[i].kind == LIMIT_CONCURRENCY)
-            concurrency |= (uint32_t)1 << i;
+    for (size_t i = 0; i < n; i++) {
+        if (rules[i].kind != LIMIT_CONCURRENCY)
+            continue;
+        concurrency |= (uint32_t)1 << i;
+        /* limiter.c looked in this limiter's own (empty) table: a lease id its parts hold
+           already is refused as it would be by either alone */
+        if (lease_table_find(&fl->primary->leases, subject, subject_len, rules[i].id, lease_id, lease_id_len) ||
+            lease_table_find(&fl->local->leases, subject, subject_len, rules[i].id, lease_id, lease_id_len))
+            return -EINVAL;
+    }
     if (!any_local(&fl->options))
         return limiter_check_checked(fl->primary, subject, subject_len, rules, n, now_ms, lease_id, lease_id_len,
                                      concurrency, done, arg);

@@ -108,6 +108,8 @@ def test_lease_released_during_outage_does_not_count_after(catalog, proxies, red
     rd = redis_factory()
     p = proxies.start(catalog, store="redis", redis=rd, key_prefix="ll%d:" % rd.port,
                       proxy={"workers": 1})
+    # on Redis from the start (a loaded machine may take a while to connect)
+    assert wait_until(lambda: p.admin("/health").status == 200, 10)
     assert p.get("/warm", key=key).status == 200
     held = {}
 
@@ -118,7 +120,7 @@ def test_lease_released_during_outage_does_not_count_after(catalog, proxies, red
     # the slot is taken in Redis (the upstream has the request)
     assert wait_until(lambda: rd.cmd("KEYS", "ll%d:*" % rd.port) and
                       any(rd.cmd("ZCARD", k) for k in rd.cmd("KEYS", "ll%d:*" % rd.port)
-                          if rd.cmd("TYPE", k) == "zset"), 5)
+                          if rd.cmd("TYPE", k) == "zset"), 10), "the slot is not in Redis"
     rd.pause()
     # a request on the hung connection finds it dead (the command timeout); from then on
     # the store is down for this proxy
