@@ -69,28 +69,42 @@ def test_redis_down_defaults_enforce_locally_per_proxy(catalog, proxies, redis_f
         rd.resume()
 
 
-def test_enforcement_back_on_redis_within_a_second(catalog, proxies, redis_factory):
-    """Redis killed, then restarted (empty) on its port: one second after it answers
-    again, the user's count is fleet-wide again: exactly 10 of 12 requests spread over
-    both proxies are admitted (local counting would admit none: each proxy's local count
-    is used up)."""
+@pytest.mark.parametrize("outage", ["killed", "frozen"])
+def test_enforcement_back_on_redis_within_a_second(catalog, proxies, redis_factory, outage):
+    """Redis killed and restarted (empty) on its port, or frozen and thawed: one second
+    after it answers again, counts are fleet-wide again. Killed: the user of the outage gets
+    exactly 10 of 12 requests spread over both proxies (local counting would admit none:
+    each proxy's local count is used up). Both: a user new after the return gets exactly 10
+    of 12 (local counting would admit all 12: 6 per proxy)."""
     key = ten_per_minute_user(catalog)
+    _, fresh_key = catalog.user_key("ten")
     rd = redis_factory()
     a = proxies.start(catalog, store="redis", redis=rd, key_prefix="lb%d:" % rd.port)
     b = proxies.start(catalog, store="redis", redis=rd, key_prefix="lb%d:" % rd.port)
+    for p in (a, b):
+        assert wait_until(lambda: p.admin("/health").status == 200, 10)
     assert a.get("/before", key=key).status == 200
-    rd.stop()
+    if outage == "killed":
+        rd.stop()
+    else:
+        rd.pause()
     for p in (a, b):
         rs = statuses(p, key, 11)
         assert [r.status for r in rs].count(200) == 10, [r.status for r in rs]
-    redis_factory(port=rd.port)   # returns once it answers PING
+    if outage == "killed":
+        redis_factory(port=rd.port)   # returns once it answers PING
+    else:
+        rd.resume()
+        assert rd.cmd("PING") == "PONG"
     time.sleep(1.0)
-    rs = []
-    for i in range(12):
-        rs.append((a if i % 2 == 0 else b).get("/after", key=key))
-    got = [r.status for r in rs]
-    assert all(s in (200, 429) for s in got), got
-    assert got.count(200) == 10, got
+
+    def spread(k):
+        return [(a if i % 2 == 0 else b).get("/after", key=k).status for i in range(12)]
+    users = [key, fresh_key] if outage == "killed" else [fresh_key]
+    for k in users:
+        got = spread(k)
+        assert all(s in (200, 429) for s in got), got
+        assert got.count(200) == 10, got
     logged = [ln for ln in a.access_log_lines() + b.access_log_lines() if ln.get("path") == "/after"]
     assert all(ln["decision"] in ("allowed", "rejected") for ln in logged), \
         sorted({ln["decision"] for ln in logged})
