@@ -795,6 +795,16 @@ static void on_check_reply(redisAsyncContext *ac, void *r, void *privdata)
         return;
 
     struct limiter_result res;
+    if (reply == NULL && p->lease != NULL) {
+        /* Sent, never answered (timed out, or the connection went): Redis may still have
+           recorded the leases (a frozen Redis runs what it had read once it thaws). The
+           check counts as failed and holds nothing here, so they are taken back: the ZREMs
+           go first on the next connection. (Should Redis run the old connection's check
+           after them, the lease ends at its TTL, as before.) */
+        for (size_t i = 0; i < p->lease->n; i++)
+            send_zrem(rl, p->lease->subject, p->lease->subject_len, p->lease->rule_id[i], p->lease->id,
+                      p->lease->id_len);
+    }
     if (reply == NULL || parse_reply(reply, p->n, &res) != 0)
         limiter_result_unavailable(&res, p->n);
     else if (res.allowed && p->lease != NULL && track(rl, p->lease) != 0)

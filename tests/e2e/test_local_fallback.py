@@ -151,6 +151,31 @@ def test_lease_released_during_outage_does_not_count_after(catalog, proxies, red
     assert logged and logged[-1]["decision"] == "allowed", logged
 
 
+def test_check_cut_by_the_timeout_leaves_no_slot_in_redis(catalog, proxies, redis_factory):
+    """Concurrency 1, Redis frozen: the request whose check meets the hung connection waits
+    the command timeout, is then decided locally (200) and ends during the outage. Redis,
+    thawed, runs the check it had read and records its slot; the proxy takes it back when it
+    is on Redis again, so the user's next request is admitted (not refused for 30 s)."""
+    catalog.plan("one", "--rate", "1000/min", "--concurrency", "1")
+    key = catalog.user_key("one")[1]
+    rd = redis_factory()
+    p = proxies.start(catalog, store="redis", redis=rd, proxy={"workers": 1})
+    assert wait_until(lambda: p.admin("/health").status == 200, 10)
+    assert p.get("/warm", key=key).status == 200
+    rd.pause()
+    r = p.get("/slow/300", key=key, timeout=30)   # its check is cut at 500 ms, then local
+    assert r.status == 200, r
+    logged = wait_until(lambda: [ln for ln in p.access_log_lines() if ln.get("path") == "/slow/300"], 5)
+    assert logged and logged[-1]["decision"] == "local", logged
+    rd.resume()
+    assert wait_until(lambda: p.admin("/health").status == 200, 5), "the proxy never saw Redis back"
+    time.sleep(1.0)
+    r = p.get("/after", key=key)
+    assert r.status == 200, r
+    logged = wait_until(lambda: [ln for ln in p.access_log_lines() if ln.get("path") == "/after"], 5)
+    assert logged and logged[-1]["decision"] == "allowed", logged
+
+
 def test_local_slots_while_redis_is_down(catalog, proxies, redis_factory):
     """Concurrency 1, Redis killed: a slot taken in Redis before the outage still counts
     locally while its request runs (a second request is refused 429); a slot taken locally
