@@ -79,14 +79,17 @@ int limiter_check(struct limiter *limiter, const char *subject, size_t subject_l
  * missing, empty, over 64 bytes, or already held by this limiter for one of the rules;
  * ignored when no rule is a concurrency rule. limiter_check with a concurrency rule is
  * -EINVAL. Redis: the leases are tracked when the allowed reply arrives; a check that ends
- * LIMITER_UNAVAILABLE holds nothing (should Redis have recorded it, it ends at its TTL). */
+ * LIMITER_UNAVAILABLE holds nothing (should Redis have recorded it, a ZREM of it is sent
+ * first thing when Redis is back; failing that it ends at its TTL). */
 int limiter_check_leased(struct limiter *limiter, const char *subject, size_t subject_len,
                          const struct limit_rule *rules, size_t n, int64_t now_ms, const char *lease_id,
                          limiter_done_fn *done, void *arg);
 
 /* Gives back the leases an allowed limiter_check_leased took (rules and lease_id as
  * passed to it; rules that are not concurrency rules are ignored). Fire and forget: when
- * the store cannot be told, the lease stops counting at its TTL. */
+ * Redis cannot be told now, it is told first thing when it is back (a bounded number held
+ * back; past that, or if this limiter is destroyed first, the lease stops counting at its
+ * TTL). */
 void limiter_release(struct limiter *limiter, const char *subject, size_t subject_len,
                      const struct limit_rule *rules, size_t n, const char *lease_id);
 

@@ -18,7 +18,11 @@
  * Redis recorded anyway ends at its TTL). A timer every lease_ttl_ms / 3 sends renew.lua
  * once with every lease held (RENEW_BATCH leases per call at most), skipped while the
  * connection is not READY and sent again as soon as it is. limiter_release sends one ZREM
- * per lease, fire and forget; limiter_release_all sends renew.lua in "release" mode.
+ * per lease, fire and forget; one that cannot be sent (not READY) or whose connection goes
+ * before Redis answers is held back (up to MAX_DEFERRED_RELEASES) and sent first when the
+ * connection is READY again, as are ZREMs for the leases of a leased check that was sent
+ * and never answered (Redis may have recorded them). limiter_release_all sends renew.lua in
+ * "release" mode.
  * limiter_destroy sends nothing: the leases it held stop counting at their TTL, as those
  * of a proxy that crashed.
  *
