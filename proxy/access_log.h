@@ -18,7 +18,9 @@ struct access_entry {
     const char *user;            /* NULL when unauthenticated */
     const char *plan;
     const char *decision;        /* "allowed", "rejected", "shadow", "exempt", "unauthenticated",
-                                    "store_unavailable", "error" */
+                                    "store_unavailable", "local" (the local fallback
+                                    decided, store away), "shed" (upstream_saturated),
+                                    "error" */
     bool has_limit;
     int64_t limit, remaining;
     const char *limit_type;      /* for a rejection: "http", "concurrency", ... */

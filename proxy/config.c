@@ -40,6 +40,7 @@ enum dtype {
     D_REDIS_URL,  /* char *, redis://... or unix://... */
     D_ACCESS_LOG, /* char *: stdout -> "-", off -> NULL, else a path */
     D_STYLES,     /* unsigned: a set of HEADERS_* bits from "draft, ietf" (header_styles_parse) */
+    D_SHARE,      /* double, a share: 0 < x <= 1 */
 };
 
 /* D_STRING and D_HOSTPORT: an empty value means NULL (off). Without it, empty is an error. */
@@ -79,12 +80,15 @@ struct config_origin {
 };
 
 _Static_assert(sizeof(enum store_kind) == sizeof(int), "D_ENUM writes an int");
+_Static_assert(sizeof(enum limiter_store_error) == sizeof(int), "D_ENUM writes an int");
 
 static const struct word bool_words[] = {
     {"yes", 1}, {"no", 0}, {"true", 1}, {"false", 0}, {"on", 1}, {"off", 0},
     {"1", 1},   {"0", 0},  {NULL, 0},
 };
-static const struct word open_closed_words[] = {{"open", 1}, {"closed", 0}, {NULL, 0}};
+static const struct word store_error_words[] = {
+    {"open", LIMITER_STORE_ERROR_OPEN}, {"closed", LIMITER_STORE_ERROR_CLOSED}, {"local", LIMITER_STORE_ERROR_LOCAL},
+    {NULL, 0}};
 static const struct word path_case_words[] = {{"insensitive", 1}, {"sensitive", 0}, {NULL, 0}};
 static const struct word underscore_words[] = {{"forward", 1}, {"drop", 0}, {NULL, 0}};
 static const struct word store_words[] = {
@@ -111,6 +115,8 @@ static const struct directive directives[] = {
      NULL, 0, "30000", NULL, NULL},
     {"proxy", "websocket_idle_timeout_ms", D_INT64, OFF(websocket_idle_timeout_ms), 0, 0, MAX_TIMEOUT_MS,
      NULL, 0, "3600000", NULL, NULL},
+    {"proxy", "upstream_max_inflight", D_INT64, OFF(upstream_max_inflight), 0, 0, INT64_C(1000000000), NULL, 0,
+     "0", NULL, NULL},
     {"proxy", "max_body_bytes", D_INT64, OFF(max_body_bytes), 0, 0, INT64_C(1) << 40, NULL, 0,
      "10485760", NULL, NULL},
     {"proxy", "trusted_proxies", D_CIDRS, OFF(trusted_proxies), OFF(n_trusted_proxies), 0, 0,
@@ -139,10 +145,12 @@ static const struct directive directives[] = {
      "redis://[:password@]host:port/db or unix:///path"},
     {"limits", "key_prefix", D_STRING, OFF(key_prefix), 0, 0, 0, NULL, F_EMPTY_OK | F_RESTART,
      "tierproxy:", NULL, "a key prefix"},
-    {"limits", "on_store_error", D_BOOL, OFF(rate_fail_open), 0, 0, 0, open_closed_words, 0,
-     "open", NULL, "open or closed"},
-    {"limits", "concurrency_on_store_error", D_BOOL, OFF(concurrency_fail_open), 0, 0, 0,
-     open_closed_words, 0, "closed", NULL, "open or closed"},
+    {"limits", "on_store_error", D_ENUM, OFF(rate_on_store_error), 0, 0, 0, store_error_words, 0,
+     "local", NULL, "open, closed or local"},
+    {"limits", "concurrency_on_store_error", D_ENUM, OFF(concurrency_on_store_error), 0, 0, 0,
+     store_error_words, 0, "local", NULL, "open, closed or local"},
+    {"limits", "local_share", D_SHARE, OFF(local_share), 0, 0, 0, NULL, 0, "1.0", NULL,
+     "a number greater than 0 and at most 1"},
     {"limits", "lease_ttl_ms", D_INT64, OFF(lease_ttl_ms), 0, 1, MAX_TIMEOUT_MS, NULL, F_RESTART,
      "30000", NULL, NULL},
     {"limits", "memory_max_subjects", D_INT64, OFF(memory_max_subjects), 0, 1, INT64_C(1000000000), NULL,
@@ -559,6 +567,22 @@ static int directive_set(const struct directive *d, struct proxy_config *cfg, co
             r = replace_string(field, v);
         }
         break;
+    case D_SHARE: {
+        /* strtod takes "nan", "inf" and hex; a share is plain decimal digits */
+        bool plain = *v != '\0';
+        for (const char *c = v; *c != '\0'; c++)
+            plain = plain && (isdigit((unsigned char)*c) || *c == '.');
+        char *end = NULL;
+        errno = 0;
+        double x = plain ? strtod(v, &end) : 0.0;
+        if (!plain || errno != 0 || end == v || *end != '\0' || !(x > 0.0 && x <= 1.0)) {
+            why_got(why, whylen, d->expect, v);
+            break;
+        }
+        *(double *)field = x;
+        r = 0;
+        break;
+    }
     case D_STYLES: {
         unsigned styles;
         if (header_styles_parse(v, &styles, why, whylen) == 0) {
@@ -1208,6 +1232,10 @@ void config_keep_restart_only(struct proxy_config *running, struct proxy_config 
             differs = *(bool *)a != *(bool *)b;
             SWAP(bool, a, b);
             break;
+        case D_SHARE:
+            differs = *(double *)a != *(double *)b;
+            SWAP(double, a, b);
+            break;
         default: /* lists are all reloadable */
             continue;
         }
@@ -1247,6 +1275,7 @@ void config_free(struct proxy_config *cfg)
         case D_BOOL:
         case D_ENUM:
         case D_STYLES:
+        case D_SHARE:
             break;
         }
     }

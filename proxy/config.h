@@ -7,6 +7,7 @@
 
 #include "proxy/netaddr.h"
 #include "proxy/ratelimit_headers.h"
+#include "store/limiter.h"
 
 enum store_kind { STORE_MEMORY = 0, STORE_REDIS };
 
@@ -23,6 +24,7 @@ struct proxy_config {
     int64_t upstream_timeout_ms;
     int64_t websocket_idle_timeout_ms; /* a tunnel with no frames either way this long closes; 0 = never */
     int64_t max_body_bytes;
+    int64_t upstream_max_inflight; /* requests in flight to the upstream per process; 0 = no cap */
     struct cidr *trusted_proxies;
     size_t n_trusted_proxies;
     char **exempt_paths;
@@ -43,8 +45,9 @@ struct proxy_config {
     enum store_kind store;
     char *redis_url;
     char *key_prefix;
-    bool rate_fail_open;           /* on_store_error = open */
-    bool concurrency_fail_open;    /* concurrency_on_store_error = open */
+    enum limiter_store_error rate_on_store_error;        /* on_store_error: open | closed | local */
+    enum limiter_store_error concurrency_on_store_error; /* concurrency_on_store_error */
+    double local_share;            /* the share of each limit one proxy admits alone in local mode */
     int64_t lease_ttl_ms;
     int64_t memory_max_subjects;   /* store = memory: subjects held before the LRU one is evicted */
     unsigned headers;              /* HEADERS_* bits; 0 = off */

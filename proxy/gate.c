@@ -166,7 +166,9 @@ void gate_verdict(const struct gate_check *check, bool websocket, const struct l
         bool has_rate = false;
         for (size_t i = 0; i < check->n; i++)
             has_rate |= check->rules[i].kind != LIMIT_CONCURRENCY;
-        bool open = (!has_rate || cfg->rate_fail_open) && (!check->has_concurrency || cfg->concurrency_fail_open);
+        /* a kind left "local" here had nothing to decide it with (the fallback failed): open */
+        bool open = (!has_rate || cfg->rate_on_store_error != LIMITER_STORE_ERROR_CLOSED) &&
+                    (!check->has_concurrency || cfg->concurrency_on_store_error != LIMITER_STORE_ERROR_CLOSED);
         if (open) {
             out->action = GATE_FORWARD;
         } else {
@@ -175,9 +177,13 @@ void gate_verdict(const struct gate_check *check, bool websocket, const struct l
         }
         return;
     }
+    /* decided by this proxy alone while the store was away: logged as "local", counted as a
+       store error, answered (headers, 429) from the local state */
+    out->local = result->local;
+    out->store_error = result->local;
     if (result->allowed) {
         out->action = GATE_FORWARD;
-        out->decision = "allowed";
+        out->decision = result->local ? "local" : "allowed";
         out->lease_held = check->has_concurrency;
         return;
     }
@@ -204,7 +210,7 @@ void gate_verdict(const struct gate_check *check, bool websocket, const struct l
         return;
     }
     out->action = GATE_LIMITED;
-    out->decision = "rejected";
+    out->decision = result->local ? "local" : "rejected";
     /* Over a quota, the period's end is what the client waits for (Retry-After: the
        longest wait of every refusing limit) */
     out->error_code = quota_rejected ? "quota_exceeded" : rate_rejected ? "rate_limit_exceeded"

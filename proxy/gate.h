@@ -87,8 +87,9 @@ enum gate_outcome_action {
 
 struct gate_outcome {
     enum gate_outcome_action action;
-    const char *decision;      /* "allowed", "shadow", "rejected", "store_unavailable" */
-    bool store_error;          /* the store did not decide */
+    const char *decision;      /* "allowed", "shadow", "rejected", "store_unavailable", "local" */
+    bool store_error;          /* the store did not decide (or the local fallback did) */
+    bool local;                /* decided by the local fallback: the verdict stands */
     bool lease_held;           /* concurrency slots were taken and must be given back */
     bool over_limit;           /* some limit refused (a shadow plan forwards anyway) */
     enum limit_hit_kind limit_type;   /* when over_limit: what refused */
@@ -102,7 +103,8 @@ struct gate_outcome {
 
 /* Step 2, once the store answered (or failed: result->status != LIMITER_DECIDED): the
  * outcome of check for a request (websocket: a handshake). on_store_error comes from
- * cfg (rate_fail_open, concurrency_fail_open). */
+ * cfg (rate_on_store_error, concurrency_on_store_error): closed refuses, open and local
+ * forward (a local decision comes as a decided result with result->local). */
 void gate_verdict(const struct gate_check *check, bool websocket, const struct limiter_result *result,
                   const struct proxy_config *cfg, struct gate_outcome *out);
 

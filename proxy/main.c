@@ -22,6 +22,7 @@
 #include "proxy/config.h"
 #include "proxy/log_throttle.h"
 #include "proxy/netaddr.h"
+#include "proxy/upstream_cap.h"
 #include "proxy/upstream_tls.h"
 #include "proxy/worker.h"
 #include "store/clock.h"
@@ -202,6 +203,7 @@ static int serve(struct proxy_config *cfg, int argc, char **argv, char **envp)
     struct log_throttle *rejection_warnings = NULL;
     struct admin *admin = NULL;
     struct limiter **limiters = NULL;
+    static struct upstream_cap upstream_cap;   /* every worker's; outlives them */
     struct metrics **metrics = NULL;
     int started = 0;
 
@@ -223,7 +225,9 @@ static int serve(struct proxy_config *cfg, int argc, char **argv, char **envp)
         fprintf(stderr, "tierproxy: catalog %s: %s\n", cfg->db, err);
         goto out;
     }
-    if (cfg->store == STORE_MEMORY && (memory = memory_store_create()) == NULL) {
+    upstream_cap_set(&upstream_cap, cfg->upstream_max_inflight);
+    /* with redis too: the local fallback (on_store_error = local) counts in it */
+    if ((memory = memory_store_create()) == NULL) {
         fprintf(stderr, "tierproxy: out of memory\n");
         goto out;
     }
@@ -239,6 +243,7 @@ static int serve(struct proxy_config *cfg, int argc, char **argv, char **envp)
         .cfg = cfg,
         .catalog = catalog,
         .memory = memory,
+        .upstream_cap = &upstream_cap,
         .access_log = access_log,
         .rejection_warnings = rejection_warnings,
         .log_warnings = strcmp(cfg->log_level, "error") != 0,
@@ -304,6 +309,7 @@ static int serve(struct proxy_config *cfg, int argc, char **argv, char **envp)
                 sd_notify(0, "READY=1");
                 continue;
             }
+            upstream_cap_set(&upstream_cap, fresh->upstream_max_inflight);
             sem_t switched;
             sem_init(&switched, 0, 0);
             for (int i = 0; i < started; i++)

@@ -22,6 +22,9 @@ static const double bucket_bounds[] = { 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.02
 /* The limit_type label of each enum limit_hit_kind. */
 static const char *const hit_kind_labels[] = { "http", "concurrency", "ws_connection", "ws_message" };
 #define N_HIT_KINDS 4
+/* A request shed for the upstream's sake (upstream_max_inflight): kept in the hits table
+ * under this kind, rendered as tierproxy_upstream_shed_total{plan}. */
+#define SHED_KIND N_HIT_KINDS
 
 struct histogram {
     uint64_t buckets[N_BUCKETS]; /* not cumulative; summed up when rendered */
@@ -44,6 +47,7 @@ struct metrics {
     size_t n_hits;
     uint64_t other_requests[MAX_CODE + 1];   /* by code: pairs past MAX_SERIES */
     uint64_t other_hits[N_HIT_KINDS];        /* by hit kind: pairs past MAX_SERIES */
+    uint64_t other_sheds;                    /* sheds past MAX_SERIES */
     uint64_t store_errors;
     struct histogram store, upstream;
     int64_t connections, websockets;
@@ -102,6 +106,14 @@ void metrics_count_limit_hit(struct metrics *m, enum limit_hit_kind kind, const 
     unsigned k = (unsigned)kind < N_HIT_KINDS ? (unsigned)kind : 0;
     if (!bump(m->hits, &m->n_hits, plan, 0, k))
         m->other_hits[k]++;
+    pthread_mutex_unlock(&m->lock);
+}
+
+void metrics_count_shed(struct metrics *m, const char *plan)
+{
+    pthread_mutex_lock(&m->lock);
+    if (!bump(m->hits, &m->n_hits, plan, 0, SHED_KIND))
+        m->other_sheds++;
     pthread_mutex_unlock(&m->lock);
 }
 
@@ -255,6 +267,7 @@ char *metrics_render(struct metrics *const *all, size_t n)
             sum->other_requests[c] += m->other_requests[c];
         for (size_t k = 0; k < N_HIT_KINDS; k++)
             sum->other_hits[k] += m->other_hits[k];
+        sum->other_sheds += m->other_sheds;
         sum->store_errors += m->store_errors;
         for (size_t b = 0; b < N_BUCKETS; b++) {
             sum->store.buckets[b] += m->store.buckets[b];
@@ -285,6 +298,8 @@ char *metrics_render(struct metrics *const *all, size_t n)
     text_printf(&t, "# HELP tierproxy_rate_limit_hits_total Requests and connections refused by a limit.\n"
                     "# TYPE tierproxy_rate_limit_hits_total counter\n");
     for (size_t i = 0; i < n_hits; i++) {
+        if (hits[i].hit_kind == SHED_KIND)
+            continue;
         label_value(plan, sizeof(plan), hits[i].plan);
         unsigned kind = hits[i].hit_kind < N_HIT_KINDS ? hits[i].hit_kind : 0;
         text_printf(&t, "tierproxy_rate_limit_hits_total{limit_type=\"%s\",plan=\"%s\"} %llu\n",
@@ -294,6 +309,17 @@ char *metrics_render(struct metrics *const *all, size_t n)
         if (sum->other_hits[k] > 0)
             text_printf(&t, "tierproxy_rate_limit_hits_total{limit_type=\"%s\",plan=\"" OTHER_PLAN "\"} %llu\n",
                         hit_kind_labels[k], (unsigned long long)sum->other_hits[k]);
+    text_printf(&t, "# HELP tierproxy_upstream_shed_total Requests refused 503 upstream_saturated "
+                    "(upstream_max_inflight), by plan.\n# TYPE tierproxy_upstream_shed_total counter\n");
+    for (size_t i = 0; i < n_hits; i++) {
+        if (hits[i].hit_kind != SHED_KIND)
+            continue;
+        label_value(plan, sizeof(plan), hits[i].plan);
+        text_printf(&t, "tierproxy_upstream_shed_total{plan=\"%s\"} %llu\n", plan, (unsigned long long)hits[i].value);
+    }
+    if (sum->other_sheds > 0)
+        text_printf(&t, "tierproxy_upstream_shed_total{plan=\"" OTHER_PLAN "\"} %llu\n",
+                    (unsigned long long)sum->other_sheds);
     text_printf(&t, "# HELP tierproxy_store_errors_total Limiter store calls that failed or found it down.\n"
                     "# TYPE tierproxy_store_errors_total counter\ntierproxy_store_errors_total %llu\n",
                 (unsigned long long)sum->store_errors);

@@ -21,6 +21,8 @@ void metrics_destroy(struct metrics *m);
 void metrics_count_request(struct metrics *m, const char *plan, unsigned code);
 void metrics_count_limit_hit(struct metrics *m, enum limit_hit_kind kind, const char *plan);
 void metrics_count_store_error(struct metrics *m);
+/* A request refused 503 upstream_saturated (upstream_max_inflight); plan NULL: exempt. */
+void metrics_count_shed(struct metrics *m, const char *plan);
 void metrics_observe_store(struct metrics *m, int64_t ns);
 void metrics_observe_upstream(struct metrics *m, int64_t ns);
 void metrics_add_connections(struct metrics *m, int delta);

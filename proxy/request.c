@@ -24,6 +24,7 @@
 #include "proxy/raw_response.h"
 #include "proxy/respond.h"
 #include "proxy/scratch.h"
+#include "proxy/upstream_cap.h"
 #include "proxy/websocket.h"
 #include "store/clock.h"
 #include "store/limiter.h"
@@ -110,6 +111,7 @@ struct request {
     bool response_made;           /* the upstream's answer became the response */
 
     /* the upstream side */
+    bool upstream_place;          /* counted in ctx->upstream_cap (upstream_max_inflight) */
     bool forwarded;               /* up was started (forward.c's) */
     struct upstream up;
     struct ws_tunnel *ws;         /* a WebSocket handshake's tunnel (websocket.c's) */
@@ -274,12 +276,23 @@ static void request_release_slots(struct request *r)
     limiter_release(r->ctx->limiter, r->gate.subject, strlen(r->gate.subject), r->gate.rules, r->gate.n, r->lease_id);
 }
 
+/* Gives back r's place among the requests in flight to the upstream (idempotent): once
+ * the upstream's answer is in, or the request will not go (refused, client gone). */
+static void give_upstream_place(struct request *r)
+{
+    if (!r->upstream_place)
+        return;
+    r->upstream_place = false;
+    upstream_cap_give(r->ctx->upstream_cap);
+}
+
 static void request_unref(struct request *r)
 {
     if (--r->refs > 0)
         return;
     struct request_context *ctx = r->ctx;
     request_release_slots(r);
+    give_upstream_place(r);
     evtimer_del(&r->close_watch_delay);
     if (r->close_watch != NULL)
         event_free(r->close_watch);
@@ -527,6 +540,7 @@ static void on_upstream_progress(void *owner)
 static void on_upstream_finished(void *owner)
 {
     struct request *r = owner;
+    give_upstream_place(r);
     if (!r->mhd_done)
         request_release_then(r, finish_client_side);
 }
@@ -629,6 +643,7 @@ static void respond_from_upstream(struct request *r)
 static void on_ws_answer(void *owner, unsigned status, struct MHD_Response *resp, uint64_t body_bytes)
 {
     struct request *r = owner;
+    give_upstream_place(r);
     r->bytes_sent = body_bytes;
     add_ratelimit_headers(r, resp);
     r->stashed = resp;
@@ -639,6 +654,7 @@ static void on_ws_answer(void *owner, unsigned status, struct MHD_Response *resp
 static void on_ws_fail(void *owner, unsigned status, const char *error_code)
 {
     struct request *r = owner;
+    give_upstream_place(r);
     r->stashed = respond_error(error_code, &r->bytes_sent);
     r->stashed_status = status;
     request_release_then(r, deliver_stashed);
@@ -647,6 +663,7 @@ static void on_ws_fail(void *owner, unsigned status, const char *error_code)
 static void on_ws_switching(void *owner, struct MHD_Response *resp)
 {
     struct request *r = owner;
+    give_upstream_place(r);   /* the handshake is answered; an open tunnel is not in flight */
     add_ratelimit_headers(r, resp);
     r->refs++; /* the tunnel's, until on_ws_closed */
     request_set_pending(r, MHD_HTTP_SWITCHING_PROTOCOLS, resp);
@@ -727,9 +744,9 @@ static void apply_verdict(struct request *r, const struct limiter_result *result
     struct gate_outcome out;
     gate_verdict(&r->gate, r->ws_upgrade, result, ctx->cfg, &out);
     r->decision = out.decision;
-    if (out.store_error) {
+    if (out.store_error)
         metrics_count_store_error(ctx->metrics);
-    } else {
+    if (!out.store_error || out.local) {
         r->verdict = *result;
         r->have_verdict = true;
         r->lease_held = out.lease_held;
@@ -747,9 +764,11 @@ static void apply_verdict(struct request *r, const struct limiter_result *result
         admit(r);
         break;
     case GATE_UNAVAILABLE:
+        give_upstream_place(r);
         request_set_pending(r, MHD_HTTP_SERVICE_UNAVAILABLE, respond_error(out.error_code, &r->bytes_sent));
         break;
     case GATE_LIMITED: {
+        give_upstream_place(r);
         struct MHD_Response *resp = respond_limited(out.error_code, out.retry_after_s, &r->bytes_sent);
         add_ratelimit_headers(r, resp);
         request_set_pending(r, MHD_HTTP_TOO_MANY_REQUESTS, resp);
@@ -794,6 +813,25 @@ static bool parse_target(struct request *r)
     return out != NULL && request_target_parse(r->method, r->raw_uri, raw_len, out, size, &r->target) == 0;
 }
 
+/* upstream_max_inflight: takes r's place among the requests in flight to the upstream, at
+ * head time (so a shed request is answered before its body is read, with Connection: close,
+ * and the upstream never sees more than the cap). False when it is shed: 503
+ * upstream_saturated with Retry-After: 1 is then queued. Taken before the store is asked, so
+ * a shed request counts against no limit; given back if the store refuses it. */
+static bool take_upstream_place(struct request *r, const struct tier_plan *plan, enum MHD_Result *queued)
+{
+    int priority = plan != NULL ? plan->priority : UPSTREAM_PRIORITY_DEFAULT;
+    if (upstream_cap_take(r->ctx->upstream_cap, priority, &r->upstream_place))
+        return true;
+    r->decision = "shed";
+    metrics_count_shed(r->ctx->metrics, plan != NULL ? plan->name : NULL);
+    struct MHD_Response *resp = respond_error("upstream_saturated", &r->bytes_sent);
+    if (resp != NULL)
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_RETRY_AFTER, "1");
+    *queued = queue_now(r, MHD_HTTP_SERVICE_UNAVAILABLE, resp);
+    return false;
+}
+
 /* The head is in, no body byte read: the gate authenticates and picks the limits, the
  * store checks them. A refusal is queued on this first call, so MHD sends it with
  * Connection: close and never reads the body; an admitted request goes on to PHASE_BODY.
@@ -815,10 +853,14 @@ static enum MHD_Result admit_or_refuse_head(struct request *r, size_t n_fields)
     struct snapshot *snap = request_context_snapshot(ctx);
     struct gate_admission adm;
     switch (gate_admit(&model, snap, &adm)) {
-    case GATE_EXEMPT:
+    case GATE_EXEMPT: {
+        enum MHD_Result queued;
+        if (!take_upstream_place(r, NULL, &queued))
+            return queued;
         r->decision = "exempt";
         r->admitted = true;
         return after_decision(r);
+    }
     case GATE_REFUSE: {
         r->decision = adm.refusal.decision;
         struct MHD_Response *resp = respond_error(adm.refusal.error_code, &r->bytes_sent);
@@ -834,6 +876,9 @@ static enum MHD_Result admit_or_refuse_head(struct request *r, size_t n_fields)
     r->gate = adm.check;
     r->plan = r->gate.plan;
     r->user_id = r->gate.user_id;
+    enum MHD_Result queued;
+    if (!take_upstream_place(r, r->plan, &queued))
+        return queued;
     if (adm.action == GATE_UNLIMITED) {
         r->decision = "allowed";
         r->admitted = true;

@@ -13,6 +13,7 @@
 struct event_base;
 struct proxy_config;
 struct limiter;
+struct upstream_cap;
 struct metrics;
 struct forwarder;
 struct ws_context;
@@ -28,6 +29,7 @@ struct request_context {
     struct event_base *base;
     const struct proxy_config *cfg;    /* replaced on a reload, between callbacks */
     struct limiter *limiter;
+    struct upstream_cap *upstream_cap; /* upstream_max_inflight: the process's count */
     struct metrics *metrics;
     struct forwarder *forwarder;
     struct ws_context *ws;

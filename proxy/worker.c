@@ -260,11 +260,20 @@ static void on_stop(evutil_socket_t fd, short what, void *arg)
     on_drain_timer(-1, 0, w);
 }
 
+static struct local_fallback_options local_fallback_of(const struct proxy_config *cfg)
+{
+    return (struct local_fallback_options){ .rate = cfg->rate_on_store_error,
+                                            .concurrency = cfg->concurrency_on_store_error,
+                                            .share = cfg->local_share };
+}
+
 static void on_reload(evutil_socket_t fd, short what, void *arg)
 {
     struct worker *w = arg;
     w->cfg = w->next_cfg;
     w->requests.cfg = w->cfg;
+    struct local_fallback_options fallback = local_fallback_of(w->cfg);
+    limiter_local_fallback_set(w->limiter, &fallback);
     forwarder_set_config(w->forwarder, w->cfg);
     char resolve_err[256] = "";
     if (ws_context_reload(w->ws, w->cfg, resolve_err, sizeof(resolve_err)) == 0 && resolve_err[0] != '\0' &&
@@ -430,6 +439,13 @@ int worker_init(struct worker *w, int index, const struct proxy_shared *shared, 
             .lease_ttl_ms = cfg->lease_ttl_ms,
         };
         w->limiter = limiter_redis_create(w->base, &opts, err, errlen);
+        if (w->limiter != NULL) {
+            /* on_store_error = local: the process's memory store decides while Redis is away */
+            struct local_fallback_options fallback = local_fallback_of(cfg);
+            w->limiter = limiter_local_fallback_create(w->limiter, limiter_memory_create(shared->memory), &fallback);
+            if (w->limiter == NULL)
+                snprintf(err, errlen, "out of memory");
+        }
     } else {
         w->limiter = limiter_memory_create(shared->memory);
         if (w->limiter == NULL)
@@ -442,6 +458,7 @@ int worker_init(struct worker *w, int index, const struct proxy_shared *shared, 
     rc->base = w->base;
     rc->cfg = cfg;
     rc->limiter = w->limiter;
+    rc->upstream_cap = shared->upstream_cap;
     rc->metrics = w->metrics;
     rc->forwarder = w->forwarder;
     rc->ws = w->ws;

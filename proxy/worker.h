@@ -30,12 +30,14 @@ struct ws_context;
 struct access_log;
 struct log_throttle;
 struct pool_trim;
+struct upstream_cap;
 
 /* What every worker shares, owned by main. */
 struct proxy_shared {
     const struct proxy_config *cfg;
     struct snapshot_watch *catalog;
-    struct memory_store *memory;     /* NULL with the redis store */
+    struct memory_store *memory;     /* the memory store; with redis, the local fallback's */
+    struct upstream_cap *upstream_cap; /* [proxy] upstream_max_inflight, one count per process */
     struct access_log *access_log;   /* NULL when off */
     struct log_throttle *rejection_warnings; /* one line per user and limit per 10 s */
     char instance_id[24];            /* names this process's concurrency leases */

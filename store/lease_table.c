@@ -121,6 +121,12 @@ struct lease *lease_table_find(const struct lease_table *t, const char *subject,
     return find_in(t, g, lease_hash(gh, id, id_len), id, id_len);
 }
 
+size_t lease_table_group_count(const struct lease_table *t, const char *subject, size_t subject_len, int64_t rule_id)
+{
+    const struct lease_group *g = find_group(t, group_hash(subject, subject_len, rule_id), subject, subject_len, rule_id);
+    return g != NULL ? g->nleases : 0;
+}
+
 static int ensure_buckets(struct lease_table *t)
 {
     if (t->ngbuckets == 0) {

@@ -60,6 +60,9 @@ int lease_table_add(struct lease_table *t, const char *subject, size_t subject_l
 struct lease *lease_table_find(const struct lease_table *t, const char *subject, size_t subject_len,
                                int64_t rule_id, const char *id, size_t id_len);
 
+/* Leases held for (subject, rule id): one group's count, 0 when none. */
+size_t lease_table_group_count(const struct lease_table *t, const char *subject, size_t subject_len, int64_t rule_id);
+
 /* Removes and frees a lease (and its group when that becomes empty). */
 void lease_table_remove(struct lease_table *t, struct lease *l);
 

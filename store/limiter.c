@@ -80,8 +80,17 @@ int limiter_check_leased(struct limiter *limiter, const char *subject, size_t su
                 lease_table_find(&limiter->leases, subject, subject_len, rules[i].id, lease_id, id_len) != NULL)
                 return -EINVAL;
     }
-    /* An explicit clock (tests) always asks the store. */
-    struct denial_cache *denials = now_ms < 0 && subject_len <= DENIAL_CACHE_SUBJECT_MAX ? denials_of(limiter) : NULL;
+    return limiter_check_checked(limiter, subject, subject_len, rules, n, now_ms, lease_id, id_len, concurrency, done,
+                                 arg);
+}
+
+int limiter_check_checked(struct limiter *limiter, const char *subject, size_t subject_len,
+                          const struct limit_rule *rules, size_t n, int64_t now_ms, const char *lease_id,
+                          size_t id_len, uint32_t concurrency, limiter_done_fn *done, void *arg)
+{
+    /* An explicit clock (tests) always asks the store; a composite's parts keep their own. */
+    struct denial_cache *denials = now_ms < 0 && subject_len <= DENIAL_CACHE_SUBJECT_MAX && !limiter->ops->composite
+                                       ? denials_of(limiter) : NULL;
     if (denials == NULL)
         return limiter->ops->check(limiter, subject, subject_len, rules, n, now_ms, lease_id, id_len, done, arg);
     uint64_t key = denial_cache_key(subject, subject_len, rules, n);
@@ -95,8 +104,8 @@ int limiter_check_leased(struct limiter *limiter, const char *subject, size_t su
         denial_cache_ask(denials, key, subject, subject_len, concurrency, asked_ms, done, arg);
     if (asked == NULL)
         return -ENOMEM;
-    r = limiter->ops->check(limiter, subject, subject_len, rules, n, now_ms, lease_id, id_len, denial_cache_answer,
-                            asked);
+    int r = limiter->ops->check(limiter, subject, subject_len, rules, n, now_ms, lease_id, id_len, denial_cache_answer,
+                                asked);
     if (r != 0)
         denial_cache_drop(asked);
     return r;
@@ -121,6 +130,10 @@ void limiter_release(struct limiter *limiter, const char *subject, size_t subjec
     size_t id_len = strnlen(lease_id, LEASE_ID_MAX + 1);
     if (id_len == 0 || id_len > LEASE_ID_MAX)
         return;
+    if (limiter->ops->release_request != NULL) {
+        limiter->ops->release_request(limiter, subject, subject_len, rules, n, lease_id);
+        return;
+    }
     for (size_t i = 0; i < n; i++) {
         if (rules[i].kind != LIMIT_CONCURRENCY)
             continue;
@@ -162,7 +175,11 @@ void limiter_release_all(struct limiter *limiter, void (*done)(void *arg), void 
 
 size_t limiter_lease_count(const struct limiter *limiter)
 {
-    return limiter != NULL ? lease_table_count(&limiter->leases) : 0;
+    if (limiter == NULL)
+        return 0;
+    if (limiter->ops->lease_count != NULL)
+        return limiter->ops->lease_count(limiter);
+    return lease_table_count(&limiter->leases);
 }
 
 void limiter_destroy(struct limiter *limiter)

@@ -93,14 +93,17 @@ int limiter_peek(struct limiter *limiter, const char *subject, size_t subject_le
  * missing, empty, over 64 bytes, or already held by this limiter for one of the rules;
  * ignored when no rule is a concurrency rule. limiter_check with a concurrency rule is
  * -EINVAL. Redis: the leases are tracked when the allowed reply arrives; a check that ends
- * LIMITER_UNAVAILABLE holds nothing (should Redis have recorded it, it ends at its TTL). */
+ * LIMITER_UNAVAILABLE holds nothing (should Redis have recorded it, a ZREM of it is sent
+ * first thing when Redis is back; failing that it ends at its TTL). */
 int limiter_check_leased(struct limiter *limiter, const char *subject, size_t subject_len,
                          const struct limit_rule *rules, size_t n, int64_t now_ms, const char *lease_id,
                          limiter_done_fn *done, void *arg);
 
 /* Gives back the leases an allowed limiter_check_leased took (rules and lease_id as
  * passed to it; rules that are not concurrency rules are ignored). Fire and forget: when
- * the store cannot be told, the lease stops counting at its TTL. */
+ * Redis cannot be told now, it is told first thing when it is back (a bounded number held
+ * back; past that, or if this limiter is destroyed first, the lease stops counting at its
+ * TTL). */
 void limiter_release(struct limiter *limiter, const char *subject, size_t subject_len,
                      const struct limit_rule *rules, size_t n, const char *lease_id);
 
@@ -126,3 +129,33 @@ size_t limiter_lease_count(const struct limiter *limiter);
 
 /* True while the store answers (for /health). */
 bool limiter_available(const struct limiter *limiter);
+
+/* What a check the store could not decide becomes, per kind of rule (rate rules, and
+ * concurrency rules): passed on as LIMITER_UNAVAILABLE for the caller to forward (open)
+ * or refuse (closed), or decided by a local limiter (local). */
+enum limiter_store_error {
+    LIMITER_STORE_ERROR_CLOSED = 0,
+    LIMITER_STORE_ERROR_OPEN = 1,
+    LIMITER_STORE_ERROR_LOCAL = 2,
+};
+
+struct local_fallback_options {
+    enum limiter_store_error rate;          /* [limits] on_store_error */
+    enum limiter_store_error concurrency;   /* [limits] concurrency_on_store_error */
+    double share;                           /* local_share, 0 < share <= 1 */
+};
+
+/* A limiter that asks `primary` (Redis) and, when primary answers LIMITER_UNAVAILABLE,
+ * decides the rules whose kind is LIMITER_STORE_ERROR_LOCAL with `local` (a memory limiter,
+ * over one memory_store per process) on scaled rules: rate, burst and concurrency times
+ * share (floored, rate and concurrency at least 1). A local concurrency rule also counts
+ * the leases this limiter still holds in primary for the same subject and rule. Such a
+ * result has local = true; rules left to open get an allowed verdict of their full limit;
+ * a closed rule (or no local rule) passes LIMITER_UNAVAILABLE on. Takes ownership of both
+ * (destroyed with it); NULL (both destroyed) on allocation failure. Releases go to
+ * whichever limiter holds the lease. With no local kind the check is primary's, no copy. */
+struct limiter *limiter_local_fallback_create(struct limiter *primary, struct limiter *local,
+                                              const struct local_fallback_options *options);
+
+/* Changes the options (a reload), on the limiter's thread. A no-op for other limiters. */
+void limiter_local_fallback_set(struct limiter *limiter, const struct local_fallback_options *options);

@@ -33,6 +33,12 @@ struct limiter_ops {
     void (*release_all)(struct limiter *limiter, void (*done)(void *arg), void *arg);
     /* Calls done once every release sent so far is applied in the store (exactly once). */
     void (*sync)(struct limiter *limiter, void (*done)(void *arg), void *arg);
+    /* A limiter made of others (limiter_local_fallback_create): no denial cache of its own
+     * (its parts keep theirs), releases and the lease count are its parts'. */
+    bool composite;
+    void (*release_request)(struct limiter *limiter, const char *subject, size_t subject_len,
+                            const struct limit_rule *rules, size_t n, const char *lease_id);
+    size_t (*lease_count)(const struct limiter *limiter);
 };
 
 struct denial_cache;
@@ -43,6 +49,13 @@ struct limiter {
     struct denial_cache *denials;  /* remembered rejections (store/denial_cache.h); made by
                                     * limiter.c when first needed, NULL until then */
 };
+
+/* limiter_check_leased once its arguments are checked (concurrency: bit i set when
+ * rules[i] is a concurrency rule; lease_id NULL exactly when it is 0): the denial cache,
+ * then the store. Same returns. */
+int limiter_check_checked(struct limiter *limiter, const char *subject, size_t subject_len,
+                          const struct limit_rule *rules, size_t n, int64_t now_ms, const char *lease_id,
+                          size_t id_len, uint32_t concurrency, limiter_done_fn *done, void *arg);
 
 /* Fills result as LIMITER_UNAVAILABLE for n rules. */
 void limiter_result_unavailable(struct limiter_result *result, size_t n);

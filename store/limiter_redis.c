@@ -18,7 +18,11 @@
  * Redis recorded anyway ends at its TTL). A timer every lease_ttl_ms / 3 sends renew.lua
  * once with every lease held (RENEW_BATCH leases per call at most), skipped while the
  * connection is not READY and sent again as soon as it is. limiter_release sends one ZREM
- * per lease, fire and forget; limiter_release_all sends renew.lua in "release" mode.
+ * per lease, fire and forget; one that cannot be sent (not READY) or whose connection goes
+ * before Redis answers is held back (up to MAX_DEFERRED_RELEASES) and sent first when the
+ * connection is READY again, as are ZREMs for the leases of a leased check that was sent
+ * and never answered (Redis may have recorded them). limiter_release_all sends renew.lua in
+ * "release" mode.
  * limiter_destroy sends nothing: the leases it held stop counting at their TTL, as those
  * of a proxy that crashed.
  *
@@ -52,6 +56,9 @@
 #define MIN_CONNECT_TIMEOUT_MS 1000
 #define MAX_ARGS (5 + 6 * LIMITER_MAX_RULES)
 #define DEFAULT_LEASE_TTL_MS 30000
+/* Releases held back while Redis is away, replayed when it is back (a bound on memory: past
+ * it, a released lease ends at its TTL as before). */
+#define MAX_DEFERRED_RELEASES 65536
 #ifndef RENEW_BATCH
 #define RENEW_BATCH 16384     /* leases per renew.lua call (a bound on one call's Redis time) */
 #endif
@@ -91,6 +98,7 @@ struct pending {
     int64_t sent_ms;
     enum pending_kind kind;
     bool retried;
+    bool is_release;                /* P_ZREM of a lease (not the PING of a sync): replayed if lost */
     const struct script *script;
     limiter_done_fn *done;          /* P_CHECK */
     void *arg;
@@ -124,6 +132,8 @@ struct redis_limiter {
     int renewing;             /* renewal calls in flight */
     bool destroying;
     char last_error[160];     /* for a debugger */
+    struct pending *deferred;        /* ZREMs of leases released while Redis was away (LIFO) */
+    size_t n_deferred;
     bool was_ready;                  /* connected before: a reconnect starts a grace */
     int64_t lease_grace_until_ms;    /* mono ms; concurrency checks unavailable until then */
 };
@@ -163,6 +173,7 @@ static void inflight_remove(struct redis_limiter *rl, struct pending *p)
 
 static void start_connect(struct redis_limiter *rl);
 static void renew_now(struct redis_limiter *rl);
+static void flush_deferred(struct redis_limiter *rl);
 
 static void watchdog_arm(struct redis_limiter *rl)
 {
@@ -289,6 +300,9 @@ static void on_setup_reply(redisAsyncContext *ac, void *r, void *privdata)
         rl->backoff_ms = BACKOFF_MIN_MS;
         evtimer_del(rl->watchdog);   /* the connect deadline no longer applies */
         watchdog_arm(rl);
+        /* Leases given back while Redis was away must not count there any longer: the
+           ZREMs go first, before any check of this connection. */
+        flush_deferred(rl);
         /* Leases held across an outage (or a Redis that restarted empty): renew them now. */
         renew_now(rl);
     }
@@ -608,11 +622,42 @@ static void on_lease_reply(redisAsyncContext *ac, void *r, void *privdata)
     }
 }
 
+/* Holds a release's ZREM back until Redis is READY again (or frees it past the bound). */
+static void defer_release(struct redis_limiter *rl, struct pending *p)
+{
+    if (rl->destroying || rl->n_deferred >= MAX_DEFERRED_RELEASES) {
+        pending_free(p);
+        return;
+    }
+    p->next = rl->deferred;
+    rl->deferred = p;
+    rl->n_deferred++;
+}
+
+static void flush_deferred(struct redis_limiter *rl)
+{
+    struct pending *p = rl->deferred;
+    rl->deferred = NULL;
+    rl->n_deferred = 0;
+    while (p != NULL) {
+        struct pending *next = p->next;
+        p->next = NULL;
+        if (send_pending(rl, p) != 0)
+            defer_release(rl, p);
+        p = next;
+    }
+}
+
 static void on_zrem_reply(redisAsyncContext *ac, void *r, void *privdata)
 {
     struct pending *p = privdata;
     redisReply *reply = r;
     inflight_remove(p->rl, p);
+    if (reply == NULL && p->is_release) {
+        /* the connection went before Redis answered: it may not have seen the ZREM */
+        defer_release(p->rl, p);
+        return;
+    }
     if (reply != NULL && reply->type == REDIS_REPLY_ERROR)
         note_error(p->rl, "release", reply->str);
     void (*synced)(void *) = p->synced;
@@ -622,22 +667,23 @@ static void on_zrem_reply(redisAsyncContext *ac, void *r, void *privdata)
         synced(synced_arg);
 }
 
-/* ZREM <key> <lease id>, fire and forget; nothing when the store is down (the lease ends
- * at its TTL). */
+/* ZREM <key> <lease id>, fire and forget. While the store is down (or when the connection
+ * goes before Redis answered) it is held back and sent first once Redis is READY again, so
+ * a slot given back during an outage does not count there after it; past
+ * MAX_DEFERRED_RELEASES the lease ends at its TTL. */
 static void send_zrem(struct redis_limiter *rl, const char *subject, size_t subject_len, int64_t rule_id,
                       const char *id, size_t id_len)
 {
-    if (rl->state != CONN_READY || rl->ac == NULL)
-        return;
     struct pending *p = pending_new(rl, P_ZREM, 3, 4 + key_max(rl, subject_len) + id_len);
     if (p == NULL)
         return;
+    p->is_release = true;
     size_t off = 0;
     put_arg(p, &off, "ZREM", 4);
     put_key(rl, p, &off, subject, subject_len, rule_id);
     put_arg(p, &off, id, id_len);
-    if (send_pending(rl, p) != 0)
-        pending_free(p);
+    if (rl->state != CONN_READY || rl->ac == NULL || send_pending(rl, p) != 0)
+        defer_release(rl, p);
 }
 
 static void redis_release(struct limiter *limiter, struct lease *lease)
@@ -753,6 +799,16 @@ static void on_check_reply(redisAsyncContext *ac, void *r, void *privdata)
         return;
 
     struct limiter_result res;
+    if (reply == NULL && p->lease != NULL) {
+        /* Sent, never answered (timed out, or the connection went): Redis may still have
+           recorded the leases (a frozen Redis runs what it had read once it thaws). The
+           check counts as failed and holds nothing here, so they are taken back: the ZREMs
+           go first on the next connection. (Should Redis run the old connection's check
+           after them, the lease ends at its TTL, as before.) */
+        for (size_t i = 0; i < p->lease->n; i++)
+            send_zrem(rl, p->lease->subject, p->lease->subject_len, p->lease->rule_id[i], p->lease->id,
+                      p->lease->id_len);
+    }
     if (reply == NULL || parse_reply(reply, p->n, &res) != 0)
         limiter_result_unavailable(&res, p->n);
     else if (res.allowed && p->lease != NULL && track(rl, p->lease) != 0)
@@ -855,6 +911,11 @@ static void redis_destroy(struct limiter *limiter)
     struct redis_limiter *rl = (struct redis_limiter *)limiter;
     rl->destroying = true;
     drop_connection(rl);   /* fails every pending check, ends a release_all */
+    while (rl->deferred != NULL) {   /* not given back: they end at their TTL */
+        struct pending *p = rl->deferred;
+        rl->deferred = p->next;
+        pending_free(p);
+    }
     event_free(rl->retry);
     event_free(rl->watchdog);
     event_free(rl->renew_timer);

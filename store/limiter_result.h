@@ -19,6 +19,8 @@ struct limiter_result {
     bool allowed;                  /* every rule allowed; only then was the request recorded */
     int64_t now_ms;                /* the store clock the decision used (Unix ms) */
     bool remembered;               /* answered by the limiter's denial cache, not the store */
+    bool local;                    /* decided by the local fallback while the store was away
+                                      (limiter_local_fallback_create) */
     size_t n;                      /* == the n passed to limiter_check */
     struct limit_verdict verdicts[LIMITER_MAX_RULES];
 };

@@ -44,11 +44,13 @@ struct tier_cost {
     int64_t cost;
 };
 
+#define TIER_PRIORITY_DEFAULT 5
+
 struct tier_plan {
     int64_t id;
     const char *name;
     bool shadow;
-    int priority;                  /* 0 (shed first) .. 9 (shed last) */
+    int priority;                  /* 0 (shed first) .. 9 (shed last), for upstream_max_inflight */
     const struct tier_limit *limits;
     size_t n_limits;
     const struct tier_cost *costs;

@@ -47,14 +47,15 @@ def first_success(probe, timeout, interval=0.02):
 # --------------------------------------------------------------------------------------
 # Redis killed and restarted under wrk load
 
-@pytest.mark.parametrize("mode", ["open", "closed"])
+@pytest.mark.parametrize("mode", ["open", "closed", "local"])
 def test_redis_killed_and_restarted_under_wrk(catalog, proxies, redis_factory, tmp_path,
                                               record_property, mode):
     catalog.plan("big", "--rate", "1000000/min")
     _, key = catalog.user_key("big")
     rd = redis_factory()
+    # local: the defaults (on_store_error and concurrency_on_store_error = local)
     p = proxies.start(catalog, store="redis", redis=rd,
-                      limits={"on_store_error": mode}, log={"access": "off"})
+                      limits={"on_store_error": None if mode == "local" else mode}, log={"access": "off"})
     c = Client(p.port, timeout=5)
     assert c.get("/wrk-before", key=key).header("RateLimit-Limit") == "1000000"
     seconds = 4
@@ -68,6 +69,9 @@ def test_redis_killed_and_restarted_under_wrk(catalog, proxies, redis_factory, t
         down_answer = time.monotonic() - t_down
         if mode == "open":
             assert r.status == 200 and r.header("RateLimit-Limit") is None, r
+        elif mode == "local":
+            # counted in this proxy's memory, local_share 1: the same limit, with headers
+            assert r.status == 200 and r.header("RateLimit-Limit") == "1000000", r
         else:
             assert_json_error(r, 503, {"error_code": "limiter_unavailable"})
         time.sleep(max(0.0, 1.0 - (time.monotonic() - t_down)))
@@ -91,6 +95,9 @@ def test_redis_killed_and_restarted_under_wrk(catalog, proxies, redis_factory, t
     if mode == "open":
         assert res["s503"] == 0, res
         assert res["with_rl"] < res["s200"], "RateLimit headers while Redis was down?"
+    elif mode == "local":
+        assert res["s503"] == 0, res
+        assert res["with_rl"] == res["s200"], "answers without RateLimit headers: %r" % res
     else:
         assert res["s503"] > 0, "closed mode never answered 503 during the outage: %r" % res
     assert res["latency_max_us"] < 1500000 * SLOW, "an answer took %.2f s" % (

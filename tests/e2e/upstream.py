@@ -64,6 +64,8 @@ class Stats:
         self.requests = 0
         self.sse_sent = {}
         self.gates = {}
+        self.inflight = 0        # requests being answered now (test endpoints excluded)
+        self.inflight_max = 0    # the most at once since the start
 
     def gate(self, name):
         with self.lock:
@@ -163,18 +165,30 @@ class Handler(http.server.BaseHTTPRequestHandler):
         path = self.path
         route = urllib.parse.urlsplit(path).path
         parts = route.strip("/").split("/")
-        if not route.startswith("/__"):
+        counted = not route.startswith("/__")
+        if counted:
             with STATS.lock:
                 STATS.requests += 1
+                STATS.inflight += 1
+                STATS.inflight_max = max(STATS.inflight_max, STATS.inflight)
                 if not self.counted:
                     self.counted = True
                     STATS.connections += 1
+        try:
+            return self.answer(path, parts)
+        finally:
+            if counted:
+                with STATS.lock:
+                    STATS.inflight -= 1
+
+    def answer(self, path, parts):
         body = self.read_body()
         try:
             if parts[0] == "__stats":
                 with STATS.lock:
                     s = {"connections": STATS.connections, "requests": STATS.requests,
-                         "sse_sent": dict(STATS.sse_sent)}
+                         "sse_sent": dict(STATS.sse_sent), "inflight": STATS.inflight,
+                         "inflight_max": STATS.inflight_max}
                 return self.send_bytes(200, json.dumps(s).encode())
             if parts[0] == "__release" and len(parts) == 2:
                 STATS.gate(parts[1]).release()

@@ -118,8 +118,9 @@ static void check_same(const struct proxy_config *a, const struct proxy_config *
           a->forward_key == b->forward_key);
     CHECK(str_eq(a->db, b->db) && a->refresh_ms == b->refresh_ms);
     CHECK(a->store == b->store && str_eq(a->redis_url, b->redis_url) &&
-          str_eq(a->key_prefix, b->key_prefix) && a->rate_fail_open == b->rate_fail_open &&
-          a->concurrency_fail_open == b->concurrency_fail_open &&
+          str_eq(a->key_prefix, b->key_prefix) && a->rate_on_store_error == b->rate_on_store_error &&
+          a->concurrency_on_store_error == b->concurrency_on_store_error &&
+          a->local_share == b->local_share && a->upstream_max_inflight == b->upstream_max_inflight &&
           a->lease_ttl_ms == b->lease_ttl_ms && a->headers == b->headers);
     CHECK(str_eq(a->access_log, b->access_log) && str_eq(a->log_level, b->log_level));
     CHECK(str_eq(a->config_path, b->config_path));

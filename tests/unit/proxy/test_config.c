@@ -105,8 +105,11 @@ static void assert_defaults(const struct proxy_config *c)
     assert_int_equal(c->store, STORE_MEMORY);
     assert_string_equal(c->redis_url, "redis://127.0.0.1:6379/0");
     assert_string_equal(c->key_prefix, "tierproxy:");
-    assert_true(c->rate_fail_open);
-    assert_false(c->concurrency_fail_open);
+    /* SPEC "Beyond per-window rates": local is the default for both */
+    assert_int_equal(c->rate_on_store_error, LIMITER_STORE_ERROR_LOCAL);
+    assert_int_equal(c->concurrency_on_store_error, LIMITER_STORE_ERROR_LOCAL);
+    assert_true(c->local_share == 1.0);
+    assert_int_equal(c->upstream_max_inflight, 0);
     assert_int_equal(c->lease_ttl_ms, 30000);
     assert_int_equal(c->headers, HEADERS_DRAFT);
     assert_string_equal(c->access_log, "-");
@@ -153,6 +156,7 @@ static void test_every_directive_set(void **state)
                  "connect_timeout_ms = 150\n"
                  "upstream_timeout_ms = 90000\n"
                  "max_body_bytes = 0\n"
+                 "upstream_max_inflight = 20\n"
                  "trusted_proxies = 10.0.0.0/8, ::1\n"
                  "exempt_paths = /health, /public/\n"
                  "[admin]\n"
@@ -170,6 +174,7 @@ static void test_every_directive_set(void **state)
                  "key_prefix = tp:\n"
                  "on_store_error = closed\n"
                  "concurrency_on_store_error = open\n"
+                 "local_share = 0.25\n"
                  "lease_ttl_ms = 5000\n"
                  "headers = ietf\n"
                  "[log]\n"
@@ -204,8 +209,10 @@ static void test_every_directive_set(void **state)
     assert_int_equal(c.store, STORE_REDIS);
     assert_string_equal(c.redis_url, "unix:///run/redis.sock");
     assert_string_equal(c.key_prefix, "tp:");
-    assert_false(c.rate_fail_open);
-    assert_true(c.concurrency_fail_open);
+    assert_int_equal(c.rate_on_store_error, LIMITER_STORE_ERROR_CLOSED);
+    assert_int_equal(c.concurrency_on_store_error, LIMITER_STORE_ERROR_OPEN);
+    assert_true(c.local_share == 0.25);
+    assert_int_equal(c.upstream_max_inflight, 20);
     assert_int_equal(c.lease_ttl_ms, 5000);
     assert_int_equal(c.headers, HEADERS_IETF);
     assert_string_equal(c.access_log, "/var/log/tierproxy/access.log");
@@ -398,8 +405,16 @@ static const struct bad_case bad_cases[] = {
     {"limits", "redis", "rediss://h:1/0", "expected redis://[:password@]host:port/db or unix:///path, got \"rediss://...\""},
     {"limits", "redis", "127.0.0.1:6379", "expected redis://[:password@]host:port/db or unix:///path, got \"...\""},
     {"limits", "redis", "redis://", "expected redis://[:password@]host:port/db or unix:///path, got \"redis://...\""},
-    {"limits", "on_store_error", "fail", "expected open or closed, got \"fail\""},
-    {"limits", "concurrency_on_store_error", "yes", "expected open or closed, got \"yes\""},
+    {"limits", "on_store_error", "fail", "expected open, closed or local, got \"fail\""},
+    {"limits", "concurrency_on_store_error", "yes", "expected open, closed or local, got \"yes\""},
+    {"limits", "local_share", "0", "expected a number greater than 0 and at most 1, got \"0\""},
+    {"limits", "local_share", "1.01", "expected a number greater than 0 and at most 1, got \"1.01\""},
+    {"limits", "local_share", "-0.5", "expected a number greater than 0 and at most 1, got \"-0.5\""},
+    {"limits", "local_share", "nan", "expected a number greater than 0 and at most 1, got \"nan\""},
+    {"limits", "local_share", "5e-1", "expected a number greater than 0 and at most 1, got \"5e-1\""},
+    {"limits", "local_share", "", "expected a number greater than 0 and at most 1, got \"\""},
+    {"proxy", "upstream_max_inflight", "-1", "expected a whole number from 0 to 1000000000, got \"-1\""},
+    {"proxy", "upstream_max_inflight", "lots", "expected a whole number from 0 to 1000000000, got \"lots\""},
     {"limits", "lease_ttl_ms", "0", "expected a whole number from 1 to 86400000, got \"0\""},
     {"limits", "headers", "rfc", "expected draft, ietf, x or off, got \"rfc\""},
     {"limits", "headers", "draft, rfc", "expected draft, ietf, x or off, got \"rfc\""},
@@ -669,7 +684,7 @@ static void test_env(void **state)
     };
     assert_int_equal(load(NULL, NULL, env, &c, &action, err, sizeof(err)), 0);
     assert_int_equal(c.store, STORE_REDIS);
-    assert_false(c.rate_fail_open);
+    assert_int_equal(c.rate_on_store_error, LIMITER_STORE_ERROR_CLOSED);
     assert_null(c.admin_host);
     assert_int_equal(c.n_upstreams, 2);
     assert_string_equal(c.upstreams[1], "http://e2:2");

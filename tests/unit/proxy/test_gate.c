@@ -460,14 +460,33 @@ static void test_verdicts(void **state)
     gate_verdict(&adm.check, false, &down, &f.cfg, &out);
     assert_int_equal(out.action, GATE_UNAVAILABLE);
     assert_string_equal(out.error_code, "limiter_unavailable");
-    f.cfg.rate_fail_open = true;
+    f.cfg.rate_on_store_error = LIMITER_STORE_ERROR_OPEN;
     gate_verdict(&adm.check, false, &down, &f.cfg, &out);
     assert_int_equal(out.action, GATE_UNAVAILABLE); /* the concurrency limit still fails closed */
-    f.cfg.concurrency_fail_open = true;
+    f.cfg.concurrency_on_store_error = LIMITER_STORE_ERROR_OPEN;
     gate_verdict(&adm.check, false, &down, &f.cfg, &out);
     assert_int_equal(out.action, GATE_FORWARD);
     assert_string_equal(out.decision, "store_unavailable");
     assert_false(out.lease_held);
+
+    /* local: the fallback's decision stands, logged "local", counted as a store error */
+    f.cfg.rate_on_store_error = f.cfg.concurrency_on_store_error = LIMITER_STORE_ERROR_LOCAL;
+    struct limiter_result local = res;
+    local.local = true;
+    gate_verdict(&adm.check, false, &local, &f.cfg, &out);
+    assert_int_equal(out.action, GATE_LIMITED);
+    assert_string_equal(out.decision, "local");
+    assert_true(out.local && out.store_error);
+    local.allowed = true;
+    for (size_t i = 0; i < local.n; i++)
+        local.verdicts[i].allowed = true;
+    gate_verdict(&adm.check, false, &local, &f.cfg, &out);
+    assert_int_equal(out.action, GATE_FORWARD);
+    assert_string_equal(out.decision, "local");
+    assert_true(out.lease_held);
+    /* local, but the fallback could not decide either: forwarded (not refused) */
+    gate_verdict(&adm.check, false, &down, &f.cfg, &out);
+    assert_int_equal(out.action, GATE_FORWARD);
 }
 
 /* ---- quotas, costs, users' own limits ---- */
