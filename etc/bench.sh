@@ -48,6 +48,8 @@
 #   ROWS="direct nginx_proxy tierproxy_memory tierproxy_redis"   P7=1 (0: skip the P7 runs)
 #   BUSY_PCT=15 MAX_RETRY=2 RETRY_PAUSE=10 QUIET_MAX=60 (s to wait for a quiet box at start)
 #   UPSTREAM=auto|nginx|builtin   BUILD_DIR=build NO_BUILD=0   TIERPROXY_BIN TIERCTL_BIN
+#   BENCH_PLAN_FLAGS="--quota 1000000000/month" (more LIMIT-FLAGS for plan bench)
+#   BENCH_COST=N (plan bench's requests cost N: tierctl cost set bench "* /" N)
 #   BASELINE_TIERPROXY_BIN BASELINE_TIERCTL_BIN   RESULTS_DIR
 set -euo pipefail
 export LC_ALL=C
@@ -437,11 +439,17 @@ DENYFILE=$RESULTS_DIR/keys-429.txt       # API keys of plan "bench429" (1/min)
 make_catalog() {
   local ctl=$1 db=$2 keyfile=$3 denyfile=$4 i
   : >"$keyfile"; : >"$denyfile"
-  log "making the catalog $(basename "$db"): plan bench ($HIGH_RATE)$([[ $P7 == 1 ]] && echo ", plan bench429 ($DENY_RATE)"), $KEYS users each"
+  log "making the catalog $(basename "$db"): plan bench ($HIGH_RATE${BENCH_PLAN_FLAGS:+ $BENCH_PLAN_FLAGS}${BENCH_COST:+, cost $BENCH_COST})$([[ $P7 == 1 ]] && echo ", plan bench429 ($DENY_RATE)"), $KEYS users each"
   # tierctl says each change on stderr: kept in the run dir, not on the terminal; the key is
   # the last line of key create's stdout (before 62f439e tierctl printed a heading line first)
   "$ctl" --db "$db" init >/dev/null 2>>"$RUNDIR/tierctl.log"
-  "$ctl" --db "$db" plan add bench --rate "$HIGH_RATE" --algorithm sliding-log >/dev/null 2>>"$RUNDIR/tierctl.log"
+  # shellcheck disable=SC2086 # BENCH_PLAN_FLAGS is a list of flags
+  "$ctl" --db "$db" plan add bench --rate "$HIGH_RATE" --algorithm sliding-log ${BENCH_PLAN_FLAGS:-} >/dev/null \
+    2>>"$RUNDIR/tierctl.log" || die "tierctl plan add bench ${BENCH_PLAN_FLAGS:-} failed (see $RUNDIR/tierctl.log)"
+  if [[ -n ${BENCH_COST:-} ]]; then
+    "$ctl" --db "$db" cost set bench "* /" "$BENCH_COST" >/dev/null 2>>"$RUNDIR/tierctl.log" ||
+      die "tierctl cost set bench failed (see $RUNDIR/tierctl.log)"
+  fi
   "$ctl" --db "$db" plan add bench429 --rate "$DENY_RATE" --algorithm sliding-log >/dev/null 2>>"$RUNDIR/tierctl.log"
   for i in $(seq 1 "$KEYS"); do
     "$ctl" --db "$db" user add "bench-$i" --plan bench >/dev/null 2>>"$RUNDIR/tierctl.log"
