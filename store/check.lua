@@ -473,6 +473,14 @@ local function sw_reset(c, w, e, cur, prev, avail)
   return w - e + d2
 end
 
+-- days_from_civil(yy, month mpp counted from March, day 1): a quota's month boundaries.
+local function first_of(yy, mpp)
+  if mpp >= 10 then yy = yy - 1 end
+  local e4 = floor(yy / 400)
+  local yo = yy - e4 * 400
+  return e4 * 146097 + yo * 365 + floor(yo / 4) - floor(yo / 100) + floor((153 * mpp + 2) / 5) - 719468
+end
+
 -- ---- the check ----
 
 local rules = {}
@@ -564,12 +572,6 @@ for i = 1, n do
         local mp = floor((5 * doy + 2) / 153)         -- months from March
         local y = yoe + era * 400
         if mp >= 10 then y = y + 1 end
-        local function first_of(yy, mpp)              -- days_from_civil(yy, month mpp from March, 1)
-          if mpp >= 10 then yy = yy - 1 end
-          local e4 = floor(yy / 400)
-          local yo = yy - e4 * 400
-          return e4 * 146097 + yo * 365 + floor(yo / 4) - floor(yo / 100) + floor((153 * mpp + 2) / 5) - 719468
-        end
         start = first_of(y, mp) * DAY
         if mp == 11 then stop = first_of(y, 0) * DAY          -- February -> March (the same year)
         elseif mp == 9 then stop = first_of(y + 1, 10) * DAY  -- December -> January
@@ -577,7 +579,7 @@ for i = 1, n do
       end
       local used = 0
       if have and qs == start then used = tonumber(h[3]) end
-      s.a, s.b, s.e = start, used, stop
+      s.a, s.b, s.e, s.same = start, used, stop, have and qs == start
       s.ok = used + cost <= c
     end
     s.t = t
@@ -690,8 +692,12 @@ for i = 1, n do
       local used = s.b
       if record then
         used = used + cost
-        call('HSET', k, 'a', s.tag, 's', fmt('%d', s.a), 'n', fmt('%d', used))
-        call('PEXPIRE', k, fmt('%d', s.e - t + QUOTA_GRACE))
+        if s.same then                                -- its period's hash: the count alone moves
+          call('HINCRBY', k, 'n', cost)
+        else                                          -- a new period: tag, start, count, expiry
+          call('HSET', k, 'a', s.tag, 's', fmt('%d', s.a), 'n', fmt('%d', used))
+          call('PEXPIRE', k, fmt('%d', s.e - t + QUOTA_GRACE))
+        end
       end
       rem, reset = 0, s.e - t
       if s.ok then
