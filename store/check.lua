@@ -62,7 +62,8 @@
 -- Fixed window:   hash a=<tag> w=<window index> n=<count>, TTL w.
 -- Quota:          hash a=<tag> s=<period start, Unix ms> n=<units used in it>, expiring
 --   a minute after the period's end (PEXPIRE end - t + QUOTA_GRACE). A hash of an earlier
---   period reads as 0 units, so a new period starts from 0 without a sweep.
+--   period reads as 0 units, so a new period starts from 0 without a sweep. Written whole
+--   (with its expiry) at a period's first admitted request, then only n moves (HINCRBY).
 --   tag = "<kind>:<window_ms>" (a quota: "5:<period>"); a hash of another tag, or a key
 --   of another type, is stale: treated as empty and replaced when the request is recorded.
 -- Concurrency: sorted set, member = lease id, score = its expiry in ms. It counts the
