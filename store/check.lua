@@ -6,12 +6,17 @@
 -- KEYS[i]            state of rule i: "<prefix>{<subject>}:<rule id>" (one slot per check)
 -- ARGV[1]            now in Unix ms, or negative: the server clock (TIME); "peek:<now>":
 --                    decide and answer every rule, record nothing (limiter_peek)
--- ARGV[5i-3 .. 5i+1] rule i: kind (enum limit_kind: 0 sliding-log, 1 sliding-window,
+-- ARGV[2]            the rules, 43 bytes each, rule i from byte 43(i-1)+1: struct
+--                    '>BI7I7I7I7I7I7' kind (enum limit_kind: 0 sliding-log, 1 sliding-window,
 --                    2 token-bucket, 3 fixed-window, 4 concurrency, 5 quota), rate, burst,
 --                    window_ms (a quota: its period, enum limit_period: 1 day, 2 week,
---                    3 month), cost (>= 1: the units this request counts; concurrency: 1)
---                    (concurrency: rate = N slots, burst 0, window_ms = the lease TTL)
--- ARGV[5n+2]         the lease id; present only when some rule is a concurrency rule
+--                    3 month), cost (>= 1: the units this request counts; concurrency: 1),
+--                    from, to (a quota: the period holding now on the proxy's clock, which
+--                    spares the calendar arithmetic when it holds the script's now; else 0)
+--                    (concurrency: rate = N slots, burst 0, window_ms = the lease TTL).
+--                    One string, not 5 arguments a rule: each argument costs Redis a
+--                    string and a table slot per call.
+-- ARGV[3]            the lease id; present only when some rule is a concurrency rule
 -- Returns {now, all_allowed, then per rule: allowed, limit, remaining, reset_ms}.
 -- Reads first; writes (with a TTL on every key written) only when every rule allows; the
 -- one write otherwise: a sliding log whose window grew (a limit changed in place) gets the
@@ -60,12 +65,17 @@
 -- Sliding window: hash a=<tag> w=<window index> c=<count> p=<previous count>, TTL 2w.
 -- Token bucket:   hash a=<tag> l=<tokens * window_ms> t=<ms of l>.
 -- Fixed window:   hash a=<tag> w=<window index> n=<count>, TTL w.
--- Quota:          hash a=<tag> s=<period start, Unix ms> n=<units used in it>, expiring
---   a minute after the period's end (PEXPIRE end - t + QUOTA_GRACE). A hash of an earlier
---   period reads as 0 units, so a new period starts from 0 without a sweep. Written whole
---   (with its expiry) at a period's first admitted request, then only n moves (HINCRBY).
---   tag = "<kind>:<window_ms>" (a quota: "5:<period>"); a hash of another tag, or a key
---   of another type, is stale: treated as empty and replaced when the request is recorded.
+-- Quota:          hash of one field, the period's start and end ('>I7I7', 14 bytes: the
+--   period is known by its length) = units used in it, expiring a minute after the
+--   period's end (PEXPIRE end - t + QUOTA_GRACE). A hash without the field of the period
+--   holding t reads as 0 units, so a new period starts from 0 without a sweep. Written
+--   whole (with its expiry) at a period's first admitted request; after that an admitted
+--   request is one HINCRBY of its field, whose answer is the verdict (undone at once,
+--   HINCRBY -cost, should it go over: rare, the denial cache answers the repeats). The
+--   layout before (a=<tag> s=<start> n=<used>) is read as the period it holds and
+--   rewritten at the next admitted request.
+-- tag = "<kind>:<window_ms>"; a hash of another tag, or a key of another type, is stale:
+--   treated as empty and replaced when the request is recorded.
 -- Concurrency: sorted set, member = lease id, score = its expiry in ms. It counts the
 --   leases whose expiry is after now (live); it allows when live < N, and then drops the
 --   expired ones, adds the lease with score now + TTL and makes sure the key lives at least
@@ -84,6 +94,7 @@ if now < 0 then
   now = tm[1] * 1000 + floor(tm[2] / 1000)
 end
 local n = #KEYS
+local spec, RULE, RULE_LEN = ARGV[2], '>BI7I7I7I7I7I7', 43   -- rule i from byte RULE_LEN * (i - 1) + 1
 
 local K = 8                                           -- entries known in a sliding log's tail
 local TAIL1 = '>BI7I7I7I7BI7I7I7I7I7I7I7I7'           -- unweighted: 1, t, w, count, dead, j, l1..l8
@@ -99,16 +110,30 @@ local TRIM = 32                                       -- dead entries worth an L
 -- the period's last ms on an explicit clock (the unit tests) must still find it.
 local QUOTA_GRACE = 60000
 
--- The common checks, inline (function definitions cost every call): one sliding-log rule
--- whose tail, or the K entries after its known ones, know enough; an unweighted log and a
--- request of cost 1 (the same code as before costs), or a weighted log. The same steps as
--- sl_decide and sl_record below (and the verdict of a rejected request in the check), which
--- do the rest (and all of it for more rules).
-local m1                                              -- rule 1's last entry, once read
-if n == 1 and ARGV[2] == '0' and not peek then
-  local k, w = KEYS[1], tonumber(ARGV[5])
+local fmt = string.format   -- '%d' keeps integers exact (a number argument may become "1e+9")
+
+-- The common checks, inline (a function made costs every call): one sliding-log rule (rule
+-- si) whose tail, or the K entries after its known ones, know enough, alone or with quotas
+-- only beside it; an unweighted log and a request of cost 1 (the same code as before
+-- costs), or a weighted log. The same steps as sl_decide and sl_record below (and the
+-- verdict of a rejected request in the check), which do the rest (and all of it for other
+-- rules, when a quota's period starts, or when a quota would reject).
+local si, m1                                          -- the sliding-log rule; its last entry, once read
+if not peek then
+  for i = 1, n do
+    local g = byte(spec, RULE_LEN * i - RULE_LEN + 1)
+    if g == 0 and not si then si = i
+    elseif g ~= 5 then si = nil break end
+  end
+end
+
+if si then
+  local _, rate, burst, w, cost = unpack(RULE, spec, RULE_LEN * si - RULE_LEN + 1)
+  local k, c = KEYS[si], rate + burst
+  -- What an admitted request writes to the log (an LTRIM to, the tail, the TTL) and answers.
+  local trim, tail, expire, rem, reset
   m1 = rpcall('LINDEX', k, '-1')
-  if type(m1) == 'string' and #m1 == TAIL1_LEN and byte(m1, 1) == 1 and ARGV[6] == '1' then
+  if type(m1) == 'string' and #m1 == TAIL1_LEN and byte(m1, 1) == 1 and cost == 1 then
     local tn, wn, cnt, dead, j = unpack('>xI7I7I7I7B', m1)
     if wn == w and j <= K and j <= cnt then
       local t = now
@@ -135,15 +160,12 @@ if n == 1 and ARGV[2] == '0' and not peek then
         end
       end
       if nk >= 0 then
-        local c = tonumber(ARGV[3]) + tonumber(ARGV[4])
         if count < c then
           dead = dead + e
-          local expire = floor(tn / w) ~= floor(t / w)
+          expire = tn - tn % w ~= t - t % w           -- a new w-aligned period
           if dead >= TRIM then                        -- (when it empties the list, the key goes)
-            call('LTRIM', k, dead, -1)
-            dead, expire = 0, expire or count == 0
+            trim, dead, expire = dead, 0, expire or count == 0
           end
-          local tail
           if r then
             local d = {}                              -- newest first, K of them
             if count == nk and nk < K then d[1] = t end
@@ -156,12 +178,9 @@ if n == 1 and ARGV[2] == '0' and not peek then
           else
             tail = pack(TAIL1, 1, t, w, count + 1, dead, nk, unpack(LIST, m1, 31))
           end
-          call('RPUSH', k, tail)
-          if expire then call('PEXPIRE', k, 2 * w) end
           if count == 0 then o = t end
-          return {now, 1, 1, c, c - count - 1, o + w - t}
-        end
-        if count - c < nk then                        -- rejected: wait for the (count - C + 1)th oldest
+          rem, reset = c - count - 1, o + w - t
+        elseif n == 1 and count - c < nk then         -- rejected: wait for the (count - C + 1)th oldest
           if r then o = unpack('>xI7', r[rx + count - c + 1])
           else o = unpack('>I7', m1, 24 + 7 * (nk - count + c)) end
           return {now, 0, 0, c, 0, o + w - t}
@@ -197,17 +216,14 @@ if n == 1 and ARGV[2] == '0' and not peek then
         end
       end
       if nk >= 0 then
-        local c, cost = tonumber(ARGV[3]) + tonumber(ARGV[4]), tonumber(ARGV[6])
         local used = (cn - base) % M
         if used + cost <= c and (used ~= count or cost ~= 1) then   -- (else it becomes unweighted: below)
           dead = dead + e
-          local expire = floor(tn / w) ~= floor(t / w)
+          expire = tn - tn % w ~= t - t % w
           if dead >= TRIM then
-            call('LTRIM', k, dead, -1)
-            dead, expire = 0, expire or count == 0
+            trim, dead, expire = dead, 0, expire or count == 0
           end
           local cnew = (cn + cost) % M
-          local tail
           if r then
             local ts, cs = {}, {}                     -- newest first, K of them
             if count == nk and nk < K then ts[1], cs[1] = t, cnew end
@@ -222,12 +238,9 @@ if n == 1 and ARGV[2] == '0' and not peek then
           else
             tail = pack(HEAD2, 2, t, cnew, w, count + 1, dead, base, nk) .. sub(m1, 45, TAIL2_LEN)
           end
-          call('RPUSH', k, tail)
-          if expire then call('PEXPIRE', k, 2 * w) end
           if count == 0 then o = t end
-          return {now, 1, 1, c, c - used - cost, o + w - t}
-        end
-        if used + cost > c then                       -- rejected: wait for the oldest entry reaching it
+          rem, reset = c - used - cost, o + w - t
+        elseif n == 1 and used + cost > c then        -- rejected: wait for the oldest entry reaching it
           local need = used + cost - c
           if r then
             for x = rx + 1, #r do
@@ -247,9 +260,81 @@ if n == 1 and ARGV[2] == '0' and not peek then
       end
     end
   end
+  local out
+  if tail and n > 1 then
+    -- The quotas beside the log, in the period the proxy named (from, to: its clock's), when
+    -- it holds now: one HINCRBY of the period's field each, whose answer decides. Undone
+    -- (and the check made in full below) when a field was new (its period starts: written
+    -- whole there), a quota would go over (decided there) or the period is not now's.
+    if n == 2 then out = {now, 1, 0, 0, 0, 0, 0, 0, 0, 0}   -- made whole at once: a table that grows rehashes
+    else
+      out = {now, 1}
+      for x = 3, 4 * n + 2 do out[x] = 0 end
+    end
+    for i = 1, n do
+      if i ~= si then
+        local o = RULE_LEN * i - RULE_LEN + 1
+        local _, qr, qb, _, qc, from, to = unpack(RULE, spec, o)
+        local inc = qc == 1 and '1' or fmt('%d', qc)    -- (a number argument is formatted as %.17g: slower)
+        local used = from <= now and now < to and rpcall('HINCRBY', KEYS[i], sub(spec, o + 29, o + 42), inc)
+        if type(used) ~= 'number' or used == qc or used > qr + qb then
+          if used == qc then call('HDEL', KEYS[i], sub(spec, o + 29, o + 42))
+          elseif type(used) == 'number' then call('HINCRBY', KEYS[i], sub(spec, o + 29, o + 42), -qc) end
+          for x = 1, i - 1 do                         -- (rare) the quotas taken before it: fields not new
+            if x ~= si then
+              local ox = RULE_LEN * x - RULE_LEN + 1
+              call('HINCRBY', KEYS[x], sub(spec, ox + 29, ox + 42), -unpack('>I7', spec, ox + 22))
+            end
+          end
+          out, tail = nil, nil
+          break
+        end
+        out[4 * i - 1], out[4 * i], out[4 * i + 1], out[4 * i + 2] = 1, qr + qb, qr + qb - used, to - now
+      end
+    end
+  end
+  if tail then
+    if trim then call('LTRIM', k, trim, -1) end
+    call('RPUSH', k, tail)
+    if expire then call('PEXPIRE', k, 2 * w) end
+    if n == 1 then return {now, 1, 1, c, rem, reset} end
+    local x = 4 * si
+    out[x - 1], out[x], out[x + 1], out[x + 2] = 1, c, rem, reset
+    return out
+  end
 end
 
-local fmt = string.format   -- '%d' keeps integers exact (a number argument may become "1e+9")
+-- The calendar period (1 day, 2 week from Monday, 3 month) holding t: its start and end,
+-- as limit_period_start_ms / _end_ms do (civil_from_days there). t >= 0; every quotient
+-- is floored as (a - a % b) / b: exact here, and no call to math.floor (a C call costs).
+local function period_of(t, w)
+  local DAY = 86400000
+  local day = (t - t % DAY) / DAY
+  if w == 1 then return day * DAY, (day + 1) * DAY end
+  if w == 2 then
+    local d = day - (day + 3) % 7                     -- 1970-01-01 was a Thursday
+    return d * DAY, (d + 7) * DAY
+  end
+  local doe = (day + 719468) % 146097                 -- the day of its 400-year era (from 0000-03-01)
+  local a = doe - (doe - doe % 1460) / 1460 + (doe - doe % 36524) / 36524 - (doe - doe % 146096) / 146096
+  local yoe = (a - a % 365) / 365                     -- the year of the era (from March)
+  local doy = doe - 365 * yoe - (yoe - yoe % 4) / 4 + (yoe - yoe % 100) / 100
+  local b = 5 * doy + 2
+  local mp = (b - b % 153) / 153                      -- months from March
+  local c = 153 * mp + 2
+  local first = day - doy + (c - c % 5) / 5           -- the month's first day
+  local len
+  if mp == 11 then                                    -- February, of the year after yoe
+    local y = yoe + 1
+    len = 28
+    if y % 4 == 0 and (y % 100 ~= 0 or y % 400 == 0) then len = 29 end
+  else
+    c = c + 153
+    len = (c - c % 5) / 5 - first + day - doy         -- days before the next month, less before this one
+  end
+  return first * DAY, (first + len) * DAY
+end
+
 local ceil, min = math.ceil, math.min
 
 -- ---- sliding log ----
@@ -474,14 +559,6 @@ local function sw_reset(c, w, e, cur, prev, avail)
   return w - e + d2
 end
 
--- days_from_civil(yy, month mpp counted from March, day 1): a quota's month boundaries.
-local function first_of(yy, mpp)
-  if mpp >= 10 then yy = yy - 1 end
-  local e4 = floor(yy / 400)
-  local yo = yy - e4 * 400
-  return e4 * 146097 + yo * 365 + floor(yo / 4) - floor(yo / 100) + floor((153 * mpp + 2) / 5) - 719468
-end
-
 -- ---- the check ----
 
 local rules = {}
@@ -489,14 +566,14 @@ local all = 1
 
 -- Decide every rule; read only.
 for i = 1, n do
-  local k, j = KEYS[i], 5 * i - 3
-  local g, r, w, cost = tonumber(ARGV[j]), tonumber(ARGV[j + 1]), tonumber(ARGV[j + 3]), tonumber(ARGV[j + 4])
-  local c = r + tonumber(ARGV[j + 2])
+  local k = KEYS[i]
+  local g, r, b, w, cost = unpack(RULE, spec, RULE_LEN * i - RULE_LEN + 1)
+  local c = r + b
   local s = {g = g, r = r, c = c, w = w, k = cost}
   rules[i] = s
   if g == 0 then
     local m
-    if i == 1 then m = m1 end
+    if i == si then m = m1 end
     local L = sl_decide(k, w, m)
     s.sl, s.t = L, L.t
     s.ok = L.used + cost <= c
@@ -511,13 +588,14 @@ for i = 1, n do
   else
     local t = now
     local h
-    s.tag = ARGV[j] .. ':' .. ARGV[j + 3]
+    s.tag = fmt('%d:%d', g, w)
     if g == 1 then h = rpcall('HMGET', k, 'a', 'w', 'c', 'p')
     elseif g == 2 then h = rpcall('HMGET', k, 'a', 'l', 't')
     elseif g == 3 then h = rpcall('HMGET', k, 'a', 'w', 'n')
-    else h = rpcall('HMGET', k, 'a', 's', 'n') end
+    else h = rpcall('HGETALL', k) end
     local have = false
     if h.err then s.stale = true
+    elseif g == 5 then                                -- (a quota reads its fields below)
     elseif h[1] then
       if h[1] == s.tag then have = true else s.stale = true end
     end
@@ -552,35 +630,26 @@ for i = 1, n do
       s.a, s.b = idx, count
       s.ok = count + cost <= c
     else                                              -- quota; w is its period
-      local qs = have and tonumber(h[2])
-      if have and t < qs then t = qs end              -- a clock that went back stays in its period
-      -- The calendar period (1 day, 2 week from Monday, 3 month) holding t, as
-      -- limit_period_start_ms / _end_ms do (days_from_civil / civil_from_days there).
-      local DAY = 86400000
-      local day = floor(t / DAY)
-      local start, stop
-      if w == 1 then
-        start, stop = day * DAY, (day + 1) * DAY
-      elseif w == 2 then
-        local d = day - (day + 3) % 7                 -- 1970-01-01 was a Thursday
-        start, stop = d * DAY, (d + 7) * DAY
-      else
-        local z = day + 719468                        -- civil_from_days: the year and month
-        local era = floor(z / 146097)
-        local doe = z - era * 146097
-        local yoe = floor((doe - floor(doe / 1460) + floor(doe / 36524) - floor(doe / 146096)) / 365)
-        local doy = doe - (365 * yoe + floor(yoe / 4) - floor(yoe / 100))
-        local mp = floor((5 * doy + 2) / 153)         -- months from March
-        local y = yoe + era * 400
-        if mp >= 10 then y = y + 1 end
-        start = first_of(y, mp) * DAY
-        if mp == 11 then stop = first_of(y, 0) * DAY          -- February -> March (the same year)
-        elseif mp == 9 then stop = first_of(y + 1, 10) * DAY  -- December -> January
-        else stop = first_of(y, mp + 1) * DAY end
+      local qs, q, one = nil, 0, false
+      if not h.err then                               -- the latest field of its kind of period, or the layout before
+        local a, os, on
+        for x = 1, #h, 2 do
+          local f = h[x]
+          if #f == 14 then
+            local from, to = unpack('>I7I7', f)
+            local ps, pe = period_of(from, w)
+            if ps == from and pe == to and (not qs or from > qs) then qs, q = from, tonumber(h[x + 1]) end
+          elseif f == 'a' then a = h[x + 1] elseif f == 's' then os = h[x + 1] elseif f == 'n' then on = h[x + 1] end
+        end
+        if qs then one = #h == 2
+        elseif a == s.tag and os then qs, q = tonumber(os), tonumber(on) end
       end
+      if qs and t < qs then t = qs end                -- a clock that went back stays in its period
+      local start, stop = period_of(t, w)
       local used = 0
-      if have and qs == start then used = tonumber(h[3]) end
-      s.a, s.b, s.e, s.same = start, used, stop, have and qs == start
+      if qs == start then used = q end
+      s.a, s.b, s.e, s.f = start, used, stop, pack('>I7I7', start, stop)
+      s.same = one and qs == start                    -- the hash is its period's field alone
       s.ok = used + cost <= c
     end
     s.t = t
@@ -684,7 +753,7 @@ for i = 1, n do
       local held = s.a
       if record then
         call('ZREMRANGEBYSCORE', k, '-inf', fmt('%d', t))
-        call('ZADD', k, fmt('%d', t + w), ARGV[5 * n + 2])
+        call('ZADD', k, fmt('%d', t + w), ARGV[3])
         if call('PTTL', k) < w then call('PEXPIRE', k, fmt('%d', w)) end
         held = held + 1
       end
@@ -693,10 +762,11 @@ for i = 1, n do
       local used = s.b
       if record then
         used = used + cost
-        if s.same then                                -- its period's hash: the count alone moves
-          call('HINCRBY', k, 'n', cost)
-        else                                          -- a new period: tag, start, count, expiry
-          call('HSET', k, 'a', s.tag, 's', fmt('%d', s.a), 'n', fmt('%d', used))
+        if s.same then                                -- its period's field: the count alone moves
+          call('HINCRBY', k, s.f, cost)
+        else                                          -- a new period: the field alone, and the expiry
+          if not s.stale then call('DEL', k) end
+          call('HSET', k, s.f, fmt('%d', used))
           call('PEXPIRE', k, fmt('%d', s.e - t + QUOTA_GRACE))
         end
       end

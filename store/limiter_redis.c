@@ -456,11 +456,52 @@ static void put_arg(struct pending *p, size_t *off, const char *s, size_t len)
     p->lens[p->argc++] = len;
 }
 
+/* An argument already written at p->buf + *off. */
+static void put_arg_length(struct pending *p, size_t *off, size_t len)
+{
+    *off += len;
+    p->lens[p->argc++] = len;
+}
+
 static void put_int(struct pending *p, size_t *off, int64_t v)
 {
     char tmp[24];
     int len = snprintf(tmp, sizeof(tmp), "%" PRId64, v);
     put_arg(p, off, tmp, (size_t)len);
+}
+
+/* Bytes a rule takes in check.lua's ARGV[2]. */
+#define RULE_BYTES 43
+
+/* The rules as check.lua's ARGV[2], one argument: per rule its kind (a byte), then rate,
+ * burst, window (a quota: its period), cost, and a quota's period [from, to) holding now
+ * on this clock (0, 0 for other rules), each 7 bytes big-endian (every one is below 2^52:
+ * limit_rule_validate). One string instead of 5 arguments a rule, because Redis makes a
+ * Lua string and a table slot of every argument on every call; the period spares the
+ * script its calendar arithmetic whenever the clocks agree on it. */
+static void put_rules(struct pending *p, size_t *off, const struct limit_rule *rules, size_t n, int64_t now_ms)
+{
+    unsigned char *out = (unsigned char *)p->buf + *off;
+    int64_t clock_ms = now_ms;
+    for (size_t i = 0; i < n; i++) {
+        const struct limit_rule *r = &rules[i];
+        bool quota = r->kind == LIMIT_QUOTA;
+        if (quota && clock_ms < 0)
+            clock_ms = store_realtime_ms();
+        const int64_t fields[6] = {
+            r->rate,
+            r->burst,
+            quota ? (int64_t)r->period : r->window_ms,
+            r->kind == LIMIT_CONCURRENCY ? 1 : limit_rule_cost(r),
+            quota ? limit_period_start_ms(r->period, clock_ms) : 0,
+            quota ? limit_period_end_ms(r->period, clock_ms) : 0,
+        };
+        *out++ = (unsigned char)r->kind;
+        for (int f = 0; f < 6; f++)
+            for (int shift = 48; shift >= 0; shift -= 8)
+                *out++ = (unsigned char)((uint64_t)fields[f] >> shift);
+    }
+    put_arg_length(p, off, n * RULE_BYTES);
 }
 
 /* Bytes a key takes at most: "<prefix>{<subject>}:<rule id>". */
@@ -834,7 +875,7 @@ static int redis_call_check(struct limiter *limiter, const char *subject, size_t
     }
 
     size_t kmax = key_max(rl, subject_len);
-    struct pending *p = pending_new(rl, P_CHECK, MAX_ARGS, 24 + n * kmax + 32 + n * 5 * 24 + lease_id_len);
+    struct pending *p = pending_new(rl, P_CHECK, MAX_ARGS, 24 + n * kmax + 32 + n * RULE_BYTES + lease_id_len);
     if (p == NULL)
         return -ENOMEM;
     if (lease_id != NULL) {
@@ -862,7 +903,7 @@ static int redis_call_check(struct limiter *limiter, const char *subject, size_t
     p->n = n;
     p->argc = 2;
 
-    /* EVALSHA sha numkeys key... now (kind rate burst window-or-period cost)... [lease id] */
+    /* EVALSHA sha numkeys key... now rules [lease id] */
     size_t off = 0;
     put_int(p, &off, (int64_t)n);
     for (size_t i = 0; i < n; i++)
@@ -874,13 +915,7 @@ static int redis_call_check(struct limiter *limiter, const char *subject, size_t
     } else {
         put_int(p, &off, now_ms >= 0 ? now_ms : -1);
     }
-    for (size_t i = 0; i < n; i++) {
-        put_int(p, &off, (int64_t)rules[i].kind);
-        put_int(p, &off, rules[i].rate);
-        put_int(p, &off, rules[i].burst);
-        put_int(p, &off, rules[i].kind == LIMIT_QUOTA ? (int64_t)rules[i].period : rules[i].window_ms);
-        put_int(p, &off, rules[i].kind == LIMIT_CONCURRENCY ? 1 : limit_rule_cost(&rules[i]));
-    }
+    put_rules(p, &off, rules, n, now_ms);
     if (lease_id != NULL)
         put_arg(p, &off, lease_id, lease_id_len);
 

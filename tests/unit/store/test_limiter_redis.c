@@ -734,7 +734,7 @@ static void test_sliding_log_window_grows_ttl(void **state)
 /* Quotas of every period with rate rules beside them, on both stores, from just before a
  * calendar edge over the next days: time mostly moves minutes, sometimes hours, now and
  * then steps back; costs vary. */
-static void quota_walk(struct fixture *f, unsigned seed, int64_t start, int steps)
+static void quota_walk_of(struct fixture *f, unsigned seed, int64_t start, int steps, int rate_kind)
 {
     if (getenv("SEED"))
         seed += (unsigned)strtoul(getenv("SEED"), NULL, 10) * 1000;
@@ -746,6 +746,8 @@ static void quota_walk(struct fixture *f, unsigned seed, int64_t start, int step
                                               .period = (enum limit_period)(1 + (j + s) % 3)};
         rules[s][3] = (struct limit_rule){.id = 403, .kind = (enum limit_kind)(rand() % 4), .rate = 5 + rand() % 10,
                                           .burst = rand() % 3, .window_ms = 60000 * (1 + rand() % 3)};
+        if (rate_kind >= 0)
+            rules[s][3].kind = (enum limit_kind)rate_kind;
     }
     int64_t now = start;
     for (int i = 0; i < steps; i++) {
@@ -772,12 +774,32 @@ static void quota_walk(struct fixture *f, unsigned seed, int64_t start, int step
     }
 }
 
+static void quota_walk(struct fixture *f, unsigned seed, int64_t start, int steps)
+{
+    quota_walk_of(f, seed, start, steps, -1);
+}
+
 /* 2027-01-31 21:00 UTC: the end of a month (and of a day, and Sunday 01-31: of a week). */
 static void test_same_quota_month_end(void **state) { quota_walk(*state, 31, 1801440000000 - 3 * 3600000, 300); }
 /* 2028-02-27 20:00 UTC: 02-28, the leap day, 03-01. */
 static void test_same_quota_leap_day(void **state) { quota_walk(*state, 32, 1835308800000 - 4 * 3600000, 400); }
 /* 2027-01-10 (a Sunday) 18:00 UTC: into Monday's new week. */
 static void test_same_quota_week(void **state) { quota_walk(*state, 33, 1799625600000 - 6 * 3600000, 300); }
+
+/* A sliding log beside the quotas: the script's short way (the log's tail and one HINCRBY
+ * per quota, undone when a quota goes over or its period starts), over the same edges. */
+static void test_same_quota_sliding_log_month_end(void **state)
+{
+    quota_walk_of(*state, 34, 1801440000000 - 3 * 3600000, 400, LIMIT_SLIDING_LOG);
+}
+static void test_same_quota_sliding_log_leap_day(void **state)
+{
+    quota_walk_of(*state, 35, 1835308800000 - 4 * 3600000, 400, LIMIT_SLIDING_LOG);
+}
+static void test_same_quota_sliding_log_week(void **state)
+{
+    quota_walk_of(*state, 36, 1799625600000 - 6 * 3600000, 400, LIMIT_SLIDING_LOG);
+}
 
 static void expect_verdict_of(const struct limiter_result *res, size_t i, bool allowed, int64_t limit,
                               int64_t remaining, int64_t reset_ms)
@@ -1135,6 +1157,84 @@ static void test_quota_key_expiry(void **state)
     r = cmd_ok(f->sync, "TYPE %s", key);
     assert_string_equal(r->str, "hash");
     freeReplyObject(r);
+}
+
+/* A quota's field in its hash: the period's start and end, 7 bytes big-endian each. */
+static void quota_field(unsigned char field[14], int64_t from, int64_t to)
+{
+    for (int i = 0; i < 7; i++) {
+        field[i] = (unsigned char)((uint64_t)from >> (48 - 8 * i));
+        field[7 + i] = (unsigned char)((uint64_t)to >> (48 - 8 * i));
+    }
+}
+
+/* A log and a daily quota of 3: the quota rejects the 4th while the log would admit it,
+ * and neither moves (the quota's count taken back at once, no log entry); the next day the
+ * quota's hash holds the new day's count alone. */
+static void test_quota_over_beside_log_takes_nothing(void **state)
+{
+    struct fixture *f = *state;
+    const int64_t day = 1800057600000;   /* 2027-01-15 00:00 UTC */
+    struct limit_rule rules[2] = {
+        {.id = 480, .kind = LIMIT_SLIDING_LOG, .rate = 100, .window_ms = 60000},
+        {.id = 481, .kind = LIMIT_QUOTA, .rate = 3, .period = LIMIT_PERIOD_DAY},
+    };
+    for (int i = 0; i < 3; i++)
+        assert_true(both(f, "u:qlog", rules, 2, day + 1000 + i).allowed);
+    struct limiter_result res = both(f, "u:qlog", rules, 2, day + 2000);
+    expect_verdict_of(&res, 0, true, 100, 97, 59000);
+    expect_verdict_of(&res, 1, false, 3, 0, DAY_MS - 2000);
+    char key[128];
+    snprintf(key, sizeof(key), "%s{u:qlog}:481", f->prefix);
+    unsigned char field[14];
+    quota_field(field, day, day + DAY_MS);
+    redisReply *r = cmd_ok(f->sync, "HGET %s %b", key, field, sizeof(field));
+    assert_string_equal(r->str, "3");
+    freeReplyObject(r);
+    snprintf(key, sizeof(key), "%s{u:qlog}:480", f->prefix);
+    r = cmd_ok(f->sync, "LLEN %s", key);
+    assert_int_equal(r->integer, 3);
+    freeReplyObject(r);
+    res = both(f, "u:qlog", rules, 2, day + DAY_MS + 5);
+    expect_verdict_of(&res, 1, true, 3, 2, DAY_MS - 5);
+    snprintf(key, sizeof(key), "%s{u:qlog}:481", f->prefix);
+    r = cmd_ok(f->sync, "HGETALL %s", key);
+    assert_int_equal(r->elements, 2);
+    quota_field(field, day + DAY_MS, day + 2 * DAY_MS);
+    assert_int_equal(r->element[0]->len, sizeof(field));
+    assert_memory_equal(r->element[0]->str, field, sizeof(field));
+    assert_string_equal(r->element[1]->str, "1");
+    freeReplyObject(r);
+}
+
+/* A quota's hash as the proxies before wrote it (a=<tag> s=<period start> n=<used>) still
+ * counts for its period, beside a log (the short way) and alone. */
+static void test_quota_layout_before(void **state)
+{
+    struct fixture *f = *state;
+    const int64_t day = 1800057600000;
+    struct limit_rule rules[2] = {
+        {.id = 490, .kind = LIMIT_SLIDING_LOG, .rate = 100, .window_ms = 60000},
+        {.id = 491, .kind = LIMIT_QUOTA, .rate = 5, .period = LIMIT_PERIOD_DAY},
+    };
+    const char *subjects[2] = {"u:qold1", "u:qold2"};
+    for (int i = 0; i < 2; i++) {
+        char key[128];
+        snprintf(key, sizeof(key), "%s{%s}:491", f->prefix, subjects[i]);
+        freeReplyObject(cmd_ok(f->sync, "HSET %s a 5:1 s %lld n 3", key, (long long)day));
+        const struct limit_rule *pick = i == 0 ? rules : &rules[1];
+        size_t n = i == 0 ? 2 : 1;
+        struct limiter_result res = run(f, f->redis, subjects[i], pick, n, day + 3600000);
+        expect_verdict_of(&res, n - 1, true, 5, 1, DAY_MS - 3600000);
+        res = run(f, f->redis, subjects[i], pick, n, day + 3600001);
+        expect_verdict_of(&res, n - 1, true, 5, 0, DAY_MS - 3600001);
+        res = run(f, f->redis, subjects[i], pick, n, day + 3600002);
+        assert_false(res.allowed);
+        redisReply *r = cmd_ok(f->sync, "HGETALL %s", key);
+        assert_int_equal(r->elements, 2);
+        assert_string_equal(r->element[1]->str, "5");
+        freeReplyObject(r);
+    }
 }
 
 static void test_rejected_writes_nothing(void **state)
@@ -1948,6 +2048,11 @@ int main(void)
         T(test_same_quota_month_end),
         T(test_same_quota_leap_day),
         T(test_same_quota_week),
+        T(test_same_quota_sliding_log_month_end),
+        T(test_same_quota_sliding_log_leap_day),
+        T(test_same_quota_sliding_log_week),
+        T(test_quota_over_beside_log_takes_nothing),
+        T(test_quota_layout_before),
         T(test_quota_month_end_exact),
         T(test_quota_leap_day_exact),
         T(test_quota_week_exact),
