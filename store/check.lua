@@ -17,7 +17,9 @@
 --                    One string, not 5 arguments a rule: each argument costs Redis a
 --                    string and a table slot per call.
 -- ARGV[3]            the lease id; present only when some rule is a concurrency rule
--- Returns {now, all_allowed, then per rule: allowed, limit, remaining, reset_ms}.
+-- Returns one string, struct '>i7B' .. n x 'Bi7i7i7': now, all_allowed, then per rule:
+-- allowed, limit, remaining, reset_ms (a string, not an array of integers: Redis makes a
+-- reply of each integer, a cost paid per check).
 -- Reads first; writes (with a TTL on every key written) only when every rule allows; the
 -- one write otherwise: a sliding log whose window grew (a limit changed in place) gets the
 -- new window's TTL, so its entries still count past the old window's.
@@ -95,6 +97,7 @@ if now < 0 then
 end
 local n = #KEYS
 local spec, RULE, RULE_LEN = ARGV[2], '>BI7I7I7I7I7I7', 43   -- rule i from byte RULE_LEN * (i - 1) + 1
+local ONE, TWO = '>i7BBi7i7i7', '>i7BBi7i7i7Bi7i7i7'  -- the answer for one rule, for two
 
 local K = 8                                           -- entries known in a sliding log's tail
 local TAIL1 = '>BI7I7I7I7BI7I7I7I7I7I7I7I7'           -- unweighted: 1, t, w, count, dead, j, l1..l8
@@ -183,7 +186,7 @@ if si then
         elseif n == 1 and count - c < nk then         -- rejected: wait for the (count - C + 1)th oldest
           if r then o = unpack('>xI7', r[rx + count - c + 1])
           else o = unpack('>I7', m1, 24 + 7 * (nk - count + c)) end
-          return {now, 0, 0, c, 0, o + w - t}
+          return pack(ONE, now, 0, 0, c, 0, o + w - t)
         end
       end
     end
@@ -245,13 +248,13 @@ if si then
           if r then
             for x = rx + 1, #r do
               local ot, oc = unpack('>xI7I7', r[x])
-              if (oc - base) % M >= need then return {now, 0, 0, c, 0, ot + w - t} end
+              if (oc - base) % M >= need then return pack(ONE, now, 0, 0, c, 0, ot + w - t) end
             end
           else
             p = 38 + 7 * nk
             for x = 1, nk do                          -- l_nk (the oldest) .. l_1
               if (unpack('>I7', m1, p + 56) - base) % M >= need then
-                return {now, 0, 0, c, 0, unpack('>I7', m1, p) + w - t}
+                return pack(ONE, now, 0, 0, c, 0, unpack('>I7', m1, p) + w - t)
               end
               p = p - 7
             end
@@ -260,15 +263,14 @@ if si then
       end
     end
   end
-  local out
+  local out, ql, qrem, qreset                          -- the quotas' verdicts (one quota: ql, qrem, qreset)
   if tail and n > 1 then
     -- The quotas beside the log, in the period the proxy named (from, to: its clock's), when
     -- it holds now: one HINCRBY of the period's field each, whose answer decides. Undone
     -- (and the check made in full below) when a field was new (its period starts: written
     -- whole there), a quota would go over (decided there) or the period is not now's.
-    if n == 2 then out = {now, 1, 0, 0, 0, 0, 0, 0, 0, 0}   -- made whole at once: a table that grows rehashes
-    else
-      out = {now, 1}
+    if n > 2 then
+      out = {now, 1}                                  -- made whole at once: a table that grows rehashes
       for x = 3, 4 * n + 2 do out[x] = 0 end
     end
     for i = 1, n do
@@ -286,10 +288,11 @@ if si then
               call('HINCRBY', KEYS[x], sub(spec, ox + 29, ox + 42), -unpack('>I7', spec, ox + 22))
             end
           end
-          out, tail = nil, nil
+          tail = nil
           break
         end
-        out[4 * i - 1], out[4 * i], out[4 * i + 1], out[4 * i + 2] = 1, qr + qb, qr + qb - used, to - now
+        if out then out[4 * i - 1], out[4 * i], out[4 * i + 1], out[4 * i + 2] = 1, qr + qb, qr + qb - used, to - now
+        else ql, qrem, qreset = qr + qb, qr + qb - used, to - now end
       end
     end
   end
@@ -297,10 +300,12 @@ if si then
     if trim then call('LTRIM', k, trim, -1) end
     call('RPUSH', k, tail)
     if expire then call('PEXPIRE', k, 2 * w) end
-    if n == 1 then return {now, 1, 1, c, rem, reset} end
+    if n == 1 then return pack(ONE, now, 1, 1, c, rem, reset) end
+    if n == 2 and si == 1 then return pack(TWO, now, 1, 1, c, rem, reset, 1, ql, qrem, qreset) end
+    if n == 2 then return pack(TWO, now, 1, 1, ql, qrem, qreset, 1, c, rem, reset) end
     local x = 4 * si
     out[x - 1], out[x], out[x + 1], out[x + 2] = 1, c, rem, reset
-    return out
+    return pack('>i7B' .. string.rep('Bi7i7i7', n), tunpack(out))
   end
 end
 
@@ -784,4 +789,4 @@ for i = 1, n do
   out[#out + 1] = rem
   out[#out + 1] = reset
 end
-return out
+return pack('>i7B' .. string.rep('Bi7i7i7', n), tunpack(out))

@@ -808,24 +808,35 @@ static int track(struct redis_limiter *rl, const struct lease_req *lr)
 
 /* ---- checks ---- */
 
+/* A signed 56-bit big-endian integer (check.lua's struct 'i7'). */
+static int64_t read_i7(const unsigned char *b)
+{
+    uint64_t v = 0;
+    for (int i = 0; i < 7; i++)
+        v = v << 8 | b[i];
+    if (v & ((uint64_t)1 << 55))
+        v |= ~(((uint64_t)1 << 56) - 1);   /* negative: extend the sign */
+    return (int64_t)v;
+}
+
+/* check.lua's answer: one string, now (i7) and all allowed (a byte), then per rule allowed
+ * (a byte), limit, remaining and reset (i7 each). */
 static int parse_reply(const redisReply *reply, size_t n, struct limiter_result *res)
 {
-    if (reply->type != REDIS_REPLY_ARRAY || reply->elements != 2 + 4 * n)
+    if (reply->type != REDIS_REPLY_STRING || reply->len != 8 + 22 * n)
         return -1;
-    for (size_t i = 0; i < reply->elements; i++)
-        if (reply->element[i]->type != REDIS_REPLY_INTEGER)
-            return -1;
+    const unsigned char *b = (const unsigned char *)reply->str;
     memset(res, 0, sizeof(*res));
     res->status = LIMITER_DECIDED;
     res->n = n;
-    res->now_ms = reply->element[0]->integer;
-    res->allowed = reply->element[1]->integer == 1;
+    res->now_ms = read_i7(b);
+    res->allowed = b[7] == 1;
     for (size_t i = 0; i < n; i++) {
-        redisReply **e = &reply->element[2 + 4 * i];
-        res->verdicts[i].allowed = e[0]->integer == 1;
-        res->verdicts[i].limit = e[1]->integer;
-        res->verdicts[i].remaining = e[2]->integer;
-        res->verdicts[i].reset_ms = e[3]->integer;
+        const unsigned char *v = b + 8 + 22 * i;
+        res->verdicts[i].allowed = v[0] == 1;
+        res->verdicts[i].limit = read_i7(v + 1);
+        res->verdicts[i].remaining = read_i7(v + 8);
+        res->verdicts[i].reset_ms = read_i7(v + 15);
     }
     return 0;
 }
