@@ -1921,6 +1921,23 @@ static json_t *usage_row_json(const struct usage_row *u)
  * (the plan's, with the user's own in their place), peeked in the proxies' Redis the way a
  * check would see it, with nothing recorded (limiter_peek). ws-messages limits count per
  * connection inside a proxy and are not shown. */
+
+/* A Redis URL as it may be shown: its userinfo ("user:password@") replaced by "***@". */
+static const char *url_without_password(const char *url, char *out, size_t len)
+{
+    const char *auth = strstr(url, "://");
+    auth = auth != NULL ? auth + 3 : url;
+    size_t end = strcspn(auth, "/?#");
+    const char *at = NULL;
+    for (size_t i = 0; i < end; i++)
+        if (auth[i] == '@')
+            at = auth + i;
+    if (at == NULL)
+        snprintf(out, len, "%s", url);
+    else
+        snprintf(out, len, "%.*s***%s", (int)(auth - url), url, at);
+    return out;
+}
 static int cmd_usage(struct cli *c)
 {
     const char *user_id = c->pos[0];
@@ -1968,7 +1985,9 @@ static int cmd_usage(struct cli *c)
     }
     run_loop_until(base, NULL, limiter_ready, limiter, 3000);
     if (!limiter_available(limiter)) {
-        r = fail("cannot reach the proxies' Redis (%s, from %s)", sc.redis, where);
+        char shown[sizeof(sc.redis) + 8];
+        r = fail("cannot reach the proxies' Redis (%s, from %s)", url_without_password(sc.redis, shown, sizeof(shown)),
+                 where);
         goto out;
     }
     char subject[CATALOG_USER_ID_MAX + 8];

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from conftest import assert_json_error, parse_sf_list
+from conftest import assert_json_error, free_port, parse_sf_list
 
 THREADS, PER_THREAD, REPEATS, QUOTA = 8, 20, 5, 50
 
@@ -211,6 +211,17 @@ def test_usage_shows_used_remaining_reset(catalog, proxies, redis):
     # the proxy's own configuration file tells tierctl where the store is
     cp = catalog.run("usage", user, "--json", "--config", str(p.ini_path))
     assert by_kind(json.loads(cp.stdout), "quota")["used"] == 4, cp.stdout
+
+
+def test_usage_with_redis_away_names_it_without_its_password(catalog):
+    plan = catalog.plan("away", "--quota", "50/month")
+    user = catalog.user(plan)
+    port = free_port()
+    url = "redis://op:s3cret-pw@127.0.0.1:%d/0" % port
+    cp = catalog.run("usage", user, "--redis", url, check=False)
+    assert cp.returncode == 1, cp
+    assert "s3cret-pw" not in cp.stderr + cp.stdout, cp.stderr
+    assert "127.0.0.1:%d" % port in cp.stderr, cp.stderr
 
 
 def test_usage_on_the_memory_store_is_refused_with_the_reason(catalog, proxies):
