@@ -102,6 +102,7 @@ local ONE, TWO = '>i7BBi7i7i7', '>i7BBi7i7i7Bi7i7i7'  -- the answer for one rule
 local K = 8                                           -- entries known in a sliding log's tail
 local TAIL1 = '>BI7I7I7I7BI7I7I7I7I7I7I7I7'           -- unweighted: 1, t, w, count, dead, j, l1..l8
 local HEAD1 = '>BI7I7I7I7B'                           -- its first 30 bytes
+local HEAD1T = '>BI7I7I7I7BI7'                        -- and l1
 local TAIL1_LEN = 30 + 7 * K
 local HEAD2 = '>BI7I7I7I7I7I7B'                       -- weighted: 2, t, cum, w, count, dead, base, j
 local HEAD2R = '>xI7I7I7I7I7I7B'                      -- the same, read
@@ -177,9 +178,9 @@ if si then
             for x = jn + 1, K do d[x] = 0 end
             tail = pack(TAIL1, 1, t, w, count + 1, dead, jn, tunpack(d))
           elseif count == nk and nk < K then
-            tail = pack(TAIL1, 1, t, w, count + 1, dead, nk + 1, t, unpack(LIST, m1, 31))
+            tail = pack(HEAD1T, 1, t, w, count + 1, dead, nk + 1, t) .. sub(m1, 31, 79)   -- (the times move, not unpacked)
           else
-            tail = pack(TAIL1, 1, t, w, count + 1, dead, nk, unpack(LIST, m1, 31))
+            tail = pack(HEAD1, 1, t, w, count + 1, dead, nk) .. sub(m1, 31, TAIL1_LEN)
           end
           if count == 0 then o = t end
           rem, reset = c - count - 1, o + w - t
