@@ -171,11 +171,12 @@ if si then
             trim, dead, expire = dead, 0, expire or count == 0
           end
           if r then
-            local d = {}                              -- newest first, K of them
-            if count == nk and nk < K then d[1] = t end
-            for x = #r, rx + 1, -1 do d[#d + 1] = unpack('>xI7', r[x]) end
-            local jn = #d
-            for x = jn + 1, K do d[x] = 0 end
+            local d, jn = {0, 0, 0, 0, 0, 0, 0, 0}, 0 -- newest first, K of them (made whole: a table that grows rehashes)
+            if count == nk and nk < K then d[1], jn = t, 1 end
+            for x = #r, rx + 1, -1 do
+              jn = jn + 1
+              d[jn] = unpack('>xI7', r[x])
+            end
             tail = pack(TAIL1, 1, t, w, count + 1, dead, jn, tunpack(d))
           elseif count == nk and nk < K then
             tail = pack(HEAD1T, 1, t, w, count + 1, dead, nk + 1, t) .. sub(m1, 31, 79)   -- (the times move, not unpacked)
@@ -229,11 +230,12 @@ if si then
           end
           local cnew = (cn + cost) % M
           if r then
-            local ts, cs = {}, {}                     -- newest first, K of them
-            if count == nk and nk < K then ts[1], cs[1] = t, cnew end
-            for x = #r, rx + 1, -1 do ts[#ts + 1], cs[#cs + 1] = unpack('>xI7I7', r[x]) end
-            local jn = #ts
-            for x = jn + 1, K do ts[x], cs[x] = 0, 0 end
+            local ts, cs, jn = {0, 0, 0, 0, 0, 0, 0, 0}, {0, 0, 0, 0, 0, 0, 0, 0}, 0   -- newest first, K of them
+            if count == nk and nk < K then ts[1], cs[1], jn = t, cnew, 1 end
+            for x = #r, rx + 1, -1 do
+              jn = jn + 1
+              ts[jn], cs[jn] = unpack('>xI7I7', r[x])
+            end
             tail = pack(HEAD2, 2, t, cnew, w, count + 1, dead, base, jn) .. pack(LIST, tunpack(ts)) ..
                    pack(LIST, tunpack(cs))
           elseif count == nk and nk < K then
