@@ -89,8 +89,11 @@ local call, rpcall = redis.call, redis.pcall
 local tunpack = unpack
 local pack, unpack = struct.pack, struct.unpack
 
-local now, peek = tonumber(ARGV[1]), false
-if not now then peek, now = true, tonumber(sub(ARGV[1], 6)) end
+local now, peek = -1, false
+if ARGV[1] ~= '-1' then                               -- (the proxies' usual "-1" needs no strtod)
+  now = tonumber(ARGV[1])
+  if not now then peek, now = true, tonumber(sub(ARGV[1], 6)) end
+end
 if now < 0 then
   local tm = call('TIME')
   now = tm[1] * 1000 + floor(tm[2] / 1000)
@@ -132,7 +135,7 @@ if not peek then
 end
 
 if si then
-  local _, rate, burst, w, cost = unpack(RULE, spec, RULE_LEN * si - RULE_LEN + 1)
+  local rate, burst, w, cost = unpack('>xI7I7I7I7', spec, RULE_LEN * si - RULE_LEN + 1)
   local k, c = KEYS[si], rate + burst
   -- What an admitted request writes to the log (an LTRIM to, the tail, the TTL) and answers.
   local trim, tail, expire, rem, reset
