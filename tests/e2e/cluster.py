@@ -22,9 +22,12 @@ CLUSTER_READY_S = 30
 class ClusterNode:
     """One redis-server of the cluster, owned by the RedisCluster that started it."""
 
-    def __init__(self, cluster, port):
+    def __init__(self, cluster, port, bus_port):
         self.cluster = cluster
         self.port = port
+        # the bus port picked free too (Redis' default, port + 10000, may be taken or
+        # fall in the kernel's ephemeral range)
+        self.bus_port = bus_port
         self.dir = cluster.tmpdir / ("node-%d" % port)
         self.proc = None
 
@@ -40,7 +43,7 @@ class ClusterNode:
         self.proc = subprocess.Popen(
             [redis_server, "--port", str(self.port), "--bind", "127.0.0.1",
              "--cluster-enabled", "yes", "--cluster-config-file", str(self.dir / "nodes.conf"),
-             "--cluster-node-timeout", "2000",
+             "--cluster-port", str(self.bus_port), "--cluster-node-timeout", "2000",
              "--save", "", "--appendonly", "no", "--daemonize", "no",
              "--dir", str(self.dir), "--protected-mode", "no"],
             stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
@@ -77,7 +80,7 @@ class RedisCluster:
         self.tmpdir = pathlib.Path(tmpdir)
         self.redis_cmd = redis_cmd
         self._wait_until = wait_until
-        self.nodes = [ClusterNode(self, free_port()) for _ in range(NODES)]
+        self.nodes = [ClusterNode(self, free_port(), free_port()) for _ in range(NODES)]
         self.tmpdir.mkdir(parents=True, exist_ok=True)
         try:
             for n in self.nodes:
@@ -147,6 +150,27 @@ class RedisCluster:
     @property
     def seed_list(self):
         return ",".join(self.seeds)
+
+    @property
+    def url(self):
+        """What Proxies.config(store="redis", redis=...) writes as [limits] redis: the
+        seeds, comma-separated (the proxy also needs redis_mode = cluster)."""
+        return self.seed_list
+
+    def names_on_each_master(self, make_name, per_master=1, tries=10000):
+        """{master port: [names]}: per_master names make_name(i) whose slot (of the whole
+        name, as a hash tag) is served by each master, so a test can spread users over all."""
+        want = {n.port: [] for n in self.masters()}
+        owners = self.slot_owners()
+        for i in range(tries):
+            name = make_name(i)
+            slot = self.keyslot(name)
+            port = next(p for lo, hi, p in owners if lo <= slot <= hi)
+            if len(want[port]) < per_master:
+                want[port].append(name)
+            if all(len(v) == per_master for v in want.values()):
+                return want
+        raise RuntimeError("could not find %d names per master" % per_master)
 
     def any_live(self):
         for n in self.nodes:
