@@ -123,15 +123,24 @@ class RedisCluster:
         text = info.decode() if isinstance(info, bytes) else str(info)
         return "cluster_state:ok" in text
 
-    def wait_ok(self, timeout=CLUSTER_READY_S):
+    def wait_ok(self, timeout=CLUSTER_READY_S, with_replicas=True):
         """Waits until every live node says cluster_state:ok and agrees on three masters
-        covering all 16384 slots."""
+        covering all 16384 slots, and (with_replicas) CLUSTER SLOTS lists a replica for
+        every range (right after `--cluster create` it lists the masters alone)."""
         def ok():
             live = [n for n in self.nodes if n.alive()]
             return all(self.state_ok(n) for n in live) and \
-                all(len(self._masters_seen_by(n)) == NODES // (REPLICAS_PER_MASTER + 1) for n in live)
+                all(len(self._masters_seen_by(n)) == NODES // (REPLICAS_PER_MASTER + 1) for n in live) and \
+                (not with_replicas or self._replicas_listed(live[0]))
         if not self._wait_until(ok, timeout, 0.2):
             raise RuntimeError("the cluster did not reach cluster_state:ok in %ss" % timeout)
+
+    def _replicas_listed(self, node):
+        try:
+            slots = node.cmd("CLUSTER", "SLOTS")
+        except (OSError, RuntimeError):
+            return False
+        return all(len(r) >= 3 + REPLICAS_PER_MASTER for r in slots)
 
     def _masters_seen_by(self, node):
         """{port} of the masters that serve slots, as CLUSTER SLOTS on node tells."""
