@@ -64,6 +64,30 @@ static int check_listen_address(const struct proxy_config *cfg, const char *sect
     return 1;
 }
 
+/* [limits] redis as the store will read it: one URL, or in cluster mode the seed list. */
+static int check_redis(const struct proxy_config *cfg)
+{
+    char err[512];
+    if (cfg->store != STORE_REDIS)
+        return 0;
+    if (cfg->redis_mode == REDIS_MODE_CLUSTER) {
+        if (limiter_redis_cluster_seeds_check(cfg->redis_url, err, sizeof(err)) != 0) {
+            start_error(cfg, "limits", "redis", "%s", err);
+            return 1;
+        }
+        /* the configuration is read and checked; the slot routing is not built yet
+           (issue 14): refuse rather than talk to one seed as if it were the whole store */
+        start_error(cfg, "limits", "redis_mode", "cluster mode is not supported by this build yet");
+        return 1;
+    }
+    if (limiter_redis_url_check(cfg->redis_url, err, sizeof(err)) != 0) {
+        start_error(cfg, "limits", "redis", "%s%s", err,
+                    strchr(cfg->redis_url, ',') != NULL ? " (several seed URLs need redis_mode = cluster)" : "");
+        return 1;
+    }
+    return 0;
+}
+
 /* Each upstream URL as libcurl, which sends the requests, reads it. */
 static int check_upstreams(const struct proxy_config *cfg)
 {
@@ -99,10 +123,7 @@ static int validate_start(const struct proxy_config *cfg, struct access_log **pl
     rc |= check_listen_address(cfg, "proxy", cfg->listen_host);
     rc |= check_listen_address(cfg, "admin", cfg->admin_host);
     rc |= check_upstreams(cfg);
-    if (cfg->store == STORE_REDIS && limiter_redis_url_check(cfg->redis_url, err, sizeof(err)) != 0) {
-        start_error(cfg, "limits", "redis", "%s", err);
-        rc = 1;
-    }
+    rc |= check_redis(cfg);
     if (cfg->access_log != NULL && access_log_open(cfg->access_log, &log, err, sizeof(err)) < 0) {
         start_error(cfg, "log", "access", "%s", err);
         rc = 1;

@@ -42,6 +42,11 @@ struct limiter *limiter_memory_create(struct memory_store *store);
  * password. */
 int limiter_redis_url_check(const char *url, char *err, size_t errlen);
 
+/* Checks the seed list of a Redis Cluster ([limits] redis with redis_mode = cluster:
+ * comma-separated redis:// URLs, database 0) without connecting. Returns 0, or -EINVAL
+ * with a reason naming the bad seed in err, never a password. */
+int limiter_redis_cluster_seeds_check(const char *seeds, char *err, size_t errlen);
+
 /* A limiter over Redis for one event loop (one worker thread). Connects in the
  * background and reconnects with backoff; while it is down, checks answer
  * LIMITER_UNAVAILABLE at once. Returns NULL with a reason in err on a bad URL. */

@@ -962,6 +962,20 @@ int limiter_redis_url_check(const char *url, char *err, size_t errlen)
     return r;
 }
 
+int limiter_redis_cluster_seeds_check(const char *seeds, char *err, size_t errlen)
+{
+    struct redis_url *parsed = calloc(REDIS_SEEDS_MAX, sizeof(*parsed));
+    if (parsed == NULL) {
+        if (err != NULL && errlen > 0)
+            snprintf(err, errlen, "out of memory");
+        return -ENOMEM;
+    }
+    int n = redis_seed_list_parse(seeds, parsed, REDIS_SEEDS_MAX, err, errlen);
+    explicit_bzero(parsed, REDIS_SEEDS_MAX * sizeof(*parsed)); /* the passwords, if any */
+    free(parsed);
+    return n > 0 ? 0 : -EINVAL;
+}
+
 struct limiter *limiter_redis_create(struct event_base *base, const struct redis_store_options *options,
                                      char *err, size_t errlen)
 {
