@@ -7,12 +7,17 @@ three replicas on ports picked free, made with `redis-cli --cluster create`, sto
         c.keyslot("u:{x}")       # CLUSTER KEYSLOT, asked of a node
         c.master_of_key("k")     # the ClusterNode that serves the key's slot now
         c.masters()              # the ClusterNodes that are masters now
+        c.move_slot(slot, node)  # reshard one slot (with a hook while it is half moved)
+        node.kill(); c.wait_failover(node)   # kill -9 a master, wait for its replica
 
-conftest.py exposes it as the session fixture `redis_cluster`.
+conftest.py exposes it as the session fixture `redis_cluster` (never kill or reshard that
+one: later tests share it) and as `redis_cluster_factory()` for a private cluster a test
+may break.
 """
 import pathlib
 import shutil
 import subprocess
+import time
 
 REDIS_CLI = "/usr/bin/redis-cli"
 NODES, REPLICAS_PER_MASTER = 6, 1
@@ -221,6 +226,61 @@ class RedisCluster:
             found += batch
             if cursor in (b"0", "0", 0):
                 return found
+
+    def node_id(self, node):
+        """The node's cluster id (CLUSTER MYID)."""
+        v = node.cmd("CLUSTER", "MYID")
+        return v.decode() if isinstance(v, bytes) else v
+
+    def wait_failover(self, dead, timeout=CLUSTER_READY_S):
+        """After dead.kill() of a master: waits until its replica serves its slots and every
+        live node says cluster_state:ok again. Returns the seconds it took, counted from now."""
+        t0 = time.monotonic()
+
+        def taken_over():
+            try:
+                owners = self.slot_owners()
+            except (OSError, RuntimeError):
+                return False
+            live = [n for n in self.nodes if n.alive()]
+            return all(p != dead.port and self.node_on(p).alive() for _, _, p in owners) and \
+                sum(hi - lo + 1 for lo, hi, _ in owners) == 16384 and all(self.state_ok(n) for n in live)
+        if not self._wait_until(taken_over, timeout, 0.05):
+            raise RuntimeError("no replica took over from %r in %ss" % (dead, timeout))
+        return time.monotonic() - t0
+
+    def move_slot(self, slot, target, while_migrating=None, batch=100):
+        """Moves one slot (with its keys) to the master target, the way redis-cli's reshard
+        does it: IMPORTING on target, MIGRATING on the source, MIGRATE the keys, then
+        SETSLOT NODE everywhere. while_migrating(source), if given, runs while the slot is
+        half moved (its keys still on source answer there; others get ASK to target)."""
+        source = self.master_of_slot(slot)
+        if source.port == target.port:
+            raise ValueError("slot %d is already on %r" % (slot, target))
+        source_id, target_id = self.node_id(source), self.node_id(target)
+        target.cmd("CLUSTER", "SETSLOT", slot, "IMPORTING", source_id)
+        source.cmd("CLUSTER", "SETSLOT", slot, "MIGRATING", target_id)
+        if while_migrating is not None:
+            while_migrating(source)
+        while True:
+            keys = source.cmd("CLUSTER", "GETKEYSINSLOT", slot, batch)
+            if not keys:
+                break
+            source.cmd("MIGRATE", "127.0.0.1", target.port, "", 0, 5000, "KEYS", *keys)
+        # the target first, then the source, then the rest (as redis-cli does)
+        for n in [target, source] + [m for m in self.masters() if m.port not in (target.port, source.port)]:
+            n.cmd("CLUSTER", "SETSLOT", slot, "NODE", target_id)
+        self._wait_until(lambda: all(self._owner_seen_by(n, slot) == target.port
+                                     for n in self.nodes if n.alive()), 10, 0.05)
+
+    def _owner_seen_by(self, node, slot):
+        try:
+            for r in node.cmd("CLUSTER", "SLOTS"):
+                if int(r[0]) <= slot <= int(r[1]):
+                    return int(r[2][1])
+        except (OSError, RuntimeError):
+            pass
+        return None
 
     def close(self):
         for n in self.nodes:

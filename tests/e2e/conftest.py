@@ -12,7 +12,8 @@ Fixtures:
   proxies           the same factory without the store parameter (store= given explicitly)
   upstream          a shared upstream for the session; upstream_factory() for private ones
   redis             a shared redis-server for the session; redis_factory() for private ones
-  redis_cluster     a shared Redis Cluster (3 masters + 3 replicas) for the session (cluster.py)
+  redis_cluster     a shared Redis Cluster (3 masters + 3 replicas) for the session (cluster.py);
+                    redis_cluster_factory() for a private one a test may kill or reshard
 """
 import atexit
 import base64
@@ -934,6 +935,22 @@ def redis_cluster(session_tmp):
                      require_program(REDIS_SERVER, "redis-server"), _children)
     yield c
     c.close()
+
+
+@pytest.fixture
+def redis_cluster_factory(tmp_path):
+    """redis_cluster_factory() -> a private Redis Cluster this test may kill or reshard."""
+    from cluster import RedisCluster
+    made = []
+
+    def make():
+        c = RedisCluster(tmp_path / ("cluster%d" % len(made)), free_port, redis_cmd, wait_until,
+                         require_program(REDIS_SERVER, "redis-server"), _children)
+        made.append(c)
+        return c
+    yield make
+    for c in made:
+        c.close()
 
 
 @pytest.fixture

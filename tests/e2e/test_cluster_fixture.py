@@ -33,3 +33,45 @@ def test_keyslot_follows_the_hash_tag(redis_cluster):
     assert redis_cluster.keyslot("foo") == 12182
     assert redis_cluster.keyslot("{user1000}.following") == redis_cluster.keyslot("user1000")
     assert redis_cluster.keyslot("tp:{u:42}:7") == redis_cluster.keyslot("u:42")
+
+
+def test_move_slot_moves_the_keys_and_asks_while_migrating(redis_cluster_factory):
+    c = redis_cluster_factory()
+    key, absent = "fixture:{mover}:1", "fixture:{mover}:2"
+    slot = c.keyslot(key)
+    source = c.master_of_slot(slot)
+    assert source.cmd("SET", key, "v") == "OK"
+    target = next(m for m in c.masters() if m.port != source.port)
+    seen = {}
+
+    def while_migrating(src):
+        # a key still on the source answers there; one that is not gets ASK to the target
+        seen["present"] = src.cmd("GET", key)
+        try:
+            src.cmd("GET", absent)
+        except RuntimeError as e:
+            seen["absent"] = str(e)
+    c.move_slot(slot, target, while_migrating)
+    assert seen["present"] == b"v"
+    assert seen["absent"] == "ASK %d 127.0.0.1:%d" % (slot, target.port)
+    assert c.master_of_key(key).port == target.port
+    assert target.cmd("GET", key) == b"v"
+    try:
+        source.cmd("GET", key)
+        raise AssertionError("the source still answers for slot %d" % slot)
+    except RuntimeError as e:
+        assert str(e) == "MOVED %d 127.0.0.1:%d" % (slot, target.port)
+
+
+def test_kill_a_master_and_its_replica_takes_over(redis_cluster_factory):
+    c = redis_cluster_factory()
+    key = "fixture:{victim}:1"
+    victim = c.master_of_key(key)
+    assert victim.cmd("SET", key, "v") == "OK"
+    assert victim.cmd("WAIT", 1, 2000) == 1          # the replica has it before the crash
+    victim.kill()
+    gap = c.wait_failover(victim)
+    heir = c.master_of_key(key)
+    assert heir.port != victim.port and heir.alive()
+    assert heir.cmd("GET", key) == b"v"
+    assert gap < 20, gap
