@@ -1,6 +1,11 @@
 """Redis Cluster (issue 14, SPEC "A fleet larger than one Redis"): with redis_mode = cluster
 and the seed nodes in [limits] redis, a fleet of proxies enforces every limit exactly for
 users whose slots are served by different masters."""
+import threading
+import time
+
+from conftest import assert_json_error, write_ini
+from test_config import line_of, run_check
 from test_exactness import LIMIT, PER_THREAD, REPEATS, THREADS, WINDOW_S, hammer
 
 
@@ -44,9 +49,6 @@ def test_exact_across_two_proxies_for_users_on_all_three_masters(catalog, proxie
 # ---- configuration: redis_mode and the seed list (SPEC: redis_mode = single | cluster;
 # in cluster mode [limits] redis holds several seed URLs, comma-separated)
 
-from test_config import line_of, run_check  # noqa: E402
-from conftest import write_ini  # noqa: E402
-
 
 def redis_ini(proxies, catalog, tmp_path, name, **limits):
     ini = proxies.config(catalog, store="redis", redis=type("R", (), {"url": "redis://127.0.0.1:6379/0"})())
@@ -88,3 +90,112 @@ def test_cluster_seed_list_errors_name_the_seed_and_hide_passwords(proxies, cata
         assert "%s:%d" % (path, line_of(path, "redis =")) in out, (seeds, out)
         assert says in out, (seeds, out)
         assert "s3cretpw" not in out, out
+
+
+# ---- a cluster that changes under the fleet: failover and resharding (private clusters)
+
+
+CHANGE_LIMIT = 30       # per CHANGE_WINDOW: long, so one window spans the whole test
+CHANGE_WINDOW = "%d/300s" % CHANGE_LIMIT
+
+
+def user_on(catalog, cluster, plan, master_port, tag):
+    """A new user of plan whose subject's slot master_port serves; returns (user id, key)."""
+    names = cluster.names_on_each_master(lambda i: "u:%s%d" % (tag, i))[master_port]
+    user_id = names[0][len("u:"):]
+    catalog.user(plan, user_id)
+    return user_id, catalog.key(user_id)
+
+
+def test_failover_of_a_master_spares_the_others_and_enforcement_comes_back(
+        catalog, proxies, redis_cluster_factory):
+    c = redis_cluster_factory()
+    plan = catalog.plan("fo", "--rate", CHANGE_WINDOW)
+    victim, other = c.masters()[0], c.masters()[1]
+    victim_user, key_victim = user_on(catalog, c, plan, victim.port, "v")
+    _, key_other = user_on(catalog, c, plan, other.port, "o")
+    ps = [proxies.start(catalog, store="redis", redis=c, key_prefix="fo:",
+                        limits={"redis_mode": "cluster", "on_store_error": "closed"}) for _ in range(2)]
+    clients = [p.client() for p in ps]
+    other_statuses = []
+    for i in range(5):
+        assert clients[i % 2].get("/before", key=key_victim).status == 200
+        other_statuses.append(clients[i % 2].get("/before", key=key_other).status)
+
+    victim.kill()
+    t_kill = time.monotonic()
+    # until the proxies follow the promoted replica, the victim's users get on_store_error
+    # (closed: 503 limiter_unavailable) and nothing else; the other master's users are
+    # enforced exactly throughout
+    gap = None
+    i = 0
+    while time.monotonic() - t_kill < 30:
+        r = clients[i % 2].get("/during", key=key_victim)
+        other_statuses.append(clients[i % 2].get("/during", key=key_other).status)
+        i += 1
+        if r.status == 503:
+            assert_json_error(r, 503, {"error_code": "limiter_unavailable"})
+            time.sleep(0.02)
+            continue
+        assert r.status == 200, r.status
+        gap = time.monotonic() - t_kill
+        break
+    assert gap is not None, "the victim's users were still refused 30 s after the kill"
+    print("failover gap seen by the proxies: %.2f s (cluster-node-timeout 2000 ms)" % gap)
+
+    # exact again on the promoted replica: a fresh user there gets exactly the limit
+    c.wait_failover(victim)
+    heir = c.master_of_key("u:" + victim_user)
+    assert heir.port != victim.port and heir.alive()
+    fresh_plan = catalog.plan("fo2", "--rate", CHANGE_WINDOW)
+    _, key_fresh = user_on(catalog, c, fresh_plan, heir.port, "f")
+    time.sleep(0.5)      # the proxies' catalog refresh (refresh_ms 200)
+    fresh = [clients[j % 2].get("/after", key=key_fresh).status for j in range(2 * CHANGE_LIMIT)]
+    assert set(fresh) <= {200, 429}, sorted(set(fresh))
+    assert fresh.count(200) == CHANGE_LIMIT, fresh
+    for _ in range(2 * CHANGE_LIMIT):
+        other_statuses.append(clients[0].get("/after", key=key_other).status)
+    assert set(other_statuses) <= {200, 429}, sorted(set(other_statuses))
+    assert other_statuses.count(200) == CHANGE_LIMIT, other_statuses
+    for cl in clients:
+        cl.close()
+
+
+def test_resharding_a_busy_users_slot_keeps_the_count_exact(catalog, proxies, redis_cluster_factory):
+    c = redis_cluster_factory()
+    plan = catalog.plan("rs", "--rate", CHANGE_WINDOW)
+    source = c.masters()[0]
+    user_id, key = user_on(catalog, c, plan, source.port, "b")
+    target = c.masters()[1]
+    ps = [proxies.start(catalog, store="redis", redis=c, key_prefix="rs:",
+                        limits={"redis_mode": "cluster", "on_store_error": "closed"}) for _ in range(2)]
+    statuses, lock, stop = [], threading.Lock(), threading.Event()
+
+    def load(i):
+        cl = ps[i % 2].client()
+        mine = []
+        try:
+            # slowly enough that requests keep coming across the whole migration, and
+            # bounded: the limit is reached before the last of them
+            for _ in range(2 * CHANGE_LIMIT):
+                if stop.is_set():
+                    break
+                mine.append(cl.get("/busy", key=key).status)
+                time.sleep(0.05)
+        finally:
+            cl.close()
+            with lock:
+                statuses.extend(mine)
+    ts = [threading.Thread(target=load, args=(i,)) for i in range(2)]
+    for t in ts:
+        t.start()
+    time.sleep(0.3)
+    # the user's keys (hash tag "u:<id>") move while the load runs; halfway through, the
+    # slot is migrating: the proxies meet ASK for keys already moved
+    c.move_slot(c.keyslot("u:" + user_id), target, while_migrating=lambda src: time.sleep(0.5))
+    for t in ts:
+        t.join(60)
+    stop.set()
+    assert set(statuses) <= {200, 429}, sorted(set(statuses))
+    assert statuses.count(200) == CHANGE_LIMIT, "%d admitted, limit %d" % (statuses.count(200), CHANGE_LIMIT)
+    assert c.keys_on(target, "rs:{u:%s}:*" % user_id), "the user's keys are not on the new master"
