@@ -4,7 +4,7 @@ users whose slots are served by different masters."""
 import threading
 import time
 
-from conftest import assert_json_error, write_ini
+from conftest import assert_json_error, free_port, write_ini
 from test_config import line_of, run_check
 from test_exactness import LIMIT, PER_THREAD, REPEATS, THREADS, WINDOW_S, hammer
 
@@ -90,6 +90,34 @@ def test_cluster_seed_list_errors_name_the_seed_and_hide_passwords(proxies, cata
         assert "%s:%d" % (path, line_of(path, "redis =")) in out, (seeds, out)
         assert says in out, (seeds, out)
         assert "s3cretpw" not in out, out
+
+
+def test_check_reaches_the_seeds_and_reports_the_cluster_state(proxies, catalog, tmp_path, redis_cluster):
+    # a dead seed first: --check goes on to the next one
+    seeds = "redis://127.0.0.1:%d/0,%s" % (free_port(), redis_cluster.seed_list)
+    path = redis_ini(proxies, catalog, tmp_path, "check-cluster.ini", redis_mode="cluster", redis=seeds)
+    cp, out = run_check(path)
+    assert "cluster_state ok: 3 masters serve all 16384 slots" in out, out
+
+
+def test_check_says_when_no_seed_answers(proxies, catalog, tmp_path):
+    dead = [free_port(), free_port()]
+    seeds = "redis://:s3cretpw@127.0.0.1:%d/0,redis://127.0.0.1:%d/0" % tuple(dead)
+    path = redis_ini(proxies, catalog, tmp_path, "check-dead.ini", redis_mode="cluster", redis=seeds)
+    cp, out = run_check(path)
+    assert cp.returncode == 1, out
+    assert "%s:%d" % (path, line_of(path, "redis =")) in out, out
+    assert "no seed answered" in out, out
+    for port in dead:
+        assert "127.0.0.1:%d" % port in out, out
+    assert "s3cretpw" not in out, out
+
+
+def test_check_says_when_a_seed_is_not_a_cluster_node(proxies, catalog, tmp_path, redis):
+    path = redis_ini(proxies, catalog, tmp_path, "check-plain.ini", redis_mode="cluster", redis=redis.url)
+    cp, out = run_check(path)
+    assert cp.returncode == 1, out
+    assert "127.0.0.1:%d is not a cluster node" % redis.port in out, out
 
 
 # ---- a cluster that changes under the fleet: failover and resharding (private clusters)
