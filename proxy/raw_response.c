@@ -25,6 +25,7 @@ struct raw_response {
     bool head_failed;           /* a field could not be added */
     bool sending;               /* raw_response_send ran */
     bool bodiless;
+    unsigned status;
     int64_t content_length;     /* -1: the body ends with the connection */
     uint64_t body_sent;
     bool over;
@@ -32,8 +33,11 @@ struct raw_response {
 
 static void on_writable(evutil_socket_t fd, short what, void *arg);
 
-struct raw_response *raw_response_create(struct event_base *base, int fd, struct upstream *u, int64_t write_timeout_ms,
-                                         const struct raw_response_hooks *hooks, void *owner)
+static void append(struct raw_response *rr, const char *text, size_t len);
+
+struct raw_response *raw_response_create(struct event_base *base, int fd, struct upstream *u, unsigned status,
+                                         int64_t write_timeout_ms, const struct raw_response_hooks *hooks,
+                                         void *owner)
 {
     struct raw_response *rr = calloc(1, sizeof(*rr));
     if (rr == NULL)
@@ -49,6 +53,13 @@ struct raw_response *raw_response_create(struct event_base *base, int fd, struct
     rr->owner = owner;
     rr->write_timeout_ms = write_timeout_ms;
     rr->content_length = -1;
+    rr->status = status;
+    char line[160];
+    int n = snprintf(line, sizeof(line), "HTTP/1.1 %u %s\r\n", status, MHD_get_reason_phrase_for(status));
+    if (n < 0 || (size_t)n >= sizeof(line))
+        rr->head_failed = true;
+    else
+        append(rr, line, (size_t)n);
     return rr;
 }
 
@@ -67,8 +78,9 @@ void raw_response_field(void *arg, const char *name, const char *value)
     append(rr, "\r\n", 2);
 }
 
-int raw_response_send(struct raw_response *rr, unsigned status, bool bodiless, int64_t content_length)
+int raw_response_send(struct raw_response *rr, bool bodiless, int64_t content_length)
 {
+    unsigned status = rr->status;
     char line[160];
     struct tm tm;
     time_t now = time(NULL);
@@ -82,17 +94,8 @@ int raw_response_send(struct raw_response *rr, unsigned status, bool bodiless, i
     }
     raw_response_field(rr, "Connection", "close");
     append(rr, "\r\n", 2);
-    /* The status line goes in front: fields came first, as the owner added them. */
-    int n = snprintf(line, sizeof(line), "HTTP/1.1 %u %s\r\n", status, MHD_get_reason_phrase_for(status));
-    if (rr->head_failed || n < 0 || (size_t)n >= sizeof(line))
+    if (rr->head_failed)
         return -ENOMEM;
-    struct bytebuf whole = { 0 };
-    if (bytebuf_append(&whole, line, (size_t)n) < 0 || bytebuf_append(&whole, rr->head.data, rr->head.len) < 0) {
-        bytebuf_free(&whole);
-        return -ENOMEM;
-    }
-    bytebuf_free(&rr->head);
-    rr->head = whole;
     rr->bodiless = bodiless;
     rr->content_length = bodiless ? 0 : content_length;
     rr->sending = true;

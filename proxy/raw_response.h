@@ -24,10 +24,11 @@ struct raw_response_hooks {
     void (*over)(void *owner);           /* sent whole or cut short: the connection closes */
 };
 
-/* A response on fd (a suspended libmicrohttpd connection's socket) from u's answer. NULL
- * when memory runs out. */
-struct raw_response *raw_response_create(struct event_base *base, int fd, struct upstream *u, int64_t write_timeout_ms,
-                                         const struct raw_response_hooks *hooks, void *owner);
+/* A response `status` on fd (a suspended libmicrohttpd connection's socket) from u's
+ * answer. NULL when memory runs out. */
+struct raw_response *raw_response_create(struct event_base *base, int fd, struct upstream *u, unsigned status,
+                                         int64_t write_timeout_ms, const struct raw_response_hooks *hooks,
+                                         void *owner);
 
 /* Adds a head field; void *rr so it serves as a header_add_fn (ratelimit_headers.h). A
  * field that memory cannot hold makes raw_response_send fail. */
@@ -36,7 +37,7 @@ void raw_response_field(void *rr, const char *name, const char *value);
 /* Adds Date, Content-Length (when content_length >= 0) and Connection: close, and starts
  * writing: the head, then (unless bodiless) the body as it arrives. Returns 0, or
  * -ENOMEM (nothing was written then). */
-int raw_response_send(struct raw_response *rr, unsigned status, bool bodiless, int64_t content_length);
+int raw_response_send(struct raw_response *rr, bool bodiless, int64_t content_length);
 
 /* Body bytes arrived, the transfer ended, or the slots came back: write what can be. */
 void raw_response_pump(struct raw_response *rr);

@@ -589,7 +589,8 @@ static bool respond_raw(struct request *r)
     const union MHD_ConnectionInfo *ci = MHD_get_connection_info(r->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
     if (ci == NULL)
         return false;
-    r->raw = raw_response_create(r->ctx->base, ci->connect_fd, u, r->ctx->cfg->upstream_timeout_ms, &raw_hooks, r);
+    r->raw = raw_response_create(r->ctx->base, ci->connect_fd, u, (unsigned)u->status, r->ctx->cfg->upstream_timeout_ms,
+                                 &raw_hooks, r);
     if (r->raw == NULL)
         return false;
     for (size_t i = 0; i < u->n_fields; i++)
@@ -597,7 +598,7 @@ static bool respond_raw(struct request *r)
     respond_ratelimit_fields(r->ctx->cfg->headers, &r->gate, decided(r), add_raw_field, r->raw);
     bool bodiless = strcmp(r->method, "HEAD") == 0 || u->status == 204 || u->status == 304;
     r->status = (unsigned)u->status;
-    if (raw_response_send(r->raw, (unsigned)u->status, bodiless, u->content_length) < 0) {
+    if (raw_response_send(r->raw, bodiless, u->content_length) < 0) {
         raw_response_free(r->raw);
         r->raw = NULL;
         r->status = 0;

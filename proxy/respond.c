@@ -107,10 +107,7 @@ void respond_ratelimit_fields(unsigned styles, const struct gate_check *check, c
 void respond_add_ratelimit_headers(unsigned styles, const struct gate_check *check, const struct limiter_result *result,
                                    struct MHD_Response *response)
 {
-    struct ratelimit_item items[LIMITER_MAX_RULES];
-    size_t n = ratelimit_items(check, result, items);
-    if (n > 0)
-        ratelimit_headers_render(styles, items, n, result->now_ms, add_to_response, response);
+    respond_ratelimit_fields(styles, check, result, add_to_response, response);
 }
 
 const struct limit_verdict *respond_closest_verdict(const struct gate_check *check, const struct limiter_result *result)

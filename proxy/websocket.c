@@ -220,14 +220,10 @@ struct ws_context *ws_context_create(const struct ws_context_params *p, char *er
     struct ws_context *ctx = calloc(1, sizeof(*ctx));
     if (ctx == NULL)
         return NULL;
-    ctx->base = p->base;
-    ctx->cfg = p->cfg;
-    ctx->metrics = p->metrics;
-    ctx->rejection_warnings = p->rejection_warnings;
-    ctx->log_warnings = p->log_warnings;
-    ctx->pool_trim = p->pool_trim;
-    ctx->kick_mhd = p->kick_mhd;
-    ctx->kick_ctx = p->kick_ctx;
+    *ctx = (struct ws_context){
+        .base = p->base, .cfg = p->cfg, .metrics = p->metrics, .rejection_warnings = p->rejection_warnings,
+        .log_warnings = p->log_warnings, .pool_trim = p->pool_trim, .kick_mhd = p->kick_mhd, .kick_ctx = p->kick_ctx,
+    };
     LIST_INIT(&ctx->tunnels);
     if (resolve_upstreams(ctx, p->cfg, err, errlen) < 0) {
         free(ctx);
