@@ -2,6 +2,7 @@
  * I/O: the cluster routing of the Redis limiter builds on them. Private to store/. */
 #pragma once
 #include <stddef.h>
+#include <stdint.h>
 
 #define CLUSTER_SLOT_COUNT 16384u
 #define CLUSTER_HOST_MAX 256          /* bytes of a node's host, with its NUL */
@@ -14,6 +15,13 @@ unsigned cluster_crc16(const char *buf, size_t len);
  * the first '}' after it, when that is not empty), else of the whole key, mod 16384.
  * Same answer as CLUSTER KEYSLOT. */
 unsigned cluster_key_slot(const char *key, size_t len);
+
+/* The slot of the limiter key "<prefix>{<subject>}:<rule id>" (store/limiter_redis.c's
+ * put_key) without building it: cluster_key_slot of that key. Every key of one check
+ * (same prefix and subject) lands in this slot when prefix holds no '{' (the hash tag is
+ * then the subject, or its part before a '}' it holds). */
+unsigned cluster_limiter_key_slot(const char *prefix, size_t prefix_len, const char *subject, size_t subject_len,
+                                  int64_t rule_id);
 
 enum cluster_redirect_kind {
     CLUSTER_REDIRECT_MOVED = 1,   /* the slot lives elsewhere now: refresh the map, resend */

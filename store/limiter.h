@@ -53,6 +53,20 @@ int limiter_redis_cluster_seeds_check(const char *seeds, char *err, size_t errle
 struct limiter *limiter_redis_create(struct event_base *base, const struct redis_store_options *options,
                                      char *err, size_t errlen);
 
+/* A limiter over a Redis Cluster for one event loop (one worker thread): options->url holds
+ * the seed nodes, comma-separated redis:// URLs (as limiter_redis_cluster_seeds_check
+ * reads them). Learns the slot map from the seeds (CLUSTER SLOTS, in the background) and
+ * keeps one connection per master, with the first seed's credentials; each check goes to
+ * the master of its subject's slot, following MOVED and ASK. A master that is down answers
+ * LIMITER_UNAVAILABLE at once for its slots only. Returns NULL with a reason in err (never
+ * a password) on a bad seed list or a key prefix holding '{'. */
+struct limiter *limiter_redis_cluster_create(struct event_base *base, const struct redis_store_options *options,
+                                             char *err, size_t errlen);
+
+/* A key prefix cluster mode can use: one without '{' (the hash tag of every key must be
+ * its subject). Returns 0, or -EINVAL with the reason in err. */
+int limiter_redis_cluster_prefix_check(const char *key_prefix, char *err, size_t errlen);
+
 /* Frees the limiter. Pending redis checks get their done callback with
  * LIMITER_UNAVAILABLE before this returns (and a pending limiter_release_all its done).
  * Leases still held: the memory store gives them back; the redis store sends nothing, so

@@ -138,7 +138,7 @@ static void decide_locally(struct fallback_check *c, const struct limiter_result
         int64_t held = 0;
         if (r.kind == LIMIT_CONCURRENCY) {
             int64_t slots = scaled(r.rate, share, 1);
-            held = (int64_t)lease_table_group_count(&fl->primary->leases, c->subject, c->subject_len, r.id);
+            held = (int64_t)limiter_lease_group_count(fl->primary, c->subject, c->subject_len, r.id);
             if (held >= slots) {
                 /* primary's own running requests fill the local share: refused here */
                 struct limiter_result res;

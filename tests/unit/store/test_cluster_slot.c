@@ -5,6 +5,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <string.h>
 
 #include <cmocka.h>
@@ -60,6 +61,38 @@ static void test_binary_keys_use_their_length(void **state)
     const char k[] = {'a', '\0', 'b'};
     assert_int_not_equal(cluster_key_slot(k, 3), cluster_key_slot(k, 1));
     assert_int_equal(cluster_key_slot("{ab}cd", 3), cluster_key_slot("{ab", 3));
+}
+
+/* The slot of a limiter key as built, without building it: the same as cluster_key_slot of
+ * the whole key, for every kind of prefix and subject, the awkward ones included. */
+static void test_limiter_key_slot_is_the_built_keys(void **state)
+{
+    (void)state;
+    assert_int_equal(cluster_limiter_key_slot("tp:", 3, "u:42", 4, 7), 8980);
+    assert_int_equal(cluster_limiter_key_slot("tp:", 3, "ip:10.0.0.1", 11, 3), 8862);
+    static const char *prefixes[] = {"", "tp:", "tierproxy:", "a}b:", "x{y}:", "{"};
+    static const char *subjects[] = {"u:42", "}", "}u", "a}b", "{", "{}", "u:{x}", "u:a\0b"};
+    static const int64_t rules[] = {0, 7, -3, 123456789012LL};
+    for (size_t i = 0; i < sizeof(prefixes) / sizeof(*prefixes); i++)
+        for (size_t j = 0; j < sizeof(subjects) / sizeof(*subjects); j++)
+            for (size_t k = 0; k < sizeof(rules) / sizeof(*rules); k++) {
+                char key[128];
+                size_t sl = strlen(subjects[j]) + (j == 7 ? 2 : 0);   /* "u:a\0b": a NUL inside */
+                size_t pl = strlen(prefixes[i]);
+                memcpy(key, prefixes[i], pl);
+                size_t kl = pl;
+                key[kl++] = '{';
+                memcpy(key + kl, subjects[j], sl);
+                kl += sl;
+                kl += (size_t)snprintf(key + kl, sizeof(key) - kl, "}:%lld", (long long)rules[k]);
+                unsigned want = cluster_key_slot(key, kl);
+                unsigned got = cluster_limiter_key_slot(prefixes[i], pl, subjects[j], sl, rules[k]);
+                if (got != want)
+                    fail_msg("prefix \"%s\" subject #%zu rule %lld: %u, the key's slot is %u", prefixes[i], j,
+                             (long long)rules[k], got, want);
+            }
+    /* a subject starting with '}' leaves an empty tag: the whole key (rule id included) counts */
+    assert_int_not_equal(cluster_limiter_key_slot("tp:", 3, "}u", 2, 1), cluster_limiter_key_slot("tp:", 3, "}u", 2, 2));
 }
 
 static int parse(const char *text, struct cluster_redirect *out)
@@ -142,6 +175,7 @@ int main(void)
         cmocka_unit_test(test_slots_of_whole_keys),
         cmocka_unit_test(test_hash_tag_rule),
         cmocka_unit_test(test_binary_keys_use_their_length),
+        cmocka_unit_test(test_limiter_key_slot_is_the_built_keys),
         cmocka_unit_test(test_moved_and_ask),
         cmocka_unit_test(test_other_errors_are_not_redirects),
         cmocka_unit_test(test_malformed_redirects),
