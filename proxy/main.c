@@ -87,10 +87,11 @@ static int check_redis(const struct proxy_config *cfg, bool probe)
             }
             fprintf(stderr, "tierproxy: [limits] redis: %s\n", err);
         }
-        /* the configuration is read and checked; the slot routing is not built yet
-           (issue 14): refuse rather than talk to one seed as if it were the whole store */
-        start_error(cfg, "limits", "redis_mode", "cluster mode is not supported by this build yet");
-        return 1;
+        if (limiter_redis_cluster_prefix_check(cfg->key_prefix, err, sizeof(err)) != 0) {
+            start_error(cfg, "limits", "key_prefix", "%s", err);
+            return 1;
+        }
+        return 0;
     }
     if (limiter_redis_url_check(cfg->redis_url, err, sizeof(err)) != 0) {
         start_error(cfg, "limits", "redis", "%s%s", err,

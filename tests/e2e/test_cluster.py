@@ -120,6 +120,24 @@ def test_check_says_when_a_seed_is_not_a_cluster_node(proxies, catalog, tmp_path
     assert "127.0.0.1:%d is not a cluster node" % redis.port in out, out
 
 
+def test_cluster_mode_refuses_a_key_prefix_with_a_hash_tag(proxies, catalog, tmp_path, redis_cluster):
+    # "tp{x}:" would make Redis hash "x" for every key: every subject on one master
+    path = redis_ini(proxies, catalog, tmp_path, "prefix-tag.ini", redis_mode="cluster",
+                     redis=redis_cluster.seed_list, key_prefix="tp{x}:")
+    cp, out = run_check(path)
+    assert cp.returncode == 1, out
+    assert "%s:%d" % (path, line_of(path, "key_prefix =")) in out, out
+    assert "'{'" in out, out
+
+
+def test_check_passes_on_a_healthy_cluster(proxies, catalog, tmp_path, redis_cluster):
+    path = redis_ini(proxies, catalog, tmp_path, "check-ok.ini", redis_mode="cluster",
+                     redis=redis_cluster.seed_list)
+    cp, out = run_check(path)
+    assert cp.returncode == 0, out
+    assert "cluster_state ok" in out, out
+
+
 # ---- a cluster that changes under the fleet: failover and resharding (private clusters)
 
 

@@ -1,0 +1,110 @@
+"""Concurrency leases on a Redis Cluster (issue 14): requests in flight and open WebSockets
+of users whose slots three different masters serve, counted fleet-wide by two proxies in
+redis_mode = cluster; each proxy renews the leases it holds with one call per master."""
+import itertools
+import time
+
+from conftest import SLOW
+from fleet_helpers import (WS, check_concurrency_429, parallel_ws, wait_stat, ws_connect, ws_try,
+                           ws_upstream)  # noqa: F401
+from test_concurrency import race
+
+_prefix_n = itertools.count()
+
+
+def cluster_fleet(proxies, catalog, cluster, upstream, **limits):
+    prefix = "cl%d_%d:" % (next(_prefix_n), int(time.time() * 1000) % 100000)
+    limits = dict(limits, redis_mode="cluster")
+    return [proxies.start(catalog, store="redis", redis=cluster, key_prefix=prefix, upstream=upstream,
+                          limits=limits) for _ in range(2)]
+
+
+def users_on_each_master(catalog, cluster, plan, tag, per_master=1):
+    """per_master new users of plan per master (subject "u:<id>" served there):
+    [(port, user, key)]."""
+    spread = cluster.names_on_each_master(lambda i: "u:%s%d" % (tag, i), per_master=per_master)
+    out = []
+    for port, names in sorted(spread.items()):
+        assert len(names) >= per_master, spread
+        for name in names[:per_master]:
+            user_id = name[len("u:"):]
+            catalog.user(plan, user_id)
+            out.append((port, user_id, catalog.key(user_id)))
+    assert len(out) == 3 * per_master, spread
+    return out
+
+
+def test_concurrency_race_on_every_master_two_proxies_limit_10(catalog, proxies, redis_cluster, ws_upstream):
+    catalog.plan("crace", "--rate", "1000000/min", "--concurrency", "10")
+    users = users_on_each_master(catalog, redis_cluster, "crace", "r")
+    a, b = cluster_fleet(proxies, catalog, redis_cluster, ws_upstream)
+    hold = int(800 * SLOW)
+    for port, user, key in users:
+        st = race([a.port, b.port], key, 200, hold)
+        stats = ws_upstream.stats()
+        most = stats["max_open"].get(user, 0)
+        assert most <= 10, "user on master :%d: the upstream saw %d requests open at once (limit 10); " \
+            "answers %r" % (port, most, st)
+        assert st.get(200, 0) >= 10, "user on master :%d: too few admitted: %r" % (port, st)
+        assert stats["open"].get(user, 0) == 0
+        print("master :%d: answers %r, upstream max open %d" % (port, st, most))
+
+
+def test_websockets_on_every_master_outlive_the_lease_ttl(catalog, proxies, redis_cluster, ws_upstream):
+    catalog.plan("cws2", "--rate", "100000/min", "--concurrency", "2")
+    # two users per master: each proxy's renewal call to a master covers keys of two slots
+    # (declared KEYS of two slots would be CROSSSLOT)
+    users = users_on_each_master(catalog, redis_cluster, "cws2", "w", per_master=2)
+    assert all(redis_cluster.keyslot("u:" + users[i][1]) != redis_cluster.keyslot("u:" + users[i + 1][1])
+               for i in (0, 2, 4))
+    ttl_ms = 800
+    a, b = cluster_fleet(proxies, catalog, redis_cluster, ws_upstream, lease_ttl_ms=ttl_ms)
+    held = []
+    try:
+        for _, _, key in users:
+            held += [ws_connect(a.port, "/ws", key=key), ws_connect(b.port, "/ws", key=key)]
+        # several TTLs: only renewal (one call per master per proxy) keeps the slots counted
+        time.sleep(4 * ttl_ms / 1000.0)
+        for port, user, key in users:
+            for p in (a, b):
+                r = ws_try(p.port, "/ws", key)
+                if isinstance(r, WS):
+                    r.close()
+                    raise AssertionError("user %s (master :%d): a third WebSocket opened after %d ms, "
+                                         "limit 2: the leases were not renewed" % (user, port, 4 * ttl_ms))
+                check_concurrency_429(r)
+        for w in held:
+            w.send_text("alive")
+            assert w.recv_message()[1] == b"alive"
+    finally:
+        for w in held:
+            w.close()
+    # closed: the slots are back on every master
+    for _, _, key in users:
+        got = []
+        try:
+            for port in (a.port, b.port):
+                r = ws_try(port, "/ws", key)
+                assert isinstance(r, WS), r
+                got.append(r)
+        finally:
+            for w in got:
+                w.close()
+
+
+def test_20_websockets_limit_5_two_proxies_on_every_master(catalog, proxies, redis_cluster, ws_upstream):
+    catalog.plan("cws5", "--rate", "100000/min", "--concurrency", "5")
+    users = users_on_each_master(catalog, redis_cluster, "cws5", "f")
+    a, b = cluster_fleet(proxies, catalog, redis_cluster, ws_upstream)
+    for port, user, key in users:
+        res = parallel_ws([((a, b)[i % 2].port, "/ws", key) for i in range(20)])
+        opened = [r for r in res if isinstance(r, WS)]
+        try:
+            assert len(opened) == 5, "user on master :%d: %d of 20 opened (limit 5)" % (port, len(opened))
+            for r in res:
+                if not isinstance(r, WS):
+                    check_concurrency_429(r)
+            assert wait_stat(ws_upstream, "ws_open", user, 5) == 5
+        finally:
+            for w in opened:
+                w.close()
