@@ -236,12 +236,34 @@ def test_resharding_a_busy_users_slot_keeps_the_count_exact(catalog, proxies, re
     for t in ts:
         t.start()
     time.sleep(0.3)
-    # the user's keys (hash tag "u:<id>") move while the load runs; halfway through, the
-    # slot is migrating: the proxies meet ASK for keys already moved
-    c.move_slot(c.keyslot("u:" + user_id), target, while_migrating=lambda src: time.sleep(0.5))
+    slot = c.keyslot("u:" + user_id)
+    asking_before = commandstat_calls(target, "asking")
+
+    def keys_moved_slot_not_yet(src):
+        # the user's keys go first and the slot stays MIGRATING for a while: every check of
+        # the user meets ASK at the source and must be asked again at the target
+        while True:
+            keys = src.cmd("CLUSTER", "GETKEYSINSLOT", slot, 100)
+            if not keys:
+                break
+            src.cmd("MIGRATE", "127.0.0.1", target.port, "", 0, 5000, "KEYS", *keys)
+        time.sleep(1.0)
+    # the user's keys (hash tag "u:<id>") move while the load runs
+    c.move_slot(slot, target, while_migrating=keys_moved_slot_not_yet)
     for t in ts:
         t.join(60)
     stop.set()
     assert set(statuses) <= {200, 429}, sorted(set(statuses))
     assert statuses.count(200) == CHANGE_LIMIT, "%d admitted, limit %d" % (statuses.count(200), CHANGE_LIMIT)
     assert c.keys_on(target, "rs:{u:%s}:*" % user_id), "the user's keys are not on the new master"
+    print("ASKING calls on the target during the move: %d" % (commandstat_calls(target, "asking") - asking_before))
+
+
+def commandstat_calls(node, command):
+    """Calls of command a node has served (INFO commandstats)."""
+    info = node.cmd("INFO", "commandstats")
+    text = info.decode() if isinstance(info, bytes) else str(info)
+    for line in text.splitlines():
+        if line.startswith("cmdstat_%s:" % command):
+            return int(line.split("calls=")[1].split(",")[0])
+    return 0
