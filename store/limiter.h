@@ -146,8 +146,23 @@ void limiter_release_all(struct limiter *limiter, void (*done)(void *arg), void 
  * allowed leased check not yet released. May be read from any thread. */
 size_t limiter_lease_count(const struct limiter *limiter);
 
-/* True while the store answers (for /health). */
+/* True while the store answers (for /health). A Redis Cluster limiter: while every master
+ * of its slot map is connected. */
 bool limiter_available(const struct limiter *limiter);
+
+/* One node of a store made of several (a Redis Cluster's masters), for /health and
+ * /metrics. */
+struct limiter_node_info {
+    const char *name;      /* "host:port"; valid during the callback only */
+    bool up;               /* this limiter's connection to it answers */
+    uint64_t errors;       /* checks it answered LIMITER_UNAVAILABLE, since the start */
+};
+
+/* Calls fn once per node of the limiter's store (a cluster's masters in its current slot
+ * map; a limiter over one store has none) and returns how many. May be called from any
+ * thread (a view at most a moment old). */
+size_t limiter_nodes(const struct limiter *limiter, void (*fn)(void *arg, const struct limiter_node_info *node),
+                     void *arg);
 
 /* What a check the store could not decide becomes, per kind of rule (rate rules, and
  * concurrency rules): passed on as LIMITER_UNAVAILABLE for the caller to forward (open)

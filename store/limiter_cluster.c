@@ -59,6 +59,8 @@ struct cluster_node {
     int port;
     struct limiter *redis;       /* limiter_redis_node_create */
     _Atomic bool master;         /* serves slots in the current map */
+    _Atomic uint64_t errors;     /* checks sent here answered LIMITER_UNAVAILABLE (metrics) */
+    char name[CLUSTER_HOST_MAX + 8];   /* "host:port" */
 };
 
 /* One check or peek on its way: its arguments, for a resend after MOVED or ASK. */
@@ -151,6 +153,7 @@ static int node_find_or_add(struct cluster_limiter *cl, const char *host, int po
     }
     memcpy(node->host, host, host_len + 1);
     node->port = port;
+    snprintf(node->name, sizeof(node->name), "%s:%d", host, port);
     node->redis = redis;
     size_t index = cl->n_nodes;
     cl->nodes[index] = node;
@@ -445,6 +448,12 @@ static void finish(struct cluster_check *c, const struct limiter_result *result)
     done(arg, result);
 }
 
+/* A check its node could not answer (the per-node error count of /metrics). */
+static void count_error(struct cluster_check *c)
+{
+    atomic_fetch_add_explicit(&c->cl->nodes[c->node]->errors, 1, memory_order_relaxed);
+}
+
 static void finish_unavailable(struct cluster_check *c)
 {
     struct limiter_result res;
@@ -469,8 +478,11 @@ static void on_node_done(void *arg, const struct limiter_result *result)
     struct cluster_check *c = arg;
     struct cluster_limiter *cl = c->cl;
     /* a node that went: the map may have moved its slots to a promoted replica */
-    if (result->status == LIMITER_UNAVAILABLE && !cl->destroying && !limiter_available(cl->nodes[c->node]->redis))
-        refresh_request(cl);
+    if (result->status == LIMITER_UNAVAILABLE && !cl->destroying) {
+        count_error(c);
+        if (!limiter_available(cl->nodes[c->node]->redis))
+            refresh_request(cl);
+    }
     finish(c, result);
 }
 
@@ -479,6 +491,7 @@ static void on_redirect(void *arg, const struct cluster_redirect *redirect)
     struct cluster_check *c = arg;
     struct cluster_limiter *cl = c->cl;
     if (cl->destroying || c->redirects >= MAX_REDIRECTS) {
+        count_error(c);
         finish_unavailable(c);
         return;
     }
@@ -491,9 +504,13 @@ static void on_redirect(void *arg, const struct cluster_redirect *redirect)
         refresh_request(cl);
     }
     /* a node just made is still connecting: this check is not held for it */
-    if (node < 0 || !limiter_available(cl->nodes[node]->redis) ||
-        send_to(c, (size_t)node, redirect->kind == CLUSTER_REDIRECT_ASK) != 0)
+    if (node < 0 || !limiter_available(cl->nodes[node]->redis)) {
+        count_error(c);   /* counted where the check was sent: that node redirected it */
         finish_unavailable(c);
+    } else if (send_to(c, (size_t)node, redirect->kind == CLUSTER_REDIRECT_ASK) != 0) {
+        count_error(c);
+        finish_unavailable(c);
+    }
 }
 
 static int cluster_call(struct limiter *limiter, const char *subject, size_t subject_len,
@@ -660,6 +677,26 @@ static bool cluster_available(const struct limiter *limiter)
     return masters_all_up((const struct cluster_limiter *)limiter);
 }
 
+static size_t cluster_nodes(const struct limiter *limiter,
+                            void (*fn)(void *arg, const struct limiter_node_info *node), void *arg)
+{
+    const struct cluster_limiter *cl = (const struct cluster_limiter *)limiter;
+    size_t n = cl->n_nodes, listed = 0;
+    for (size_t i = 0; i < n; i++) {
+        const struct cluster_node *node = cl->nodes[i];
+        if (!node->master)
+            continue;
+        struct limiter_node_info info = {
+            .name = node->name,
+            .up = limiter_available(node->redis),
+            .errors = atomic_load_explicit(&node->errors, memory_order_relaxed),
+        };
+        fn(arg, &info);
+        listed++;
+    }
+    return listed;
+}
+
 static void cluster_destroy(struct limiter *limiter)
 {
     struct cluster_limiter *cl = (struct cluster_limiter *)limiter;
@@ -696,6 +733,7 @@ static const struct limiter_ops cluster_ops = {
     .release_request = cluster_release_request,
     .lease_count = cluster_lease_count,
     .lease_group_count = cluster_lease_group_count,
+    .nodes = cluster_nodes,
 };
 
 int limiter_redis_cluster_prefix_check(const char *key_prefix, char *err, size_t errlen)

@@ -292,6 +292,12 @@ static int fallback_peek(struct limiter *limiter, const char *subject, size_t su
     return fl->primary->ops->peek(fl->primary, subject, subject_len, rules, n, now_ms, done, arg);
 }
 
+static size_t fallback_nodes(const struct limiter *limiter,
+                             void (*fn)(void *arg, const struct limiter_node_info *node), void *arg)
+{
+    return limiter_nodes(((const struct fallback_limiter *)limiter)->primary, fn, arg);
+}
+
 static const struct limiter_ops fallback_ops = {
     .check = fallback_check,
     .peek = fallback_peek,
@@ -303,6 +309,7 @@ static const struct limiter_ops fallback_ops = {
     .composite = true,
     .release_request = fallback_release_request,
     .lease_count = fallback_lease_count,
+    .nodes = fallback_nodes,
 };
 
 static bool options_valid(const struct local_fallback_options *o)

@@ -42,6 +42,9 @@ struct limiter_ops {
     /* A composite's leases for (subject, rule id), its parts' together (NULL: its table's). */
     size_t (*lease_group_count)(const struct limiter *limiter, const char *subject, size_t subject_len,
                                 int64_t rule_id);
+    /* limiter_nodes (NULL: no nodes). */
+    size_t (*nodes)(const struct limiter *limiter, void (*fn)(void *arg, const struct limiter_node_info *node),
+                    void *arg);
 };
 
 struct denial_cache;

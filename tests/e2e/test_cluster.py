@@ -1,6 +1,8 @@
 """Redis Cluster (issue 14, SPEC "A fleet larger than one Redis"): with redis_mode = cluster
 and the seed nodes in [limits] redis, a fleet of proxies enforces every limit exactly for
 users whose slots are served by different masters."""
+import json
+import re
 import threading
 import time
 
@@ -168,8 +170,14 @@ def test_failover_of_a_master_spares_the_others_and_enforcement_comes_back(
         assert clients[i % 2].get("/before", key=key_victim).status == 200
         other_statuses.append(clients[i % 2].get("/before", key=key_other).status)
 
+    health = json.loads(ps[0].admin("/health").body)
+    assert health["store"] == "ok", health
+    assert sorted(health["nodes"]) == sorted("127.0.0.1:%d" % m.port for m in c.masters()), health
+    assert set(health["nodes"].values()) == {"ok"}, health
+
     victim.kill()
     t_kill = time.monotonic()
+    seen_degraded = False
     # until the proxies follow the promoted replica, the victim's users get on_store_error
     # (closed: 503 limiter_unavailable) and nothing else; the other master's users are
     # enforced exactly throughout
@@ -181,12 +189,27 @@ def test_failover_of_a_master_spares_the_others_and_enforcement_comes_back(
         i += 1
         if r.status == 503:
             assert_json_error(r, 503, {"error_code": "limiter_unavailable"})
+            if not seen_degraded:
+                # the proxy says which master it cannot reach, and still serves (200)
+                p = ps[(i - 1) % 2]
+                h = p.admin("/health")
+                body = json.loads(h.body)
+                assert h.status == 200 and body["store"] == "degraded", (h.status, body)
+                assert body["nodes"]["127.0.0.1:%d" % victim.port] == "unreachable", body
+                assert body["nodes"]["127.0.0.1:%d" % other.port] == "ok", body
+                metrics = p.admin("/metrics").body.decode()
+                assert metric(metrics, "tierproxy_store_node_errors_total", victim.port) > 0, metrics
+                assert metric(metrics, "tierproxy_store_node_errors_total", other.port) == 0, metrics
+                assert metric(metrics, "tierproxy_store_node_up", victim.port) == 0, metrics
+                assert metric(metrics, "tierproxy_store_node_up", other.port) == 1, metrics
+                seen_degraded = True
             time.sleep(0.02)
             continue
         assert r.status == 200, r.status
         gap = time.monotonic() - t_kill
         break
     assert gap is not None, "the victim's users were still refused 30 s after the kill"
+    assert seen_degraded, "no 503 for the victim's user after the kill"
     print("failover gap seen by the proxies: %.2f s (cluster-node-timeout 2000 ms)" % gap)
 
     # exact again on the promoted replica: a fresh user there gets exactly the limit
@@ -203,8 +226,18 @@ def test_failover_of_a_master_spares_the_others_and_enforcement_comes_back(
         other_statuses.append(clients[0].get("/after", key=key_other).status)
     assert set(other_statuses) <= {200, 429}, sorted(set(other_statuses))
     assert other_statuses.count(200) == CHANGE_LIMIT, other_statuses
+    health = json.loads(ps[0].admin("/health").body)
+    assert health["store"] == "ok", health
+    assert "127.0.0.1:%d" % heir.port in health["nodes"], health
+    assert "127.0.0.1:%d" % victim.port not in health["nodes"], health
     for cl in clients:
         cl.close()
+
+
+def metric(text, name, port):
+    """The value of name{node="127.0.0.1:port"} in a /metrics text (None when absent)."""
+    m = re.search(r'^%s\{node="127\.0\.0\.1:%d"\} (\S+)$' % (name, port), text, re.M)
+    return float(m.group(1)) if m else None
 
 
 def test_resharding_a_busy_users_slot_keeps_the_count_exact(catalog, proxies, redis_cluster_factory):
