@@ -60,6 +60,7 @@ struct cluster_node {
     struct limiter *redis;       /* limiter_redis_node_create */
     _Atomic bool master;         /* serves slots in the current map */
     _Atomic uint64_t errors;     /* checks sent here answered LIMITER_UNAVAILABLE (metrics) */
+    bool released;               /* a release went here since the last sync */
     char name[CLUSTER_HOST_MAX + 8];   /* "host:port" */
 };
 
@@ -600,9 +601,15 @@ static void cluster_release_request(struct limiter *limiter, const char *subject
 {
     struct cluster_limiter *cl = (struct cluster_limiter *)limiter;
     /* only the node limiter holding the lease finds it */
-    for (size_t i = 0; i < cl->n_nodes; i++)
-        if (lease_table_count(&cl->nodes[i]->redis->leases) > 0)
-            limiter_release(cl->nodes[i]->redis, subject, subject_len, rules, n, lease_id);
+    for (size_t i = 0; i < cl->n_nodes; i++) {
+        struct cluster_node *node = cl->nodes[i];
+        size_t held = lease_table_count(&node->redis->leases);
+        if (held == 0)
+            continue;
+        limiter_release(node->redis, subject, subject_len, rules, n, lease_id);
+        if (lease_table_count(&node->redis->leases) < held)
+            node->released = true;
+    }
 }
 
 /* Never called: releases go through cluster_release_request. */
@@ -638,8 +645,12 @@ static void cluster_sync(struct limiter *limiter, void (*done)(void *arg), void 
         return;
     }
     *j = (struct join){.left = 1, .done = done, .arg = arg};
+    /* a PING where a release went (one node for one request), not on every master */
     for (size_t i = 0; i < cl->n_nodes; i++) {
         struct limiter *node = cl->nodes[i]->redis;
+        if (!cl->nodes[i]->released)
+            continue;
+        cl->nodes[i]->released = false;
         if (node->ops->sync != NULL && limiter_available(node)) {
             j->left++;
             node->ops->sync(node, join_one, j);
