@@ -108,3 +108,34 @@ def test_20_websockets_limit_5_two_proxies_on_every_master(catalog, proxies, red
         finally:
             for w in opened:
                 w.close()
+
+
+def test_websockets_held_across_a_failover_still_count(catalog, proxies, redis_cluster_factory, ws_upstream):
+    """Leases a dead master held are renewed on its promoted replica: the slots of
+    WebSockets open across the failover still count long after the lease TTL."""
+    c = redis_cluster_factory()
+    catalog.plan("cwsfo", "--rate", "100000/min", "--concurrency", "2")
+    victim = c.masters()[0]
+    (_, user, key), = [u for u in users_on_each_master(catalog, c, "cwsfo", "k") if u[0] == victim.port]
+    ttl_ms = 1500
+    a, b = cluster_fleet(proxies, catalog, c, ws_upstream, lease_ttl_ms=ttl_ms)
+    held = [ws_connect(a.port, "/ws", key=key), ws_connect(b.port, "/ws", key=key)]
+    try:
+        check_concurrency_429(ws_try(a.port, "/ws", key))
+        victim.kill()
+        took = c.wait_failover(victim)
+        # well past the TTL on the new master: only a renewal there keeps the two slots
+        time.sleep(3 * ttl_ms / 1000.0)
+        for p in (a, b):
+            r = ws_try(p.port, "/ws", key)
+            if isinstance(r, WS):
+                r.close()
+                raise AssertionError("a third WebSocket opened %.1f s after the failover (limit 2): the "
+                                     "leases held on the dead master were not renewed on its replica" % took)
+            check_concurrency_429(r)
+        for w in held:
+            w.send_text("alive")
+            assert w.recv_message()[1] == b"alive"
+    finally:
+        for w in held:
+            w.close()
