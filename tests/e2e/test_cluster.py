@@ -300,3 +300,25 @@ def commandstat_calls(node, command):
         if line.startswith("cmdstat_%s:" % command):
             return int(line.split("calls=")[1].split(",")[0])
     return 0
+
+
+def test_tierctl_usage_reads_the_counts_on_each_master(catalog, proxies, redis_cluster):
+    """`tierctl usage --config <the proxy's ini>` in cluster mode peeks each user's counts on
+    the master that serves the user's slot."""
+    prefix = "cu%d:" % id(catalog)
+    plan = catalog.plan("cusage", "--rate", "20/min")
+    spread = redis_cluster.names_on_each_master(lambda i: "u:cu%d" % i)
+    users = []
+    for port, names in sorted(spread.items()):
+        user_id = names[0][len("u:"):]
+        catalog.user(plan, user_id)
+        users.append((port, user_id, catalog.key(user_id)))
+    p = cluster_proxy(proxies, catalog, redis_cluster, prefix)
+    for n, (port, user_id, key) in enumerate(users, start=1):
+        for _ in range(n):
+            assert p.get("/u", key=key).status == 200
+    for n, (port, user_id, key) in enumerate(users, start=1):
+        cp = catalog.run("usage", user_id, "--json", "--config", str(p.ini_path), check=False)
+        assert cp.returncode == 0, (port, cp.stderr)
+        rate = [lim for lim in json.loads(cp.stdout)["limits"] if lim["kind"] == "rate"]
+        assert len(rate) == 1 and (rate[0]["limit"], rate[0]["used"]) == (20, n), (port, cp.stdout)
