@@ -93,7 +93,7 @@ struct cluster_limiter {
        admin thread: an entry is set before n_nodes counts it */
     struct cluster_node *nodes[CLUSTER_MAX_NODES];
     _Atomic size_t n_nodes;
-    bool have_map;
+    _Atomic bool have_map;       /* read by /health too */
     uint16_t owner[CLUSTER_SLOT_COUNT];   /* node index + 1; 0: no master */
     /* the map refresh: one CLUSTER SLOTS at a time, candidates tried in turn */
     bool probing, probe_again;
