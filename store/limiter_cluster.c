@@ -16,8 +16,10 @@
  * front decides what that becomes); the others go on. MOVED: the slot's owner is changed
  * at once, a refresh asked for, and the call sent again on the named node; ASK: ASKING and
  * the call on that node's connection back to back, map unchanged. At most MAX_REDIRECTS
- * per check, then LIMITER_UNAVAILABLE. The call keeps a copy of its arguments for that (the
- * caller's may be gone when the redirect comes).
+ * per check, then LIMITER_UNAVAILABLE. TRYAGAIN (keys of one check on both sides of a
+ * migration, between two MIGRATE calls): sent again TRYAGAIN_DELAY_MS later, a few times.
+ * The call keeps a copy of its arguments for that (the caller's may be gone when the
+ * redirect comes).
  *
  * Leases: each node limiter holds the leases admitted on its node and renews them there in
  * one call per interval (renew.lua with the keys in ARGV: many slots, one node). After each
@@ -51,6 +53,11 @@
 #define REFRESH_GAP_MS 100      /* at least this between two refreshes a MOVED asks for */
 #define PROBE_TIMEOUT_MIN_MS 1000
 #define MAX_REDIRECTS 2         /* MOVED/ASK followed per check: a loop ends here */
+/* TRYAGAIN (a check whose keys a reshard has half moved: some on each node, for the
+ * moment between two MIGRATE calls): the check is sent again this much later, this many
+ * times at most, then LIMITER_UNAVAILABLE. */
+#define TRYAGAIN_DELAY_MS 10
+#define TRYAGAIN_MAX 10
 #define CLUSTER_MAX_NODES 1024  /* node limiters one cluster limiter makes at most */
 #define SPARE_CHECKS 256
 
@@ -71,8 +78,10 @@ struct cluster_check {
     limiter_done_fn *done;
     void *arg;
     bool peek;
-    int redirects;
+    int redirects, tries;
     size_t node;                 /* where it was sent last */
+    struct event *retry;         /* after TRYAGAIN; made when first needed, kept for reuse */
+    struct cluster_check *wprev, *wnext;   /* on the waiting list while retry is armed */
     int64_t now_ms;
     size_t n, subject_len, lease_id_len;
     bool leased;
@@ -104,6 +113,7 @@ struct cluster_limiter {
     struct event *probe_timer;   /* the probe's deadline, or (armed at 0) its next candidate */
     struct event *refresh_timer;
     char last_error[200];        /* for a debugger */
+    struct cluster_check *waiting;   /* checks waiting to be sent again after TRYAGAIN */
     bool destroying;
     struct cluster_check *spare;
     size_t n_spare;
@@ -427,13 +437,23 @@ static struct cluster_check *check_get(struct cluster_limiter *cl)
         cl->n_spare--;
         return c;
     }
-    return malloc(sizeof(*c));
+    c = malloc(sizeof(*c));
+    if (c != NULL)
+        c->retry = NULL;
+    return c;
+}
+
+static void check_free(struct cluster_check *c)
+{
+    if (c->retry != NULL)
+        event_free(c->retry);
+    free(c);
 }
 
 static void check_put(struct cluster_limiter *cl, struct cluster_check *c)
 {
     if (cl->n_spare >= SPARE_CHECKS || cl->destroying) {
-        free(c);
+        check_free(c);
         return;
     }
     c->next = cl->spare;
@@ -487,10 +507,66 @@ static void on_node_done(void *arg, const struct limiter_result *result)
     finish(c, result);
 }
 
+static void waiting_remove(struct cluster_limiter *cl, struct cluster_check *c)
+{
+    if (c->wprev != NULL)
+        c->wprev->wnext = c->wnext;
+    else
+        cl->waiting = c->wnext;
+    if (c->wnext != NULL)
+        c->wnext->wprev = c->wprev;
+    c->wprev = c->wnext = NULL;
+}
+
+/* TRYAGAIN's moment is over: the check goes to its slot's master again, from the start. */
+static void on_retry(evutil_socket_t fd, short what, void *arg)
+{
+    struct cluster_check *c = arg;
+    struct cluster_limiter *cl = c->cl;
+    waiting_remove(cl, c);
+    unsigned slot = cluster_limiter_key_slot(cl->prefix, cl->prefix_len, c->subject, c->subject_len, c->rules[0].id);
+    int node = (int)cl->owner[slot] - 1;
+    c->redirects = 0;
+    if (node < 0 || send_to(c, (size_t)node, false) != 0) {
+        count_error(c);
+        finish_unavailable(c);
+    }
+}
+
+/* TRYAGAIN: sends c again in a moment (or gives up). */
+static void try_again_later(struct cluster_check *c)
+{
+    struct cluster_limiter *cl = c->cl;
+    if (cl->destroying || c->tries >= TRYAGAIN_MAX) {
+        count_error(c);
+        finish_unavailable(c);
+        return;
+    }
+    c->tries++;
+    if (c->retry == NULL)
+        c->retry = evtimer_new(cl->evbase, on_retry, c);
+    if (c->retry == NULL) {
+        count_error(c);
+        finish_unavailable(c);
+        return;
+    }
+    c->wprev = NULL;
+    c->wnext = cl->waiting;
+    if (cl->waiting != NULL)
+        cl->waiting->wprev = c;
+    cl->waiting = c;
+    struct timeval tv = store_ms_to_timeval(TRYAGAIN_DELAY_MS);
+    evtimer_add(c->retry, &tv);
+}
+
 static void on_redirect(void *arg, const struct cluster_redirect *redirect)
 {
     struct cluster_check *c = arg;
     struct cluster_limiter *cl = c->cl;
+    if (redirect == NULL) {
+        try_again_later(c);
+        return;
+    }
     if (cl->destroying || c->redirects >= MAX_REDIRECTS) {
         count_error(c);
         finish_unavailable(c);
@@ -548,6 +624,8 @@ static int cluster_call(struct limiter *limiter, const char *subject, size_t sub
     c->arg = arg;
     c->peek = peek;
     c->redirects = 0;
+    c->tries = 0;
+    c->wprev = c->wnext = NULL;
     c->now_ms = now_ms;
     c->n = n;
     memcpy(c->rules, rules, n * sizeof(*rules));
@@ -712,6 +790,12 @@ static void cluster_destroy(struct limiter *limiter)
 {
     struct cluster_limiter *cl = (struct cluster_limiter *)limiter;
     cl->destroying = true;   /* checks failed by the nodes' end are passed on as they are */
+    while (cl->waiting != NULL) {   /* checks waiting after TRYAGAIN: answered now */
+        struct cluster_check *c = cl->waiting;
+        waiting_remove(cl, c);
+        evtimer_del(c->retry);
+        finish_unavailable(c);
+    }
     event_free(cl->refresh_timer);
     event_free(cl->probe_timer);
     probe_drop(cl, false);
@@ -722,7 +806,7 @@ static void cluster_destroy(struct limiter *limiter)
     while (cl->spare != NULL) {
         struct cluster_check *c = cl->spare;
         cl->spare = c->next;
-        free(c);
+        check_free(c);
     }
     explicit_bzero(cl->seeds, cl->n_seeds * sizeof(*cl->seeds));
     free(cl->seeds);

@@ -836,16 +836,20 @@ static void on_check_reply(redisAsyncContext *ac, void *r, void *privdata)
     if (retry_noscript(rl, ac, p, reply, "check"))
         return;
     struct cluster_redirect redirect;
-    if (p->redirected != NULL && reply != NULL && reply->type == REDIS_REPLY_ERROR &&
-        cluster_redirect_parse(reply->str, reply->len, &redirect) == 0) {
-        /* nothing was recorded: the cluster limiter sends the call where it is told */
-        if (redirect.host[0] == '\0')
-            snprintf(redirect.host, sizeof(redirect.host), "%s", rl->url.host);
-        limiter_redirect_fn *redirected = p->redirected;
-        void *arg = p->arg;
-        pending_free(p);
-        redirected(arg, &redirect);
-        return;
+    if (p->redirected != NULL && reply != NULL && reply->type == REDIS_REPLY_ERROR) {
+        /* nothing was recorded: the cluster limiter sends the call where it is told, or
+           again in a moment (TRYAGAIN: the keys of its slot are half migrated) */
+        int parsed = cluster_redirect_parse(reply->str, reply->len, &redirect);
+        bool again = parsed == 1 && reply->len >= 8 && memcmp(reply->str, "TRYAGAIN", 8) == 0;
+        if (parsed == 0 || again) {
+            if (parsed == 0 && redirect.host[0] == '\0')
+                snprintf(redirect.host, sizeof(redirect.host), "%s", rl->url.host);
+            limiter_redirect_fn *redirected = p->redirected;
+            void *arg = p->arg;
+            pending_free(p);
+            redirected(arg, parsed == 0 ? &redirect : NULL);
+            return;
+        }
     }
 
     struct limiter_result res;

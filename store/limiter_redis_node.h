@@ -18,7 +18,9 @@
 struct event_base;
 
 /* Called instead of done when a node answers a call with MOVED or ASK (redirect->host is
- * never empty: an empty one is the answering node's host). Nothing was recorded. */
+ * never empty: an empty one is the answering node's host), or with TRYAGAIN (redirect
+ * NULL: the call's keys are half migrated; the same call may succeed in a moment). Nothing
+ * was recorded. */
 typedef void limiter_redirect_fn(void *arg, const struct cluster_redirect *redirect);
 
 /* A limiter over the cluster node url->host:url->port, with url's credentials (url->db is
@@ -29,8 +31,8 @@ struct limiter *limiter_redis_node_create(struct event_base *base, const struct 
 
 /* One check.lua call on this node, as the limiter's check (peek false) or peek (peek true),
  * arguments already validated, no denial cache. With asking, ASKING goes right before it on
- * the same connection (the slot is migrating to this node). A MOVED or ASK answer calls
- * redirected(arg, ...) instead of done(arg, ...); any other outcome calls done. Exactly one
+ * the same connection (the slot is migrating to this node). A MOVED, ASK or TRYAGAIN answer
+ * calls redirected(arg, ...) instead of done(arg, ...); any other outcome calls done. Exactly one
  * of them is called when this returns 0; returns -ENOMEM otherwise (neither is called). */
 int limiter_redis_node_call(struct limiter *node, const char *subject, size_t subject_len,
                             const struct limit_rule *rules, size_t n, int64_t now_ms, const char *lease_id,

@@ -30,7 +30,7 @@
 #include "store/cluster_slot.h"
 #include "store/limiter_impl.h"
 
-enum fake_mode { ANSWER, MOVED_TO_PEER, ASK_TO_PEER };
+enum fake_mode { ANSWER, MOVED_TO_PEER, ASK_TO_PEER, SAY_TRYAGAIN };
 
 #define MAX_CONNS 16
 
@@ -41,6 +41,7 @@ struct fake_node {
     enum fake_mode mode;
     struct fake_node *peer;
     int evalsha, asking, asking_then_evalsha;
+    int try_again_left;          /* SAY_TRYAGAIN: this many TRYAGAIN answers, then checks answered */
     bool last_was_asking;
 };
 
@@ -97,6 +98,8 @@ static void serve(struct fake_node *n, struct bufferevent *bev, int argc, char *
             reply(bev, "-MOVED %u 127.0.0.1:%d\r\n", slot, n->peer->port);
         else if (n->mode == ASK_TO_PEER && !n->last_was_asking)
             reply(bev, "-ASK %u 127.0.0.1:%d\r\n", slot, n->peer->port);
+        else if (n->mode == SAY_TRYAGAIN && n->try_again_left-- > 0)
+            reply(bev, "-TRYAGAIN Multiple keys request during rehashing of slot\r\n");
         else   /* check.lua for one rule: now, allowed, then allowed limit remaining reset */
             reply(bev, "*6\r\n:1000\r\n:1\r\n:1\r\n:10\r\n:9\r\n:0\r\n");
     } else if (argc == 1 && strcasecmp(argv[0], "PING") == 0) {
@@ -365,6 +368,43 @@ static void test_a_redirect_loop_ends_unavailable(void **state)
     unmake(l);
 }
 
+/* A check whose keys are half migrated (TRYAGAIN) is sent again a moment later, until the
+ * node answers it, or at most 10 times more. */
+static void test_tryagain_is_retried_a_moment_later(void **state)
+{
+    (void)state;
+    struct limiter *l = make();
+    char on_a[32];
+    subject_on(true, on_a, sizeof(on_a));
+    node_a.mode = SAY_TRYAGAIN;
+    node_a.try_again_left = 2;
+    struct limiter_result r = check(l, on_a);
+    assert_int_equal(r.status, LIMITER_DECIDED);
+    assert_true(r.allowed);
+    assert_int_equal(node_a.evalsha, 3);
+    node_a.try_again_left = 1000;
+    node_a.evalsha = 0;
+    r = check(l, on_a);
+    assert_int_equal(r.status, LIMITER_UNAVAILABLE);
+    assert_int_equal(node_a.evalsha, 11);
+    /* destroyed while a check waits to be sent again: it is answered, once */
+    struct answer a = {0};
+    assert_int_equal(limiter_check(l, on_a, strlen(on_a), &ten_per_min, 1, -1, on_done, &a), 0);
+    int64_t until = store_mono_ms() + 2000;
+    while (node_a.evalsha < 12 && store_mono_ms() < until) {
+        bool never = false;
+        run_until(&never, 1);
+    }
+    assert_int_equal(node_a.evalsha, 12);
+    assert_false(a.done);
+    limiter_destroy(l);
+    assert_true(a.done);
+    assert_int_equal(a.result.status, LIMITER_UNAVAILABLE);
+    fake_stop(&node_a);
+    fake_stop(&node_b);
+    event_base_free(base);
+}
+
 struct listed {
     int n, up;
     char names[4][64];
@@ -450,6 +490,7 @@ int main(void)
         cmocka_unit_test(test_moved_is_followed_and_moves_the_slot),
         cmocka_unit_test(test_ask_sends_asking_then_the_call_and_keeps_the_map),
         cmocka_unit_test(test_a_redirect_loop_ends_unavailable),
+        cmocka_unit_test(test_tryagain_is_retried_a_moment_later),
         cmocka_unit_test(test_a_dead_master_fails_only_its_slots_at_once),
         cmocka_unit_test(test_creation_errors),
     };
