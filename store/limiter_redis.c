@@ -1111,11 +1111,6 @@ struct limiter *limiter_redis_node_create(struct event_base *base, const struct 
     return redis_create(base, options, url, err, errlen);
 }
 
-bool limiter_redis_is_node(const struct limiter *limiter)
-{
-    return limiter != NULL && limiter->ops == &redis_ops && ((const struct redis_limiter *)limiter)->cluster_node;
-}
-
 int limiter_redis_node_call(struct limiter *node, const char *subject, size_t subject_len,
                             const struct limit_rule *rules, size_t n, int64_t now_ms, const char *lease_id,
                             size_t lease_id_len, bool peek, bool asking, limiter_redirect_fn *redirected,

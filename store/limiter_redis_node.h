@@ -43,6 +43,3 @@ int limiter_redis_node_call(struct limiter *node, const char *subject, size_t su
  * by this node from now on, nothing sent now. Returns 0, -EEXIST or -ENOMEM. */
 int limiter_redis_node_adopt(struct limiter *node, const char *subject, size_t subject_len, int64_t rule_id,
                              int64_t ttl_ms, const char *id, size_t id_len);
-
-/* True when this limiter is a cluster node limiter (limiter_redis_node_create). */
-bool limiter_redis_is_node(const struct limiter *limiter);
