@@ -49,7 +49,7 @@
 #include "store/redis_url.h"
 
 #define REFRESH_MS 10000        /* the map is asked for again this often */
-#define REFRESH_FAST_MS 500     /* ... while a master of the map is not connected, or no map */
+#define REFRESH_FAST_MS 250     /* ... while a master of the map is not connected, or no map */
 #define REFRESH_GAP_MS 100      /* at least this between two refreshes a MOVED asks for */
 #define PROBE_TIMEOUT_MIN_MS 1000
 #define MAX_REDIRECTS 2         /* MOVED/ASK followed per check: a loop ends here */

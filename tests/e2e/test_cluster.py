@@ -234,6 +234,62 @@ def test_failover_of_a_master_spares_the_others_and_enforcement_comes_back(
         cl.close()
 
 
+def test_failover_with_local_fallback_decides_the_victims_users_locally(catalog, proxies, redis_cluster_factory):
+    """The default on_store_error = local: while a master fails over, its users are decided
+    in each proxy's memory (decision "local", never 503), the other master's users on Redis
+    exactly, and the victim's users are on Redis again once the replica serves."""
+    c = redis_cluster_factory()
+    plan = catalog.plan("fol", "--rate", CHANGE_WINDOW)
+    victim, other = c.masters()[0], c.masters()[1]
+    victim_user, key_victim = user_on(catalog, c, plan, victim.port, "lv")
+    _, key_other = user_on(catalog, c, plan, other.port, "lo")
+    ps = [proxies.start(catalog, store="redis", redis=c, key_prefix="fol:",
+                        limits={"redis_mode": "cluster"}) for _ in range(2)]
+    clients = [p.client() for p in ps]
+    other_statuses = [clients[i % 2].get("/before", key=key_other).status for i in range(4)]
+    assert clients[0].get("/before", key=key_victim).status == 200
+    victim.kill()
+    t_kill = time.monotonic()
+    # ~10 requests a second of the victim's user (fewer than the limit in all: each is
+    # admitted, locally or on Redis), until a second after the replica serves its slots
+    sent_at, during, t_over = [], [], None
+    while time.monotonic() - t_kill < 30:
+        n = len(during)
+        sent_at.append(time.monotonic())
+        during.append(clients[n % 2].get("/during/%d" % n, key=key_victim).status)
+        other_statuses.append(clients[n % 2].get("/other", key=key_other).status)
+        if t_over is None and all(p != victim.port for _, _, p in c.slot_owners()):
+            t_over = time.monotonic()
+        if t_over is not None and time.monotonic() - t_over > 1.5:
+            break
+        time.sleep(0.1)
+    assert t_over is not None, "no replica took over in 30 s"
+    assert during == [200] * len(during), during          # never 503: decided locally
+    time.sleep(0.3)   # the access log lines of the last requests
+    decision = {}
+    for p in ps:
+        for ln in p.access_log_lines():
+            if ln.get("path", "").startswith("/during/"):
+                decision[int(ln["path"].rsplit("/", 1)[1])] = ln["decision"]
+    assert len(decision) == len(during), decision
+    local = [n for n in sorted(decision) if decision[n] == "local"]
+    assert local, decision
+    late = [n for n in sorted(decision) if sent_at[n] > t_over + 1.0]
+    assert late and all(decision[n] == "allowed" for n in late), [(n, decision[n]) for n in late]
+    print("the victim's user decided locally from %.2f s to %.2f s after the kill; the cluster "
+          "served its slots again by %.2f s" % (sent_at[local[0]] - t_kill, sent_at[local[-1]] - t_kill,
+                                                t_over - t_kill))
+    # the other master's user: on Redis throughout, exactly the limit in all
+    for _ in range(2 * CHANGE_LIMIT):
+        other_statuses.append(clients[0].get("/after", key=key_other).status)
+    assert set(other_statuses) <= {200, 429}, sorted(set(other_statuses))
+    other_log = [(ln.get("path"), ln["decision"]) for p in ps for ln in p.access_log_lines()
+                 if ln.get("path") in ("/other", "/after")]
+    assert other_statuses.count(200) == CHANGE_LIMIT, (other_statuses.count(200), sorted(set(other_log)), [d for _, d in other_log].count("local"))
+    for cl in clients:
+        cl.close()
+
+
 def metric(text, name, port):
     """The value of name{node="127.0.0.1:port"} in a /metrics text (None when absent)."""
     m = re.search(r'^%s\{node="127\.0\.0\.1:%d"\} (\S+)$' % (name, port), text, re.M)
