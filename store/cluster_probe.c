@@ -117,6 +117,19 @@ static enum seed_outcome ask_seed(const struct redis_url *u, int64_t timeout_ms,
                state, masters, uncovered, CLUSTER_SLOT_COUNT, u->host, u->port);
     *pr = strcmp(state, "ok") == 0 && uncovered == 0 ? 0 : -EAGAIN;
     outcome = SEED_ANSWERED;
+    /* Redis' default: every master refuses every command while a failed master awaits its
+       replica's promotion. Said, not refused: CONFIG may be renamed or denied; then nothing. */
+    const char *coverage_argv[] = {"CONFIG", "GET", "cluster-require-full-coverage"};
+    char ignored[200];
+    redisReply *coverage = command(c, ignored, sizeof(ignored), 3, coverage_argv);
+    if (coverage != NULL && coverage->type == REDIS_REPLY_ARRAY && coverage->elements == 2 &&
+        coverage->element[1]->type == REDIS_REPLY_STRING && strcmp(coverage->element[1]->str, "yes") == 0)
+        append(report, reportlen,
+               "; warning: cluster-require-full-coverage is yes on %s:%d: while a failed master awaits its "
+               "replica's promotion every master answers CLUSTERDOWN and all users meet on_store_error "
+               "(set it to no)", u->host, u->port);
+    if (coverage != NULL)
+        freeReplyObject(coverage);
 out:
     cluster_map_destroy(map);
     if (slots != NULL)

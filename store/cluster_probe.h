@@ -9,6 +9,7 @@
  * until one answers CLUSTER INFO and CLUSTER SLOTS, each connection and command bounded by
  * timeout_ms. Writes one line for the operator to report (never a password):
  *   "cluster_state ok: 3 masters serve all 16384 slots (asked 127.0.0.1:7000)"
+ * followed by a warning when the node asked has cluster-require-full-coverage yes.
  * Returns 0 when the cluster is ok and every slot has a master; -EINVAL for a bad seed
  * list, or a seed that is not a cluster node; -EHOSTUNREACH when no seed answered (the
  * report names each seed and why); -EAGAIN when the cluster answered but is not ok

@@ -102,6 +102,24 @@ def test_check_reaches_the_seeds_and_reports_the_cluster_state(proxies, catalog,
     assert "cluster_state ok: 3 masters serve all 16384 slots" in out, out
 
 
+def test_check_warns_about_cluster_require_full_coverage(proxies, catalog, tmp_path, redis_cluster):
+    path = redis_ini(proxies, catalog, tmp_path, "check-coverage.ini", redis_mode="cluster",
+                     redis=redis_cluster.seed_list)
+    cp, out = run_check(path)
+    assert cp.returncode == 0 and "cluster-require-full-coverage" not in out, out
+    nodes = [n for n in redis_cluster.nodes if n.alive()]
+    try:
+        for n in nodes:   # Redis' default
+            n.cmd("CONFIG", "SET", "cluster-require-full-coverage", "yes")
+        cp, out = run_check(path)
+    finally:
+        for n in nodes:
+            n.cmd("CONFIG", "SET", "cluster-require-full-coverage", "no")
+    # said, not refused: the cluster works, a failover just reaches every user
+    assert cp.returncode == 0, out
+    assert "warning: cluster-require-full-coverage is yes" in out and "set it to no" in out, out
+
+
 def test_check_says_when_no_seed_answers(proxies, catalog, tmp_path):
     dead = [free_port(), free_port()]
     seeds = "redis://:s3cretpw@127.0.0.1:%d/0,redis://127.0.0.1:%d/0" % tuple(dead)
