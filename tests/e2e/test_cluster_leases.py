@@ -2,6 +2,7 @@
 of users whose slots three different masters serve, counted fleet-wide by two proxies in
 redis_mode = cluster; each proxy renews the leases it holds with one call per master."""
 import itertools
+import signal
 import time
 
 from conftest import SLOW
@@ -138,4 +139,34 @@ def test_websockets_held_across_a_failover_still_count(catalog, proxies, redis_c
             assert w.recv_message()[1] == b"alive"
     finally:
         for w in held:
+            w.close()
+
+
+def test_sigterm_gives_the_slots_back_on_every_master_at_once(catalog, proxies, redis_cluster, ws_upstream):
+    """SIGTERM: a proxy gives back every lease it holds on every master (one release call per
+    master) before it exits, long before the lease TTL."""
+    catalog.plan("cwsterm", "--rate", "100000/min", "--concurrency", "2")
+    users = users_on_each_master(catalog, redis_cluster, "cwsterm", "t")
+    ttl_ms = 20000
+    a, b = cluster_fleet(proxies, catalog, redis_cluster, ws_upstream, lease_ttl_ms=ttl_ms)
+    on_a = [ws_connect(a.port, "/ws", key=key) for _, _, key in users]
+    on_b = [ws_connect(b.port, "/ws", key=key) for _, _, key in users]
+    extra = []
+    try:
+        for _, _, key in users:
+            check_concurrency_429(ws_try(b.port, "/ws", key))
+        t0 = time.monotonic()
+        a.signal(signal.SIGTERM)
+        for w in on_a:
+            assert w.wait_eof(10 * SLOW), "a tunnel of the stopped proxy stayed open"
+        a.proc.wait(15 * SLOW)
+        assert a.proc.returncode == 0, a.stderr()[-2000:]
+        for port, user, key in users:
+            r = ws_try(b.port, "/ws", key)
+            assert isinstance(r, WS), "user %s (master :%d): the slot held on the stopped proxy is not " \
+                "back %.1f s after SIGTERM (lease_ttl_ms %d): %r" % (user, port, time.monotonic() - t0, ttl_ms, r)
+            extra.append(r)
+            check_concurrency_429(ws_try(b.port, "/ws", key))
+    finally:
+        for w in on_a + on_b + extra:
             w.close()
