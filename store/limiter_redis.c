@@ -26,6 +26,12 @@
  * limiter_destroy sends nothing: the leases it held stop counting at their TTL, as those
  * of a proxy that crashed.
  *
+ * A cluster node (limiter_redis_node_create, store/limiter_redis_node.h: one per master of a
+ * Redis Cluster, made by store/limiter_cluster.c) differs in four ways: no SELECT; a check
+ * answered MOVED, ASK or TRYAGAIN goes to its redirect callback instead of done; a check
+ * may be preceded by ASKING on the same connection; renew.lua declares no KEYS (the keys
+ * of many slots go in ARGV: declared keys of several slots are CROSSSLOT).
+ *
  * limiter_destroy must not be called from inside a done callback of the same limiter. */
 #include "store/limiter_impl.h"
 
@@ -103,7 +109,7 @@ struct pending {
     bool is_release;                /* P_ZREM of a lease (not the PING of a sync): replayed if lost */
     const struct script *script;
     limiter_done_fn *done;          /* P_CHECK */
-    limiter_redirect_fn *redirected; /* P_CHECK of a cluster node: MOVED/ASK go here */
+    limiter_redirect_fn *redirected; /* P_CHECK of a cluster node: MOVED/ASK/TRYAGAIN go here */
     void *arg;
     size_t n;
     struct lease_req *lease;        /* P_CHECK with concurrency rules */
@@ -763,8 +769,6 @@ static void redis_release_all(struct limiter *limiter, void (*done)(void *arg), 
     }
 }
 
-/* Adds the leases of an allowed check to the table. Returns 0, or -ENOMEM with none of
- * them added and a ZREM sent for each (the check then counts as failed). */
 /* Adds one lease to the table and renews often enough for its TTL. */
 static int lease_add(struct redis_limiter *rl, const char *subject, size_t subject_len, int64_t rule_id,
                      int64_t ttl_ms, const char *id, size_t id_len)
@@ -780,6 +784,8 @@ static int lease_add(struct redis_limiter *rl, const char *subject, size_t subje
     return 0;
 }
 
+/* Adds the leases of an allowed check to the table. Returns 0, or -ENOMEM with none of
+ * them added and a ZREM sent for each (the check then counts as failed). */
 static int track(struct redis_limiter *rl, const struct lease_req *lr)
 {
     struct lease_table *t = &rl->base.leases;
