@@ -142,8 +142,10 @@ static int node_find(const struct cluster_limiter *cl, const char *host, int por
 static int node_find_or_add(struct cluster_limiter *cl, const char *host, int port)
 {
     int found = node_find(cl, host, port);
-    if (found >= 0)
+    if (found >= 0) {
+        limiter_redis_node_park(cl->nodes[found]->redis, false);
         return found;
+    }
     size_t host_len = strnlen(host, CLUSTER_HOST_MAX);
     if (cl->n_nodes >= CLUSTER_MAX_NODES || host_len >= CLUSTER_HOST_MAX || host_len >= sizeof(cl->seeds[0].host))
         return -1;
@@ -240,6 +242,11 @@ static void apply_map(struct cluster_limiter *cl, const struct cluster_map *map)
     free(owner_of);
     cl->have_map = true;
     move_leases(cl);
+    /* a node out of the map with no lease left (a dead master its replica replaced) stops
+       reconnecting; it is woken if a map or a redirect names it again */
+    for (size_t i = 0; i < cl->n_nodes; i++)
+        limiter_redis_node_park(cl->nodes[i]->redis,
+                                !cl->nodes[i]->master && lease_table_count(&cl->nodes[i]->redis->leases) == 0);
 }
 
 static void refresh_arm(struct cluster_limiter *cl, int64_t ms)

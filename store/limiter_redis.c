@@ -141,6 +141,7 @@ struct redis_limiter {
     int renewing;             /* renewal calls in flight */
     bool destroying;
     bool cluster_node;        /* limiter_redis_node_create: renew.lua with keys in ARGV */
+    bool parked;              /* a cluster node out of the map: no reconnecting while down */
     char last_error[160];     /* for a debugger */
     struct pending *deferred;        /* ZREMs of leases released while Redis was away (LIFO) */
     size_t n_deferred;
@@ -203,7 +204,7 @@ static void watchdog_arm(struct redis_limiter *rl)
 
 static void schedule_reconnect(struct redis_limiter *rl)
 {
-    if (rl->destroying || evtimer_pending(rl->retry, NULL))
+    if (rl->destroying || rl->parked || evtimer_pending(rl->retry, NULL))
         return;
     struct timeval tv = store_ms_to_timeval(rl->backoff_ms);
     evtimer_add(rl->retry, &tv);
@@ -233,7 +234,7 @@ static void drop_connection(struct redis_limiter *rl)
 static void on_retry(evutil_socket_t fd, short what, void *arg)
 {
     struct redis_limiter *rl = arg;
-    if (rl->ac == NULL)
+    if (rl->ac == NULL && !rl->parked)
         start_connect(rl);
 }
 
@@ -1124,6 +1125,20 @@ int limiter_redis_node_call(struct limiter *node, const char *subject, size_t su
 {
     return redis_call_check(node, subject, subject_len, rules, n, now_ms, lease_id, lease_id_len, peek, asking,
                             redirected, done, arg);
+}
+
+void limiter_redis_node_park(struct limiter *node, bool parked)
+{
+    struct redis_limiter *rl = (struct redis_limiter *)node;
+    if (rl->parked == parked)
+        return;
+    rl->parked = parked;
+    if (parked) {
+        evtimer_del(rl->retry);   /* a live connection stays; a lost one is not made again */
+    } else if (rl->ac == NULL) {
+        rl->backoff_ms = BACKOFF_MIN_MS;
+        start_connect(rl);
+    }
 }
 
 int limiter_redis_node_adopt(struct limiter *node, const char *subject, size_t subject_len, int64_t rule_id,

@@ -39,6 +39,11 @@ int limiter_redis_node_call(struct limiter *node, const char *subject, size_t su
                             size_t lease_id_len, bool peek, bool asking, limiter_redirect_fn *redirected,
                             limiter_done_fn *done, void *arg);
 
+/* Parked, a node limiter whose connection is lost does not reconnect (a dead master the
+ * cluster replaced: no endless attempts); a connection it has stays. Unparked, it connects
+ * again at once if it has no connection. */
+void limiter_redis_node_park(struct limiter *node, bool parked);
+
 /* Takes over a lease another node's limiter held (its slot moved here): tracked and renewed
  * by this node from now on, nothing sent now. Returns 0, -EEXIST or -ENOMEM. */
 int limiter_redis_node_adopt(struct limiter *node, const char *subject, size_t subject_len, int64_t rule_id,

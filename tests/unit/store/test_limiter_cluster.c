@@ -42,11 +42,13 @@ struct fake_node {
     struct fake_node *peer;
     int evalsha, asking, asking_then_evalsha;
     int try_again_left;          /* SAY_TRYAGAIN: this many TRYAGAIN answers, then checks answered */
+    int accepted;                /* connections accepted */
     bool last_was_asking;
 };
 
 static struct fake_node node_a, node_b;
 static struct event_base *base;
+static bool b_in_map;            /* false: CLUSTER SLOTS says A serves every slot */
 
 static void reply(struct bufferevent *bev, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static void reply(struct bufferevent *bev, const char *fmt, ...)
@@ -59,6 +61,10 @@ static void reply(struct bufferevent *bev, const char *fmt, ...)
 
 static void slots_reply(struct bufferevent *bev)
 {
+    if (!b_in_map) {
+        reply(bev, "*1\r\n*3\r\n:0\r\n:16383\r\n*3\r\n$9\r\n127.0.0.1\r\n:%d\r\n$1\r\na\r\n", node_a.port);
+        return;
+    }
     reply(bev,
           "*2\r\n"
           "*3\r\n:0\r\n:8191\r\n*3\r\n$9\r\n127.0.0.1\r\n:%d\r\n$1\r\na\r\n"
@@ -178,6 +184,7 @@ static void on_event(struct bufferevent *bev, short what, void *arg)
 static void on_accept(struct evconnlistener *l, evutil_socket_t fd, struct sockaddr *sa, int salen, void *arg)
 {
     struct fake_node *n = arg;
+    n->accepted++;
     struct bufferevent *bev = bufferevent_socket_new(base, fd, BEV_OPT_CLOSE_ON_FREE);
     assert_non_null(bev);
     int slot = 0;
@@ -189,11 +196,10 @@ static void on_accept(struct evconnlistener *l, evutil_socket_t fd, struct socka
     bufferevent_enable(bev, EV_READ | EV_WRITE);
 }
 
-static void fake_start(struct fake_node *n, struct fake_node *peer)
+/* Listens on port (0: any free one). */
+static void fake_listen(struct fake_node *n, int port)
 {
-    memset(n, 0, sizeof(*n));
-    n->peer = peer;
-    struct sockaddr_in sin = {.sin_family = AF_INET, .sin_port = 0};
+    struct sockaddr_in sin = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
     sin.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
     n->listener = evconnlistener_new_bind(base, on_accept, n, LEV_OPT_CLOSE_ON_FREE | LEV_OPT_REUSEABLE, 16,
                                           (struct sockaddr *)&sin, sizeof(sin));
@@ -201,6 +207,13 @@ static void fake_start(struct fake_node *n, struct fake_node *peer)
     socklen_t len = sizeof(sin);
     assert_int_equal(getsockname(evconnlistener_get_fd(n->listener), (struct sockaddr *)&sin, &len), 0);
     n->port = ntohs(sin.sin_port);
+}
+
+static void fake_start(struct fake_node *n, struct fake_node *peer)
+{
+    memset(n, 0, sizeof(*n));
+    n->peer = peer;
+    fake_listen(n, 0);
 }
 
 /* The node goes away: no listener, its connections closed. */
@@ -267,6 +280,7 @@ static struct limiter *make(void)
 {
     base = event_base_new();
     assert_non_null(base);
+    b_in_map = true;
     fake_start(&node_a, &node_b);
     fake_start(&node_b, &node_a);
     char seeds[64], err[256];
@@ -455,6 +469,37 @@ static void test_a_dead_master_fails_only_its_slots_at_once(void **state)
     unmake(l);
 }
 
+/* A dead master the map no longer lists (its replica took over) is not reconnected to over
+ * and over; its slots go to the master the map names. */
+static void test_a_master_gone_from_the_map_is_not_called_again(void **state)
+{
+    (void)state;
+    struct limiter *l = make();
+    char on_b[32];
+    subject_on(false, on_b, sizeof(on_b));
+    b_in_map = false;
+    fake_stop(&node_b);
+    /* B's subjects meet the dead node: unavailable, and a new map is asked for */
+    int64_t until = store_mono_ms() + 3000;
+    struct limiter_result r;
+    do {
+        r = check(l, on_b);
+        bool never = false;
+        run_until(&never, 20);
+    } while (r.status != LIMITER_DECIDED && store_mono_ms() < until);
+    assert_int_equal(r.status, LIMITER_DECIDED);   /* now on A, which the map says serves it */
+    assert_true(limiter_available(l));
+    struct listed ls = {0};
+    assert_int_equal(limiter_nodes(l, on_node, &ls), 1);
+    /* B's address answers again: nothing connects to it (no attempts while it is out) */
+    fake_listen(&node_b, node_b.port);
+    node_b.accepted = 0;
+    bool never = false;
+    run_until(&never, 1000);
+    assert_int_equal(node_b.accepted, 0);
+    unmake(l);
+}
+
 static void test_creation_errors(void **state)
 {
     (void)state;
@@ -492,6 +537,7 @@ int main(void)
         cmocka_unit_test(test_a_redirect_loop_ends_unavailable),
         cmocka_unit_test(test_tryagain_is_retried_a_moment_later),
         cmocka_unit_test(test_a_dead_master_fails_only_its_slots_at_once),
+        cmocka_unit_test(test_a_master_gone_from_the_map_is_not_called_again),
         cmocka_unit_test(test_creation_errors),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
