@@ -217,6 +217,14 @@ static void move_leases(struct cluster_limiter *cl)
     }
 }
 
+/* The node limiter of the master serving key's slot, or NULL. */
+static struct limiter *owner_of_key(void *arg, const char *key, size_t key_len)
+{
+    struct cluster_limiter *cl = arg;
+    int owner = (int)cl->owner[cluster_key_slot(key, key_len)] - 1;
+    return owner >= 0 ? cl->nodes[owner]->redis : NULL;
+}
+
 static void apply_map(struct cluster_limiter *cl, const struct cluster_map *map)
 {
     size_t masters = cluster_map_master_count(map);
@@ -242,6 +250,10 @@ static void apply_map(struct cluster_limiter *cl, const struct cluster_map *map)
     free(owner_of);
     cl->have_map = true;
     move_leases(cl);
+    /* releases a node out of the map held back while it was down: to their slot's master */
+    for (size_t i = 0; i < cl->n_nodes; i++)
+        if (!cl->nodes[i]->master)
+            limiter_redis_node_hand_over(cl->nodes[i]->redis, owner_of_key, cl);
     /* a node out of the map with no lease left (a dead master its replica replaced) stops
        reconnecting; it is woken if a map or a redirect names it again */
     for (size_t i = 0; i < cl->n_nodes; i++)

@@ -1141,6 +1141,26 @@ void limiter_redis_node_park(struct limiter *node, bool parked)
     }
 }
 
+void limiter_redis_node_hand_over(struct limiter *from,
+                                  struct limiter *(*route)(void *arg, const char *key, size_t key_len), void *arg)
+{
+    struct redis_limiter *rl = (struct redis_limiter *)from;
+    struct pending *p = rl->deferred;
+    rl->deferred = NULL;
+    rl->n_deferred = 0;
+    while (p != NULL) {
+        struct pending *next = p->next;
+        p->next = NULL;
+        /* a held-back release is "ZREM <key> <lease id>", back to back in buf */
+        struct limiter *to = p->argc == 3 ? route(arg, p->buf + p->lens[0], p->lens[1]) : NULL;
+        struct redis_limiter *heir = to != NULL ? (struct redis_limiter *)to : rl;
+        p->rl = heir;
+        if (heir->state != CONN_READY || heir->ac == NULL || send_pending(heir, p) != 0)
+            defer_release(heir, p);
+        p = next;
+    }
+}
+
 int limiter_redis_node_adopt(struct limiter *node, const char *subject, size_t subject_len, int64_t rule_id,
                              int64_t ttl_ms, const char *id, size_t id_len)
 {

@@ -44,6 +44,13 @@ int limiter_redis_node_call(struct limiter *node, const char *subject, size_t su
  * again at once if it has no connection. */
 void limiter_redis_node_park(struct limiter *node, bool parked);
 
+/* Hands the releases `from` holds back (its node was down when they were made) to the node
+ * limiter route(arg, key, key_len) names for each lease key (NULL: `from` keeps it), which
+ * sends it now or holds it back as its own. For a node whose slots another master serves
+ * now: the released leases stop counting there instead of at their TTL. */
+void limiter_redis_node_hand_over(struct limiter *from,
+                                  struct limiter *(*route)(void *arg, const char *key, size_t key_len), void *arg);
+
 /* Takes over a lease another node's limiter held (its slot moved here): tracked and renewed
  * by this node from now on, nothing sent now. Returns 0, -EEXIST or -ENOMEM. */
 int limiter_redis_node_adopt(struct limiter *node, const char *subject, size_t subject_len, int64_t rule_id,

@@ -2,10 +2,11 @@
 of users whose slots three different masters serve, counted fleet-wide by two proxies in
 redis_mode = cluster; each proxy renews the leases it holds with one call per master."""
 import itertools
+import json
 import signal
 import time
 
-from conftest import SLOW
+from conftest import SLOW, wait_until
 from fleet_helpers import (WS, check_concurrency_429, parallel_ws, wait_stat, ws_connect, ws_try,
                            ws_upstream)  # noqa: F401
 from test_concurrency import race
@@ -169,4 +170,38 @@ def test_sigterm_gives_the_slots_back_on_every_master_at_once(catalog, proxies, 
             check_concurrency_429(ws_try(b.port, "/ws", key))
     finally:
         for w in on_a + on_b + extra:
+            w.close()
+
+
+def test_a_slot_given_back_during_a_failover_is_free_after_it(catalog, proxies, redis_cluster_factory,
+                                                             ws_upstream):
+    """A WebSocket closed while its master is dead: the release cannot reach the dead node;
+    once the replica serves, the slot is free there at once, not at the lease TTL."""
+    c = redis_cluster_factory()
+    catalog.plan("cwsrel", "--rate", "100000/min", "--concurrency", "2")
+    victim = c.masters()[0]
+    (_, user, key), = [u for u in users_on_each_master(catalog, c, "cwsrel", "g") if u[0] == victim.port]
+    ttl_ms = 30000
+    a, b = cluster_fleet(proxies, catalog, c, ws_upstream, lease_ttl_ms=ttl_ms)
+    held = [ws_connect(a.port, "/ws", key=key), ws_connect(b.port, "/ws", key=key)]
+    extra = []
+    try:
+        check_concurrency_429(ws_try(a.port, "/ws", key))
+        victim.kill()
+        time.sleep(0.5)          # the proxies have seen their connection to it go
+        held[0].close()          # its release is held back by proxy a
+        c.wait_failover(victim)
+        # both proxies follow the new map: every master they know answers (until then a
+        # proxy decides the victim's users locally)
+        for p in (a, b):
+            assert wait_until(lambda: json.loads(p.admin("/health").body).get("store") == "ok", 10), \
+                p.admin("/health").body
+        t0 = time.monotonic()
+        r = ws_try(a.port, "/ws", key)
+        assert isinstance(r, WS), "the slot given back during the failover still counts %.1f s after the " \
+            "promotion (lease_ttl_ms %d): %r" % (time.monotonic() - t0, ttl_ms, r)
+        extra.append(r)
+        check_concurrency_429(ws_try(b.port, "/ws", key))
+    finally:
+        for w in held + extra:
             w.close()
