@@ -1,6 +1,7 @@
 #include "proxy/admin.h"
 
 #include <errno.h>
+#include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -40,6 +41,117 @@ static bool store_ok(const struct admin_sources *s)
     return false;
 }
 
+/* ---- the nodes of a store made of several (Redis Cluster masters) ---- */
+
+#define NODES_MAX 1024          /* a cluster's masters: Redis' own advice stays under 1000 */
+#define NODE_NAME_MAX 272       /* "host:port" */
+
+struct node_view {
+    char name[NODE_NAME_MAX];
+    bool up;                    /* some worker's connection answers */
+    uint64_t errors;            /* all workers' */
+};
+
+struct node_views {
+    struct node_view *v;
+    size_t n;
+    bool failed;
+};
+
+static void collect_node(void *arg, const struct limiter_node_info *info)
+{
+    struct node_views *views = arg;
+    for (size_t i = 0; i < views->n; i++) {
+        if (strcmp(views->v[i].name, info->name) == 0) {
+            views->v[i].up = views->v[i].up || info->up;
+            views->v[i].errors += info->errors;
+            return;
+        }
+    }
+    if (views->n >= NODES_MAX) {
+        views->failed = true;
+        return;
+    }
+    struct node_view *v = &views->v[views->n++];
+    snprintf(v->name, sizeof(v->name), "%s", info->name);
+    v->up = info->up;
+    v->errors = info->errors;
+}
+
+static void skip_node(void *arg, const struct limiter_node_info *info)
+{
+}
+
+/* Every worker's nodes merged by name; views.v NULL when there are none (or no memory). */
+static struct node_views gather_nodes(const struct admin_sources *s)
+{
+    struct node_views views = {0};
+    if (!s->store_is_remote || s->n_workers == 0 || limiter_nodes(s->limiters[0], skip_node, NULL) == 0)
+        return views;   /* one Redis (or memory): no nodes, nothing allocated */
+    views.v = calloc(NODES_MAX, sizeof(*views.v));
+    if (views.v == NULL)
+        return views;
+    for (size_t i = 0; i < s->n_workers && s->store_is_remote; i++)
+        limiter_nodes(s->limiters[i], collect_node, &views);
+    if (views.n == 0) {
+        free(views.v);
+        views.v = NULL;
+    }
+    return views;
+}
+
+/* A node name inside a JSON string or a Prometheus label value: '\\' and '"' escaped, control
+ * bytes as '?' (a name comes from CLUSTER SLOTS, the cluster's word). */
+static void quoted_name(char *out, size_t outlen, const char *name)
+{
+    size_t o = 0;
+    for (const char *p = name; *p != '\0' && o + 3 < outlen; p++) {
+        unsigned char c = (unsigned char)*p;
+        if (c == '\\' || c == '"')
+            out[o++] = '\\';
+        out[o++] = c < 0x20 || c == 0x7f ? '?' : (char)c;
+    }
+    out[o] = '\0';
+}
+
+/* A growing text; failed when memory ran out (the text is then incomplete). */
+struct text {
+    char *data;
+    size_t len, cap;
+    bool failed;
+};
+
+static void text_add(struct text *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void text_add(struct text *t, const char *fmt, ...)
+{
+    if (t->failed)
+        return;
+    for (;;) {
+        va_list ap;
+        va_start(ap, fmt);
+        int n = vsnprintf(t->data ? t->data + t->len : NULL, t->data ? t->cap - t->len : 0, fmt, ap);
+        va_end(ap);
+        if (n < 0) {
+            t->failed = true;
+            return;
+        }
+        if (t->data != NULL && t->len + (size_t)n < t->cap) {
+            t->len += (size_t)n;
+            return;
+        }
+        size_t cap = t->cap ? t->cap * 2 : 1024;
+        while (cap < t->len + (size_t)n + 1)
+            cap *= 2;
+        char *grown = realloc(t->data, cap);
+        if (grown == NULL) {
+            t->failed = true;
+            return;
+        }
+        t->data = grown;
+        t->cap = cap;
+    }
+}
+
 static enum MHD_Result handle(void *cls, struct MHD_Connection *conn, const char *url, const char *method,
                               const char *version, const char *upload_data, size_t *upload_data_size, void **req_cls)
 {
@@ -59,17 +171,69 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *conn, const char
     if (strcmp(url, "/health") == 0) {
         bool store = store_ok(&a->sources);
         bool plans = snapshot_watch_healthy(a->sources.catalog);
-        char body[128];
-        snprintf(body, sizeof(body), "{\"status\":\"%s\",\"store\":\"%s\",\"plans\":\"%s\"}",
-                 store && plans ? "ok" : "unavailable", store ? "ok" : "unreachable", plans ? "ok" : "unreachable");
-        return answer(conn, store && plans ? MHD_HTTP_OK : MHD_HTTP_SERVICE_UNAVAILABLE, json, body,
-                      MHD_RESPMEM_MUST_COPY);
+        struct node_views nodes = gather_nodes(&a->sources);
+        const char *store_word = store ? "ok" : "unreachable";
+        if (nodes.v != NULL) {
+            /* a cluster: ok with every master answering, degraded (still 200: the other
+               masters' users are served) with some, unreachable with none */
+            size_t up = 0;
+            for (size_t i = 0; i < nodes.n; i++)
+                up += nodes.v[i].up;
+            store = up > 0;
+            store_word = up == nodes.n ? "ok" : up > 0 ? "degraded" : "unreachable";
+        }
+        struct text body = {0};
+        text_add(&body, "{\"status\":\"%s\",\"store\":\"%s\",\"plans\":\"%s\"",
+                 store && plans ? "ok" : "unavailable", store_word, plans ? "ok" : "unreachable");
+        if (nodes.v != NULL) {
+            text_add(&body, ",\"nodes\":{");
+            for (size_t i = 0; i < nodes.n; i++) {
+                char name[2 * NODE_NAME_MAX];
+                quoted_name(name, sizeof(name), nodes.v[i].name);
+                text_add(&body, "%s\"%s\":\"%s\"", i ? "," : "", name, nodes.v[i].up ? "ok" : "unreachable");
+            }
+            text_add(&body, "}");
+        }
+        text_add(&body, "}");
+        free(nodes.v);
+        if (body.failed) {
+            free(body.data);
+            return MHD_NO;
+        }
+        return answer(conn, store && plans ? MHD_HTTP_OK : MHD_HTTP_SERVICE_UNAVAILABLE, json, body.data,
+                      MHD_RESPMEM_MUST_FREE);
     }
     if (strcmp(url, "/metrics") == 0) {
-        char *text = metrics_render(a->sources.metrics, a->sources.n_workers);
-        if (text == NULL)
+        char *rendered = metrics_render(a->sources.metrics, a->sources.n_workers);
+        if (rendered == NULL)
             return MHD_NO;
-        return answer(conn, MHD_HTTP_OK, "text/plain; version=0.0.4", text, MHD_RESPMEM_MUST_FREE);
+        struct node_views nodes = gather_nodes(&a->sources);
+        if (nodes.v == NULL)
+            return answer(conn, MHD_HTTP_OK, "text/plain; version=0.0.4", rendered, MHD_RESPMEM_MUST_FREE);
+        struct text t = {0};
+        text_add(&t, "%s", rendered);
+        free(rendered);
+        text_add(&t, "# HELP tierproxy_store_node_errors_total Checks a Redis Cluster master could not answer "
+                     "(down, timed out), by node.\n# TYPE tierproxy_store_node_errors_total counter\n");
+        for (size_t i = 0; i < nodes.n; i++) {
+            char name[2 * NODE_NAME_MAX];
+            quoted_name(name, sizeof(name), nodes.v[i].name);
+            text_add(&t, "tierproxy_store_node_errors_total{node=\"%s\"} %llu\n", name,
+                     (unsigned long long)nodes.v[i].errors);
+        }
+        text_add(&t, "# HELP tierproxy_store_node_up 1 while this proxy's connection to a Redis Cluster master "
+                     "answers.\n# TYPE tierproxy_store_node_up gauge\n");
+        for (size_t i = 0; i < nodes.n; i++) {
+            char name[2 * NODE_NAME_MAX];
+            quoted_name(name, sizeof(name), nodes.v[i].name);
+            text_add(&t, "tierproxy_store_node_up{node=\"%s\"} %d\n", name, nodes.v[i].up ? 1 : 0);
+        }
+        free(nodes.v);
+        if (t.failed) {
+            free(t.data);
+            return MHD_NO;
+        }
+        return answer(conn, MHD_HTTP_OK, "text/plain; version=0.0.4", t.data, MHD_RESPMEM_MUST_FREE);
     }
     return answer(conn, MHD_HTTP_NOT_FOUND, json, "{\"error_code\":\"not_found\"}", MHD_RESPMEM_PERSISTENT);
 }

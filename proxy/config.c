@@ -81,6 +81,7 @@ struct config_origin {
 
 _Static_assert(sizeof(enum store_kind) == sizeof(int), "D_ENUM writes an int");
 _Static_assert(sizeof(enum limiter_store_error) == sizeof(int), "D_ENUM writes an int");
+_Static_assert(sizeof(enum redis_mode) == sizeof(int), "D_ENUM writes an int");
 
 static const struct word bool_words[] = {
     {"yes", 1}, {"no", 0}, {"true", 1}, {"false", 0}, {"on", 1}, {"off", 0},
@@ -93,6 +94,8 @@ static const struct word path_case_words[] = {{"insensitive", 1}, {"sensitive", 
 static const struct word underscore_words[] = {{"forward", 1}, {"drop", 0}, {NULL, 0}};
 static const struct word store_words[] = {
     {"memory", STORE_MEMORY}, {"redis", STORE_REDIS}, {NULL, 0}};
+static const struct word redis_mode_words[] = {
+    {"single", REDIS_MODE_SINGLE}, {"cluster", REDIS_MODE_CLUSTER}, {NULL, 0}};
 static const struct word level_words[] = {
     {"debug", 0}, {"info", 1}, {"warn", 2}, {"error", 3}, {NULL, 0}};
 
@@ -140,6 +143,8 @@ static const struct directive directives[] = {
      NULL, NULL},
     {"limits", "store", D_ENUM, OFF(store), 0, 0, 0, store_words, F_RESTART, "memory", NULL,
      "memory or redis"},
+    {"limits", "redis_mode", D_ENUM, OFF(redis_mode), 0, 0, 0, redis_mode_words, F_RESTART, "single", NULL,
+     "single or cluster"},
     {"limits", "redis", D_REDIS_URL, OFF(redis_url), 0, 0, 0, NULL, F_RESTART,
      "redis://127.0.0.1:6379/0", "--redis",
      "redis://[:password@]host:port/db or unix:///path"},

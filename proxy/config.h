@@ -10,6 +10,8 @@
 #include "store/limiter.h"
 
 enum store_kind { STORE_MEMORY = 0, STORE_REDIS };
+/* [limits] redis_mode: one Redis, or a Redis Cluster reached through seed nodes */
+enum redis_mode { REDIS_MODE_SINGLE = 0, REDIS_MODE_CLUSTER };
 
 struct proxy_config {
     /* [proxy] */
@@ -43,7 +45,8 @@ struct proxy_config {
     int64_t refresh_ms;
     /* [limits] */
     enum store_kind store;
-    char *redis_url;
+    enum redis_mode redis_mode;
+    char *redis_url;               /* cluster mode: the seed URLs, comma-separated */
     char *key_prefix;
     enum limiter_store_error rate_on_store_error;        /* on_store_error: open | closed | local */
     enum limiter_store_error concurrency_on_store_error; /* concurrency_on_store_error */

@@ -26,6 +26,7 @@
 #include "proxy/upstream_tls.h"
 #include "proxy/worker.h"
 #include "store/clock.h"
+#include "store/cluster_probe.h"
 #include "store/limiter.h"
 #include "tiers/snapshot.h"
 
@@ -64,6 +65,42 @@ static int check_listen_address(const struct proxy_config *cfg, const char *sect
     return 1;
 }
 
+/* How long --check waits for each seed node of a cluster (to connect, then per command). */
+#define CLUSTER_PROBE_TIMEOUT_MS 2000
+
+/* [limits] redis as the store will read it: one URL, or in cluster mode the seed list;
+ * with probe (--check), a cluster's state as its seeds tell it. */
+static int check_redis(const struct proxy_config *cfg, bool probe)
+{
+    char err[1200];
+    if (cfg->store != STORE_REDIS)
+        return 0;
+    if (cfg->redis_mode == REDIS_MODE_CLUSTER) {
+        if (limiter_redis_cluster_seeds_check(cfg->redis_url, err, sizeof(err)) != 0) {
+            start_error(cfg, "limits", "redis", "%s", err);
+            return 1;
+        }
+        if (probe) {
+            if (cluster_probe(cfg->redis_url, CLUSTER_PROBE_TIMEOUT_MS, err, sizeof(err)) != 0) {
+                start_error(cfg, "limits", "redis", "%s", err);
+                return 1;
+            }
+            fprintf(stderr, "tierproxy: [limits] redis: %s\n", err);
+        }
+        if (limiter_redis_cluster_prefix_check(cfg->key_prefix, err, sizeof(err)) != 0) {
+            start_error(cfg, "limits", "key_prefix", "%s", err);
+            return 1;
+        }
+        return 0;
+    }
+    if (limiter_redis_url_check(cfg->redis_url, err, sizeof(err)) != 0) {
+        start_error(cfg, "limits", "redis", "%s%s", err,
+                    strchr(cfg->redis_url, ',') != NULL ? " (several seed URLs need redis_mode = cluster)" : "");
+        return 1;
+    }
+    return 0;
+}
+
 /* Each upstream URL as libcurl, which sends the requests, reads it. */
 static int check_upstreams(const struct proxy_config *cfg)
 {
@@ -87,8 +124,9 @@ static int check_upstreams(const struct proxy_config *cfg)
 /* Everything a start checks before it listens; `tierproxy --check` runs the same. Reports
  * every error found on stderr, one line each, naming the file and line, flag or variable
  * the bad value came from. Opens the access log (creating the file, as the start would):
- * with plog the caller gets it, else it is closed again. Returns 0 (with the "configuration
- * ok" line on stderr) or 1. */
+ * with plog the caller gets it, else it is closed again. Without plog (--check) it also
+ * asks a Redis Cluster's seed nodes for the cluster's state. Returns 0 (with the
+ * "configuration ok" line on stderr) or 1. */
 static int validate_start(const struct proxy_config *cfg, struct access_log **plog)
 {
     char err[512];
@@ -99,10 +137,7 @@ static int validate_start(const struct proxy_config *cfg, struct access_log **pl
     rc |= check_listen_address(cfg, "proxy", cfg->listen_host);
     rc |= check_listen_address(cfg, "admin", cfg->admin_host);
     rc |= check_upstreams(cfg);
-    if (cfg->store == STORE_REDIS && limiter_redis_url_check(cfg->redis_url, err, sizeof(err)) != 0) {
-        start_error(cfg, "limits", "redis", "%s", err);
-        rc = 1;
-    }
+    rc |= check_redis(cfg, plog == NULL);
     if (cfg->access_log != NULL && access_log_open(cfg->access_log, &log, err, sizeof(err)) < 0) {
         start_error(cfg, "log", "access", "%s", err);
         rc = 1;

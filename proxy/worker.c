@@ -438,7 +438,9 @@ int worker_init(struct worker *w, int index, const struct proxy_shared *shared, 
             .command_timeout_ms = 500,
             .lease_ttl_ms = cfg->lease_ttl_ms,
         };
-        w->limiter = limiter_redis_create(w->base, &opts, err, errlen);
+        /* cluster mode: redis_url holds the seeds; one connection per master */
+        w->limiter = cfg->redis_mode == REDIS_MODE_CLUSTER ? limiter_redis_cluster_create(w->base, &opts, err, errlen)
+                                                          : limiter_redis_create(w->base, &opts, err, errlen);
         if (w->limiter != NULL) {
             /* on_store_error = local: the process's memory store decides while Redis is away */
             struct local_fallback_options fallback = local_fallback_of(cfg);

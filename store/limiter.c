@@ -193,6 +193,22 @@ void limiter_destroy(struct limiter *limiter)
     denial_cache_destroy(denials);
 }
 
+size_t limiter_lease_group_count(const struct limiter *limiter, const char *subject, size_t subject_len,
+                                 int64_t rule_id)
+{
+    if (limiter->ops->lease_group_count != NULL)
+        return limiter->ops->lease_group_count(limiter, subject, subject_len, rule_id);
+    return lease_table_group_count(&limiter->leases, subject, subject_len, rule_id);
+}
+
+size_t limiter_nodes(const struct limiter *limiter, void (*fn)(void *arg, const struct limiter_node_info *node),
+                     void *arg)
+{
+    if (limiter == NULL || fn == NULL || limiter->ops->nodes == NULL)
+        return 0;
+    return limiter->ops->nodes(limiter, fn, arg);
+}
+
 bool limiter_available(const struct limiter *limiter)
 {
     return limiter != NULL && limiter->ops->available(limiter);

@@ -42,11 +42,30 @@ struct limiter *limiter_memory_create(struct memory_store *store);
  * password. */
 int limiter_redis_url_check(const char *url, char *err, size_t errlen);
 
+/* Checks the seed list of a Redis Cluster ([limits] redis with redis_mode = cluster:
+ * comma-separated redis:// URLs, database 0) without connecting. Returns 0, or -EINVAL
+ * with a reason naming the bad seed in err, never a password. */
+int limiter_redis_cluster_seeds_check(const char *seeds, char *err, size_t errlen);
+
 /* A limiter over Redis for one event loop (one worker thread). Connects in the
  * background and reconnects with backoff; while it is down, checks answer
  * LIMITER_UNAVAILABLE at once. Returns NULL with a reason in err on a bad URL. */
 struct limiter *limiter_redis_create(struct event_base *base, const struct redis_store_options *options,
                                      char *err, size_t errlen);
+
+/* A limiter over a Redis Cluster for one event loop (one worker thread): options->url holds
+ * the seed nodes, comma-separated redis:// URLs (as limiter_redis_cluster_seeds_check
+ * reads them). Learns the slot map from the seeds (CLUSTER SLOTS, in the background) and
+ * keeps one connection per master, with the first seed's credentials; each check goes to
+ * the master of its subject's slot, following MOVED and ASK. A master that is down answers
+ * LIMITER_UNAVAILABLE at once for its slots only. Returns NULL with a reason in err (never
+ * a password) on a bad seed list or a key prefix holding '{'. */
+struct limiter *limiter_redis_cluster_create(struct event_base *base, const struct redis_store_options *options,
+                                             char *err, size_t errlen);
+
+/* A key prefix cluster mode can use: one without '{' (the hash tag of every key must be
+ * its subject). Returns 0, or -EINVAL with the reason in err. */
+int limiter_redis_cluster_prefix_check(const char *key_prefix, char *err, size_t errlen);
 
 /* Frees the limiter. Pending redis checks get their done callback with
  * LIMITER_UNAVAILABLE before this returns (and a pending limiter_release_all its done).
@@ -127,8 +146,23 @@ void limiter_release_all(struct limiter *limiter, void (*done)(void *arg), void 
  * allowed leased check not yet released. May be read from any thread. */
 size_t limiter_lease_count(const struct limiter *limiter);
 
-/* True while the store answers (for /health). */
+/* True while the store answers (for /health). A Redis Cluster limiter: while every master
+ * of its slot map is connected. */
 bool limiter_available(const struct limiter *limiter);
+
+/* One node of a store made of several (a Redis Cluster's masters), for /health and
+ * /metrics. */
+struct limiter_node_info {
+    const char *name;      /* "host:port"; valid during the callback only */
+    bool up;               /* this limiter's connection to it answers */
+    uint64_t errors;       /* checks it answered LIMITER_UNAVAILABLE, since the start */
+};
+
+/* Calls fn once per node of the limiter's store (a cluster's masters in its current slot
+ * map; a limiter over one store has none) and returns how many. May be called from any
+ * thread (a view at most a moment old). */
+size_t limiter_nodes(const struct limiter *limiter, void (*fn)(void *arg, const struct limiter_node_info *node),
+                     void *arg);
 
 /* What a check the store could not decide becomes, per kind of rule (rate rules, and
  * concurrency rules): passed on as LIMITER_UNAVAILABLE for the caller to forward (open)

@@ -138,7 +138,7 @@ static void decide_locally(struct fallback_check *c, const struct limiter_result
         int64_t held = 0;
         if (r.kind == LIMIT_CONCURRENCY) {
             int64_t slots = scaled(r.rate, share, 1);
-            held = (int64_t)lease_table_group_count(&fl->primary->leases, c->subject, c->subject_len, r.id);
+            held = (int64_t)limiter_lease_group_count(fl->primary, c->subject, c->subject_len, r.id);
             if (held >= slots) {
                 /* primary's own running requests fill the local share: refused here */
                 struct limiter_result res;
@@ -292,6 +292,12 @@ static int fallback_peek(struct limiter *limiter, const char *subject, size_t su
     return fl->primary->ops->peek(fl->primary, subject, subject_len, rules, n, now_ms, done, arg);
 }
 
+static size_t fallback_nodes(const struct limiter *limiter,
+                             void (*fn)(void *arg, const struct limiter_node_info *node), void *arg)
+{
+    return limiter_nodes(((const struct fallback_limiter *)limiter)->primary, fn, arg);
+}
+
 static const struct limiter_ops fallback_ops = {
     .check = fallback_check,
     .peek = fallback_peek,
@@ -303,6 +309,7 @@ static const struct limiter_ops fallback_ops = {
     .composite = true,
     .release_request = fallback_release_request,
     .lease_count = fallback_lease_count,
+    .nodes = fallback_nodes,
 };
 
 static bool options_valid(const struct local_fallback_options *o)

@@ -39,6 +39,12 @@ struct limiter_ops {
     void (*release_request)(struct limiter *limiter, const char *subject, size_t subject_len,
                             const struct limit_rule *rules, size_t n, const char *lease_id);
     size_t (*lease_count)(const struct limiter *limiter);
+    /* A composite's leases for (subject, rule id), its parts' together (NULL: its table's). */
+    size_t (*lease_group_count)(const struct limiter *limiter, const char *subject, size_t subject_len,
+                                int64_t rule_id);
+    /* limiter_nodes (NULL: no nodes). */
+    size_t (*nodes)(const struct limiter *limiter, void (*fn)(void *arg, const struct limiter_node_info *node),
+                    void *arg);
 };
 
 struct denial_cache;
@@ -56,6 +62,10 @@ struct limiter {
 int limiter_check_checked(struct limiter *limiter, const char *subject, size_t subject_len,
                           const struct limit_rule *rules, size_t n, int64_t now_ms, const char *lease_id,
                           size_t id_len, uint32_t concurrency, limiter_done_fn *done, void *arg);
+
+/* Leases the limiter holds for (subject, rule id), a composite's parts' included. */
+size_t limiter_lease_group_count(const struct limiter *limiter, const char *subject, size_t subject_len,
+                                 int64_t rule_id);
 
 /* Fills result as LIMITER_UNAVAILABLE for n rules. */
 void limiter_result_unavailable(struct limiter_result *result, size_t n);

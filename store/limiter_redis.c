@@ -26,6 +26,12 @@
  * limiter_destroy sends nothing: the leases it held stop counting at their TTL, as those
  * of a proxy that crashed.
  *
+ * A cluster node (limiter_redis_node_create, store/limiter_redis_node.h: one per master of a
+ * Redis Cluster, made by store/limiter_cluster.c) differs in four ways: no SELECT; a check
+ * answered MOVED, ASK or TRYAGAIN goes to its redirect callback instead of done; a check
+ * may be preceded by ASKING on the same connection; renew.lua declares no KEYS (the keys
+ * of many slots go in ARGV: declared keys of several slots are CROSSSLOT).
+ *
  * limiter_destroy must not be called from inside a done callback of the same limiter. */
 #include "store/limiter_impl.h"
 
@@ -44,6 +50,7 @@
 
 #include "lua_scripts.h"
 #include "store/clock.h"
+#include "store/limiter_redis_node.h"
 #include "store/redis_url.h"
 
 #define BACKOFF_MIN_MS 50
@@ -65,7 +72,7 @@
 
 enum conn_state { CONN_IDLE, CONN_CONNECTING, CONN_HANDSHAKE, CONN_READY };
 
-enum pending_kind { P_CHECK, P_AUTH, P_SELECT, P_LOAD, P_LOAD_RENEW, P_RENEW, P_RELEASE_ALL, P_ZREM };
+enum pending_kind { P_CHECK, P_AUTH, P_SELECT, P_LOAD, P_LOAD_RENEW, P_RENEW, P_RELEASE_ALL, P_ZREM, P_ASKING };
 
 struct script {
     const char *text;
@@ -98,9 +105,11 @@ struct pending {
     int64_t sent_ms;
     enum pending_kind kind;
     bool retried;
+    bool asking;                    /* cluster: ASKING goes right before it (again on a resend) */
     bool is_release;                /* P_ZREM of a lease (not the PING of a sync): replayed if lost */
     const struct script *script;
     limiter_done_fn *done;          /* P_CHECK */
+    limiter_redirect_fn *redirected; /* P_CHECK of a cluster node: MOVED/ASK/TRYAGAIN go here */
     void *arg;
     size_t n;
     struct lease_req *lease;        /* P_CHECK with concurrency rules */
@@ -131,6 +140,8 @@ struct redis_limiter {
     int64_t renew_every_ms;
     int renewing;             /* renewal calls in flight */
     bool destroying;
+    bool cluster_node;        /* limiter_redis_node_create: renew.lua with keys in ARGV */
+    bool parked;              /* a cluster node out of the map: no reconnecting while down */
     char last_error[160];     /* for a debugger */
     struct pending *deferred;        /* ZREMs of leases released while Redis was away (LIFO) */
     size_t n_deferred;
@@ -193,7 +204,7 @@ static void watchdog_arm(struct redis_limiter *rl)
 
 static void schedule_reconnect(struct redis_limiter *rl)
 {
-    if (rl->destroying || evtimer_pending(rl->retry, NULL))
+    if (rl->destroying || rl->parked || evtimer_pending(rl->retry, NULL))
         return;
     struct timeval tv = store_ms_to_timeval(rl->backoff_ms);
     evtimer_add(rl->retry, &tv);
@@ -223,7 +234,7 @@ static void drop_connection(struct redis_limiter *rl)
 static void on_retry(evutil_socket_t fd, short what, void *arg)
 {
     struct redis_limiter *rl = arg;
-    if (rl->ac == NULL)
+    if (rl->ac == NULL && !rl->parked)
         start_connect(rl);
 }
 
@@ -348,7 +359,7 @@ static void on_connect(const redisAsyncContext *cac, int status)
                 return;
         }
     }
-    if (rl->url.db != 0) {
+    if (rl->url.db != 0 && !rl->cluster_node) {
         char db[16];
         snprintf(db, sizeof(db), "%d", rl->url.db);
         const char *argv[2] = {"SELECT", db};
@@ -397,9 +408,28 @@ static void on_check_reply(redisAsyncContext *ac, void *r, void *privdata);
 static void on_lease_reply(redisAsyncContext *ac, void *r, void *privdata);
 static void on_zrem_reply(redisAsyncContext *ac, void *r, void *privdata);
 
+static void on_asking_reply(redisAsyncContext *ac, void *r, void *privdata)
+{
+    struct pending *p = privdata;
+    inflight_remove(p->rl, p);
+    free(p);   /* an error here shows in the call that follows: it gets MOVED */
+}
+
 /* Sends p (again, after NOSCRIPT: as EVAL). Returns 0, or -1 (p is then still the caller's). */
 static int send_pending(struct redis_limiter *rl, struct pending *p)
 {
+    if (p->asking) {
+        /* back to back on one connection: Redis applies ASKING to the next command alone */
+        struct pending *a = pending_new(rl, P_ASKING, 0, 0);
+        static const char *asking[1] = {"ASKING"};
+        static const size_t asking_len[1] = {6};
+        if (a == NULL)
+            return -1;
+        if (send_command(rl, a, on_asking_reply, 1, asking, asking_len) != 0) {
+            free(a);
+            return -1;
+        }
+    }
     const char *stack_argv[MAX_ARGS];
     const char **argv = stack_argv;
     if (p->argc > MAX_ARGS) {
@@ -561,8 +591,9 @@ static struct pending *lease_batch(struct redis_limiter *rl, enum pending_kind k
             l = g != NULL ? g->first : NULL;
         }
     }
-    /* EVALSHA sha numkeys key... op now (ttl m id...)... */
-    size_t max_args = 5 + 3 * keys + leases;
+    /* EVALSHA sha numkeys key... op now (ttl m id...)...; a cluster node:
+       EVALSHA sha 0 op now nkeys (key ttl m id...)... */
+    size_t max_args = 6 + 3 * keys + leases;
     struct pending *p = pending_new(rl, kind, max_args, bytes);
     if (p == NULL)
         return NULL;
@@ -570,9 +601,9 @@ static struct pending *lease_batch(struct redis_limiter *rl, enum pending_kind k
     p->argc = 2;
     size_t off = 0;
     /* KEYS first, then ARGV: the cursor is walked twice more, keys then their leases. */
-    put_int(p, &off, (int64_t)keys);
+    put_int(p, &off, rl->cluster_node ? 0 : (int64_t)keys);
     g = *pg;
-    for (size_t k = 0; k < keys; k++) {
+    for (size_t k = 0; k < keys && !rl->cluster_node; k++) {
         put_key(rl, p, &off, g->subject, g->subject_len, g->rule_id);
         g = g->next;
     }
@@ -582,6 +613,8 @@ static struct pending *lease_batch(struct redis_limiter *rl, enum pending_kind k
     else
         put_arg(p, &off, release, sizeof(release) - 1);
     put_int(p, &off, -1);   /* now: the server's clock */
+    if (rl->cluster_node)
+        put_int(p, &off, (int64_t)keys);
     g = *pg;
     l = *pl;
     size_t left = leases;
@@ -589,6 +622,8 @@ static struct pending *lease_batch(struct redis_limiter *rl, enum pending_kind k
         size_t m = 0;
         for (const struct lease *x = l; x != NULL && m < left; x = x->next)
             m++;
+        if (rl->cluster_node)
+            put_key(rl, p, &off, g->subject, g->subject_len, g->rule_id);
         put_int(p, &off, g->ttl_ms);
         put_int(p, &off, (int64_t)m);
         for (size_t j = 0; j < m; j++, l = l->next)
@@ -776,6 +811,21 @@ static void redis_release_all(struct limiter *limiter, void (*done)(void *arg), 
     }
 }
 
+/* Adds one lease to the table and renews often enough for its TTL. */
+static int lease_add(struct redis_limiter *rl, const char *subject, size_t subject_len, int64_t rule_id,
+                     int64_t ttl_ms, const char *id, size_t id_len)
+{
+    int r = lease_table_add(&rl->base.leases, subject, subject_len, rule_id, ttl_ms, id, id_len);
+    if (r != 0)
+        return r;
+    if (ttl_ms / 3 < rl->renew_every_ms) {
+        /* a rule with a shorter TTL than the options': renew often enough for it */
+        rl->renew_every_ms = ttl_ms / 3 > 0 ? ttl_ms / 3 : 1;
+        evtimer_del(rl->renew_timer);
+    }
+    return 0;
+}
+
 /* Adds the leases of an allowed check to the table. Returns 0, or -ENOMEM with none of
  * them added and a ZREM sent for each (the check then counts as failed). */
 static int track(struct redis_limiter *rl, const struct lease_req *lr)
@@ -783,14 +833,9 @@ static int track(struct redis_limiter *rl, const struct lease_req *lr)
     struct lease_table *t = &rl->base.leases;
     size_t i = 0;
     for (; i < lr->n; i++) {
-        int r = lease_table_add(t, lr->subject, lr->subject_len, lr->rule_id[i], lr->ttl_ms[i], lr->id, lr->id_len);
+        int r = lease_add(rl, lr->subject, lr->subject_len, lr->rule_id[i], lr->ttl_ms[i], lr->id, lr->id_len);
         if (r != 0 && r != -EEXIST)   /* EEXIST: the same id twice in flight (a caller's bug); held once */
             break;
-        if (lr->ttl_ms[i] / 3 < rl->renew_every_ms) {
-            /* a rule with a shorter TTL than the options': renew often enough for it */
-            rl->renew_every_ms = lr->ttl_ms[i] / 3 > 0 ? lr->ttl_ms[i] / 3 : 1;
-            evtimer_del(rl->renew_timer);
-        }
     }
     if (i == lr->n) {
         renew_arm(rl);
@@ -849,6 +894,22 @@ static void on_check_reply(redisAsyncContext *ac, void *r, void *privdata)
     inflight_remove(rl, p);
     if (retry_noscript(rl, ac, p, reply, "check"))
         return;
+    struct cluster_redirect redirect;
+    if (p->redirected != NULL && reply != NULL && reply->type == REDIS_REPLY_ERROR) {
+        /* nothing was recorded: the cluster limiter sends the call where it is told, or
+           again in a moment (TRYAGAIN: the keys of its slot are half migrated) */
+        int parsed = cluster_redirect_parse(reply->str, reply->len, &redirect);
+        bool again = parsed == 1 && reply->len >= 8 && memcmp(reply->str, "TRYAGAIN", 8) == 0;
+        if (parsed == 0 || again) {
+            if (parsed == 0 && redirect.host[0] == '\0')
+                snprintf(redirect.host, sizeof(redirect.host), "%s", rl->url.host);
+            limiter_redirect_fn *redirected = p->redirected;
+            void *arg = p->arg;
+            pending_free(p);
+            redirected(arg, parsed == 0 ? &redirect : NULL);
+            return;
+        }
+    }
 
     struct limiter_result res;
     if (reply == NULL && p->lease != NULL) {
@@ -874,7 +935,8 @@ static void on_check_reply(redisAsyncContext *ac, void *r, void *privdata)
 /* One check.lua call: a check, or with peek a read of every rule that records nothing. */
 static int redis_call_check(struct limiter *limiter, const char *subject, size_t subject_len,
                             const struct limit_rule *rules, size_t n, int64_t now_ms, const char *lease_id,
-                            size_t lease_id_len, bool peek, limiter_done_fn *done, void *arg)
+                            size_t lease_id_len, bool peek, bool asking, limiter_redirect_fn *redirected,
+                            limiter_done_fn *done, void *arg)
 {
     struct redis_limiter *rl = (struct redis_limiter *)limiter;
     struct limiter_result res;
@@ -910,6 +972,8 @@ static int redis_call_check(struct limiter *limiter, const char *subject, size_t
     }
     p->script = &rl->check;
     p->done = done;
+    p->redirected = redirected;
+    p->asking = asking;
     p->arg = arg;
     p->n = n;
     p->argc = 2;
@@ -942,14 +1006,14 @@ static int redis_check(struct limiter *limiter, const char *subject, size_t subj
                        const struct limit_rule *rules, size_t n, int64_t now_ms, const char *lease_id,
                        size_t lease_id_len, limiter_done_fn *done, void *arg)
 {
-    return redis_call_check(limiter, subject, subject_len, rules, n, now_ms, lease_id, lease_id_len, false, done,
-                            arg);
+    return redis_call_check(limiter, subject, subject_len, rules, n, now_ms, lease_id, lease_id_len, false, false,
+                            NULL, done, arg);
 }
 
 static int redis_peek(struct limiter *limiter, const char *subject, size_t subject_len,
                       const struct limit_rule *rules, size_t n, int64_t now_ms, limiter_done_fn *done, void *arg)
 {
-    return redis_call_check(limiter, subject, subject_len, rules, n, now_ms, NULL, 0, true, done, arg);
+    return redis_call_check(limiter, subject, subject_len, rules, n, now_ms, NULL, 0, true, false, NULL, done, arg);
 }
 
 static void redis_destroy(struct limiter *limiter)
@@ -1008,8 +1072,23 @@ int limiter_redis_url_check(const char *url, char *err, size_t errlen)
     return r;
 }
 
-struct limiter *limiter_redis_create(struct event_base *base, const struct redis_store_options *options,
-                                     char *err, size_t errlen)
+int limiter_redis_cluster_seeds_check(const char *seeds, char *err, size_t errlen)
+{
+    struct redis_url *parsed = calloc(REDIS_SEEDS_MAX, sizeof(*parsed));
+    if (parsed == NULL) {
+        if (err != NULL && errlen > 0)
+            snprintf(err, errlen, "out of memory");
+        return -ENOMEM;
+    }
+    int n = redis_seed_list_parse(seeds, parsed, REDIS_SEEDS_MAX, err, errlen);
+    explicit_bzero(parsed, REDIS_SEEDS_MAX * sizeof(*parsed)); /* the passwords, if any */
+    free(parsed);
+    return n > 0 ? 0 : -EINVAL;
+}
+
+/* A limiter on url (NULL: options->url parsed), or a cluster node's on node_url. */
+static struct limiter *redis_create(struct event_base *base, const struct redis_store_options *options,
+                                    const struct redis_url *node_url, char *err, size_t errlen)
 {
     if (err != NULL && errlen > 0)
         err[0] = '\0';
@@ -1024,10 +1103,16 @@ struct limiter *limiter_redis_create(struct event_base *base, const struct redis
             snprintf(err, errlen, "out of memory");
         return NULL;
     }
-    const char *url = options->url ? options->url : "redis://127.0.0.1:6379/0";
-    if (redis_url_parse(url, &rl->url, err, errlen) != 0) {
-        free(rl);
-        return NULL;
+    if (node_url != NULL) {
+        rl->url = *node_url;
+        rl->url.db = 0;
+        rl->cluster_node = true;
+    } else {
+        const char *url = options->url ? options->url : "redis://127.0.0.1:6379/0";
+        if (redis_url_parse(url, &rl->url, err, errlen) != 0) {
+            free(rl);
+            return NULL;
+        }
     }
     const char *prefix = options->key_prefix ? options->key_prefix : "tierproxy:";
     rl->base.ops = &redis_ops;
@@ -1054,9 +1139,80 @@ struct limiter *limiter_redis_create(struct event_base *base, const struct redis
         if (rl->renew_timer)
             event_free(rl->renew_timer);
         free(rl->prefix);
+        explicit_bzero(&rl->url, sizeof(rl->url));
         free(rl);
         return NULL;
     }
     start_connect(rl);
     return &rl->base;
+}
+
+struct limiter *limiter_redis_create(struct event_base *base, const struct redis_store_options *options,
+                                     char *err, size_t errlen)
+{
+    return redis_create(base, options, NULL, err, errlen);
+}
+
+struct limiter *limiter_redis_node_create(struct event_base *base, const struct redis_store_options *options,
+                                          const struct redis_url *url, char *err, size_t errlen)
+{
+    if (url == NULL || url->is_unix) {
+        if (err != NULL && errlen > 0)
+            snprintf(err, errlen, "a cluster node is reached over TCP");
+        return NULL;
+    }
+    return redis_create(base, options, url, err, errlen);
+}
+
+int limiter_redis_node_call(struct limiter *node, const char *subject, size_t subject_len,
+                            const struct limit_rule *rules, size_t n, int64_t now_ms, const char *lease_id,
+                            size_t lease_id_len, bool peek, bool asking, limiter_redirect_fn *redirected,
+                            limiter_done_fn *done, void *arg)
+{
+    return redis_call_check(node, subject, subject_len, rules, n, now_ms, lease_id, lease_id_len, peek, asking,
+                            redirected, done, arg);
+}
+
+void limiter_redis_node_park(struct limiter *node, bool parked)
+{
+    struct redis_limiter *rl = (struct redis_limiter *)node;
+    if (rl->parked == parked)
+        return;
+    rl->parked = parked;
+    if (parked) {
+        evtimer_del(rl->retry);   /* a live connection stays; a lost one is not made again */
+    } else if (rl->ac == NULL) {
+        rl->backoff_ms = BACKOFF_MIN_MS;
+        start_connect(rl);
+    }
+}
+
+void limiter_redis_node_hand_over(struct limiter *from,
+                                  struct limiter *(*route)(void *arg, const char *key, size_t key_len), void *arg)
+{
+    struct redis_limiter *rl = (struct redis_limiter *)from;
+    struct pending *p = rl->deferred;
+    rl->deferred = NULL;
+    rl->n_deferred = 0;
+    while (p != NULL) {
+        struct pending *next = p->next;
+        p->next = NULL;
+        /* a held-back release is "ZREM <key> <lease id>", back to back in buf */
+        struct limiter *to = p->argc == 3 ? route(arg, p->buf + p->lens[0], p->lens[1]) : NULL;
+        struct redis_limiter *heir = to != NULL ? (struct redis_limiter *)to : rl;
+        p->rl = heir;
+        if (heir->state != CONN_READY || heir->ac == NULL || send_pending(heir, p) != 0)
+            defer_release(heir, p);
+        p = next;
+    }
+}
+
+int limiter_redis_node_adopt(struct limiter *node, const char *subject, size_t subject_len, int64_t rule_id,
+                             int64_t ttl_ms, const char *id, size_t id_len)
+{
+    struct redis_limiter *rl = (struct redis_limiter *)node;
+    int r = lease_add(rl, subject, subject_len, rule_id, ttl_ms, id, id_len);
+    if (r == 0)
+        renew_arm(rl);
+    return r;
 }

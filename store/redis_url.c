@@ -186,3 +186,56 @@ int redis_url_parse(const char *text, struct redis_url *url, char *err, size_t e
     }
     return r;
 }
+
+int redis_seed_list_parse(const char *text, struct redis_url *seeds, size_t max_seeds, char *err, size_t errlen)
+{
+    if (err != NULL && errlen > 0)
+        err[0] = '\0';
+    if (text == NULL || seeds == NULL || max_seeds == 0)
+        return fail(err, errlen, "no seed URLs");
+    if (max_seeds > REDIS_SEEDS_MAX)
+        max_seeds = REDIS_SEEDS_MAX;
+    size_t total = 1;
+    for (const char *c = text; *c; c++)
+        total += *c == ',';
+    if (total > max_seeds)
+        return fail(err, errlen, "%zu seed URLs, at most %zu", total, max_seeds);
+    char one[1024], why[256];
+    size_t n = 0;
+    int r = 0;
+    for (const char *p = text;; n++) {
+        size_t len = strcspn(p, ",");
+        if (len == 0) {
+            r = fail(err, errlen, "seed %zu of %zu is empty", n + 1, total);
+            break;
+        }
+        if (len >= sizeof(one)) {
+            r = fail(err, errlen, "seed %zu of %zu is longer than %zu bytes", n + 1, total, sizeof(one) - 1);
+            break;
+        }
+        memcpy(one, p, len);
+        one[len] = '\0';
+        r = redis_url_parse(one, &seeds[n], why, sizeof(why));
+        if (r == 0 && seeds[n].is_unix)
+            r = fail(why, sizeof(why), "a cluster node is reached over TCP: redis://host:port, not unix://");
+        else if (r == 0 && seeds[n].db != 0)
+            r = fail(why, sizeof(why), "Redis Cluster serves database 0 only, not %d", seeds[n].db);
+        if (r != 0) {
+            fail(err, errlen, "seed %zu of %zu: %s", n + 1, total, why);
+            n++;     /* so seeds[n-1]'s password is wiped below too */
+            break;
+        }
+        if (p[len] == '\0') {
+            n++;
+            break;
+        }
+        p += len + 1;
+    }
+    explicit_bzero(one, sizeof(one));
+    if (r != 0) {
+        for (size_t i = 0; i < n; i++)
+            explicit_bzero(&seeds[i], sizeof(seeds[i]));
+        return -EINVAL;
+    }
+    return (int)n;
+}

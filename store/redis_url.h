@@ -18,3 +18,13 @@ struct redis_url {
 /* Parses text into *url (percent-escapes are decoded in user, password and path).
  * Returns 0, or -EINVAL with a reason in err that never contains the password. */
 int redis_url_parse(const char *text, struct redis_url *url, char *err, size_t errlen);
+
+#define REDIS_SEEDS_MAX 64   /* seed URLs of a Redis Cluster ([limits] redis, cluster mode) */
+
+/* Parses text, the seed nodes of a Redis Cluster as comma-separated redis:// URLs, into
+ * seeds[0 .. n-1] (max_seeds entries, at most REDIS_SEEDS_MAX used). A cluster node is
+ * reached over TCP and serves database 0 alone, so unix:// and /N with N > 0 are refused.
+ * A comma inside a password is written %2C. Returns the number of seeds (>= 1), or
+ * -EINVAL with a reason naming the seed by position ("seed 2 of 3: ...") in err; err never
+ * holds a password, and on failure no password is left in seeds. */
+int redis_seed_list_parse(const char *text, struct redis_url *seeds, size_t max_seeds, char *err, size_t errlen);

@@ -7,6 +7,12 @@
 -- ARGV[2]   now in Unix ms, or negative: the server clock (TIME); unused by "release"
 -- then, for each key i in order: ttl_ms, m, and m lease ids
 --
+-- A Redis Cluster node (store/limiter_cluster.c) refuses declared KEYS of several slots
+-- (CROSSSLOT), even on one node, but lets a script touch undeclared keys of any slot it
+-- serves. There the call declares no KEYS: ARGV[3] is the number of keys and each key's
+-- name comes before its ttl_ms. A key the node does not serve (moved by a reshard) fails
+-- its own ZADD/ZREM (pcall) and the walk goes on with the next.
+--
 -- renew:   ZADD every lease with score now + ttl (so a lease lost with a Redis that
 --          restarted empty is there again) and makes sure the key lives at least ttl.
 -- release: ZREM every lease.
@@ -24,9 +30,12 @@ if not release and now < 0 then
 end
 
 local CHUNK = 128   -- members per ZADD/ZREM: unpack() has a stack limit
-local pos = 3
-for i = 1, #KEYS do
-  local k = KEYS[i]
+local keyed = #KEYS > 0
+local nkeys, pos = #KEYS, 3
+if not keyed then nkeys, pos = tonumber(ARGV[3]), 4 end
+for i = 1, nkeys do
+  local k
+  if keyed then k = KEYS[i] else k = ARGV[pos]; pos = pos + 1 end
   local ttl, m = tonumber(ARGV[pos]), tonumber(ARGV[pos + 1])
   pos = pos + 2
   local score = fmt('%d', now + ttl)
@@ -52,4 +61,4 @@ for i = 1, #KEYS do
   pos = pos + m
   if not release and not bad and call('PTTL', k) < ttl then call('PEXPIRE', k, fmt('%d', ttl)) end
 end
-return #KEYS
+return nkeys

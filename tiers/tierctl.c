@@ -185,7 +185,7 @@ static const struct help_row help_table[] = {
     {"--plan", "NAME", "(user add/set/list, simulate) the plan", NULL, 0, 0, 0, 0, FLAG_PLAN, false},
     {"--label", "TEXT", "(key create) a note to tell keys apart", NULL, 0, 0, 0, 0, FLAG_LABEL, false},
     {"--json", NULL, "(list, show, key create, usage) print JSON", NULL, 0, 0, 0, 0, FLAG_JSON, false},
-    {"--config", "FILE", "(usage) the proxy's INI file, for [limits] store, redis and key_prefix; default "
+    {"--config", "FILE", "(usage) the proxy's INI file, for [limits] store, redis, redis_mode and key_prefix; default "
      "$TIERPROXY_CONFIG, else " USAGE_DEFAULT_CONFIG, NULL, 0, 0, 0, 0, FLAG_CONFIG, false},
     {"--redis", "URL", "(usage) the proxies' Redis, instead of the INI file's", NULL, 0, 0, 0, 0, FLAG_REDIS, false},
     {"--key-prefix", "P", "(usage) the proxies' [limits] key_prefix (default tierproxy:)",
@@ -1795,6 +1795,7 @@ struct store_config {
     char store[16];                    /* "memory" or "redis" */
     char redis[1024];
     char key_prefix[128];
+    char redis_mode[16];               /* "single" or "cluster" (redis then holds the seeds) */
     int64_t lease_ttl_ms;
     bool seen_redis;
 };
@@ -1810,6 +1811,8 @@ static int on_ini(void *ctx, const char *section, const char *name, const char *
         snprintf(sc->redis, sizeof(sc->redis), "%s", value), sc->seen_redis = true;
     else if (strcmp(name, "key_prefix") == 0)
         snprintf(sc->key_prefix, sizeof(sc->key_prefix), "%s", value);
+    else if (strcmp(name, "redis_mode") == 0)
+        snprintf(sc->redis_mode, sizeof(sc->redis_mode), "%s", value);
     else if (strcmp(name, "lease_ttl_ms") == 0 && parse_int(value, 1, INT64_MAX / 4, &sc->lease_ttl_ms) != 0)
         return 0;
     return 1;
@@ -1820,7 +1823,7 @@ static int on_ini(void *ctx, const char *section, const char *name, const char *
 static int read_store_config(struct cli *c, struct store_config *sc, char *where, size_t wherelen)
 {
     *sc = (struct store_config){.store = "memory", .redis = "redis://127.0.0.1:6379/0",
-                                .key_prefix = "tierproxy:", .lease_ttl_ms = 30000};
+                                .key_prefix = "tierproxy:", .redis_mode = "single", .lease_ttl_ms = 30000};
     const char *file = c->flag[FLAG_CONFIG];
     if (!file && !c->flag[FLAG_REDIS]) {
         const char *env = getenv("TIERPROXY_CONFIG");
@@ -1841,6 +1844,8 @@ static int read_store_config(struct cli *c, struct store_config *sc, char *where
         snprintf(sc->redis, sizeof(sc->redis), "%s", env);
     if ((env = getenv("TIERPROXY_LIMITS_KEY_PREFIX")))
         snprintf(sc->key_prefix, sizeof(sc->key_prefix), "%s", env);
+    if ((env = getenv("TIERPROXY_LIMITS_REDIS_MODE")) && env[0])
+        snprintf(sc->redis_mode, sizeof(sc->redis_mode), "%s", env);
     if (c->flag[FLAG_REDIS]) {
         snprintf(sc->store, sizeof(sc->store), "redis");
         snprintf(sc->redis, sizeof(sc->redis), "%s", c->flag[FLAG_REDIS]);
@@ -1851,6 +1856,8 @@ static int read_store_config(struct cli *c, struct store_config *sc, char *where
         return fail("%s has [limits] store = %s: the counts live inside each tierproxy process, where tierctl"
                     " cannot read them (usage needs store = redis; a proxy's RateLimit headers show its counts)",
                     where, sc->store);
+    if (strcmp(sc->redis_mode, "single") != 0 && strcmp(sc->redis_mode, "cluster") != 0)
+        return fail("%s: [limits] redis_mode: expected single or cluster, got \"%s\"", where, sc->redis_mode);
     return 0;
 }
 
@@ -1978,7 +1985,11 @@ static int cmd_usage(struct cli *c)
     struct redis_store_options opts = {
         .url = sc.redis, .key_prefix = sc.key_prefix, .command_timeout_ms = 2000, .lease_ttl_ms = sc.lease_ttl_ms,
     };
-    struct limiter *limiter = base ? limiter_redis_create(base, &opts, err, sizeof(err)) : NULL;
+    /* cluster mode: the map from the seeds, then the user's slot's master */
+    bool cluster = strcmp(sc.redis_mode, "cluster") == 0;
+    struct limiter *limiter = !base ? NULL
+                              : cluster ? limiter_redis_cluster_create(base, &opts, err, sizeof(err))
+                                        : limiter_redis_create(base, &opts, err, sizeof(err));
     if (!rows || !base || !limiter) {
         r = !rows || !base ? fail("out of memory") : fail("%s: %s", where, err);
         goto out;

@@ -12,6 +12,8 @@ Fixtures:
   proxies           the same factory without the store parameter (store= given explicitly)
   upstream          a shared upstream for the session; upstream_factory() for private ones
   redis             a shared redis-server for the session; redis_factory() for private ones
+  redis_cluster     a shared Redis Cluster (3 masters + 3 replicas) for the session (cluster.py);
+                    redis_cluster_factory() for a private one a test may kill or reshard
 """
 import atexit
 import base64
@@ -923,6 +925,32 @@ def redis(session_tmp):
     r = RedisServer(session_tmp / "redis")
     yield r
     r.close()
+
+
+@pytest.fixture(scope="session")
+def redis_cluster(session_tmp):
+    """A real Redis Cluster (3 masters, 3 replicas) for the session: see cluster.py."""
+    from cluster import RedisCluster
+    c = RedisCluster(session_tmp / "cluster", free_port, redis_cmd, wait_until,
+                     require_program(REDIS_SERVER, "redis-server"), _children)
+    yield c
+    c.close()
+
+
+@pytest.fixture
+def redis_cluster_factory(tmp_path):
+    """redis_cluster_factory() -> a private Redis Cluster this test may kill or reshard."""
+    from cluster import RedisCluster
+    made = []
+
+    def make():
+        c = RedisCluster(tmp_path / ("cluster%d" % len(made)), free_port, redis_cmd, wait_until,
+                         require_program(REDIS_SERVER, "redis-server"), _children)
+        made.append(c)
+        return c
+    yield make
+    for c in made:
+        c.close()
 
 
 @pytest.fixture

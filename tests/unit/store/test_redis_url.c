@@ -4,6 +4,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <string.h>
 
 #include <cmocka.h>
@@ -126,6 +127,76 @@ static void test_error_hides_password(void **state)
     assert_null(strstr(u.password, "topsecret"));
 }
 
+/* ---- the seed list of a Redis Cluster */
+
+static int seeds_of(const char *text, struct redis_url *seeds, size_t max, char *err, size_t errlen)
+{
+    return redis_seed_list_parse(text, seeds, max, err, errlen);
+}
+
+static void test_seed_list(void **state)
+{
+    (void)state;
+    struct redis_url seeds[REDIS_SEEDS_MAX];
+    char err[256] = "";
+    int n = seeds_of("redis://127.0.0.1:7000/0,redis://:pw%2Cwith%2Ccomma@node-b:7001,redis://[::1]:7002",
+                     seeds, REDIS_SEEDS_MAX, err, sizeof(err));
+    if (n != 3)
+        fail_msg("got %d: %s", n, err);
+    assert_string_equal(seeds[0].host, "127.0.0.1");
+    assert_int_equal(seeds[0].port, 7000);
+    assert_string_equal(seeds[1].host, "node-b");
+    assert_int_equal(seeds[1].port, 7001);
+    assert_true(seeds[1].has_password);
+    assert_string_equal(seeds[1].password, "pw,with,comma");
+    assert_string_equal(seeds[2].host, "::1");
+    assert_int_equal(seeds[2].port, 7002);
+
+    /* one seed is a list too; the default port applies */
+    assert_int_equal(seeds_of("redis://solo", seeds, REDIS_SEEDS_MAX, err, sizeof(err)), 1);
+    assert_int_equal(seeds[0].port, 6379);
+}
+
+static void expect_seeds_rejected(const char *text, size_t max, const char *says)
+{
+    struct redis_url seeds[REDIS_SEEDS_MAX];
+    memset(seeds, 0, sizeof(seeds));     /* the password check below reads every entry */
+    char err[256] = "";
+    int n = seeds_of(text, seeds, max, err, sizeof(err));
+    if (n != -EINVAL)
+        fail_msg("\"%s\" gave %d, not -EINVAL", text, n);
+    if (strstr(err, says) == NULL)
+        fail_msg("\"%s\": reason \"%s\" does not say \"%s\"", text, err, says);
+    assert_null(strstr(err, "s3cret"));
+    /* no password is left behind in the seeds parsed before the bad one */
+    for (size_t i = 0; i < max && i < REDIS_SEEDS_MAX; i++)
+        assert_null(strstr(seeds[i].password, "s3cret"));
+}
+
+static void test_seed_list_rejects(void **state)
+{
+    (void)state;
+    expect_seeds_rejected("", 8, "seed 1 of 1 is empty");
+    expect_seeds_rejected("redis://:s3cret@h:7000,", 8, "seed 2 of 2 is empty");
+    expect_seeds_rejected("redis://:s3cret@h:7000,,redis://h:7001", 8, "seed 2 of 3 is empty");
+    expect_seeds_rejected(",redis://h:7000", 8, "seed 1 of 2 is empty");
+    expect_seeds_rejected("redis://:s3cret@h:7000,unix:///tmp/r.sock", 8, "seed 2 of 2: a cluster node is reached over TCP");
+    expect_seeds_rejected("redis://:s3cret@h:7000,redis://h:7001/2", 8, "seed 2 of 2: Redis Cluster serves database 0 only");
+    expect_seeds_rejected("redis://:s3cret@h:7000/1", 8, "seed 1 of 1: Redis Cluster serves database 0 only");
+    expect_seeds_rejected("redis://:s3cret@h:7000,redis://h:99999", 8, "seed 2 of 2: bad port");
+    expect_seeds_rejected("redis://:s3cret@h:7000,http://h:7001", 8, "seed 2 of 2: redis URL must start");
+    expect_seeds_rejected("redis://h:1,redis://h:2,redis://h:3", 2, "3 seed URLs, at most 2");
+    /* a cap, whatever the caller's array: REDIS_SEEDS_MAX */
+    char many[REDIS_SEEDS_MAX * 16 + 64] = "";
+    size_t off = 0;
+    for (int i = 0; i <= REDIS_SEEDS_MAX; i++)
+        off += (size_t)snprintf(many + off, sizeof(many) - off, "%sredis://h:%d", i ? "," : "", 7000 + i);
+    expect_seeds_rejected(many, 1000, "65 seed URLs, at most 64");
+    char long_seed[1200] = "redis://";
+    memset(long_seed + 8, 'h', 1100);
+    expect_seeds_rejected(long_seed, 8, "seed 1 of 1 is longer than");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -134,6 +205,8 @@ int main(void)
         cmocka_unit_test(test_unix),
         cmocka_unit_test(test_rejects),
         cmocka_unit_test(test_error_hides_password),
+        cmocka_unit_test(test_seed_list),
+        cmocka_unit_test(test_seed_list_rejects),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
