@@ -18,7 +18,13 @@
 # Every node is emptied (FLUSHALL) before each run, so each starts from the same empty store.
 # Prints a markdown table (also in $RESULTS_DIR/report.md); raw outputs in $RESULTS_DIR.
 #
+# A run during which processes other than these Redis servers and cluster_load took more than
+# BUSY_PCT % of a core (cluster_load's "other_cpu_pct": the box's busy CPU from /proc/stat
+# minus the servers' INFO cpu and its own) is disturbed: repeated up to MAX_RETRY times
+# after RETRY_PAUSE s, the last one kept whatever it shows (the table says which).
+#
 # Knobs (environment): DURATION=10 WARMUP=2 INFLIGHT=64 SUBJECTS=10000 CYCLES=1
+#   BUSY_PCT=15 MAX_RETRY=2 RETRY_PAUSE=10
 #   BUILD_DIR=build-bench (meson setup -Dtests=false -Dbench=true when missing)
 #   CLUSTER_LOAD_BIN (skip the build) RESULTS_DIR (default $BUILD_DIR/cluster-load-results/<UTC time>)
 set -euo pipefail
@@ -33,7 +39,7 @@ case "${1:-}" in
   *) echo "run.sh: no arguments expected (knobs are environment variables; see --help)" >&2; exit 2 ;;
 esac
 
-KNOBS=(DURATION WARMUP INFLIGHT SUBJECTS CYCLES BUILD_DIR CLUSTER_LOAD_BIN RESULTS_DIR)
+KNOBS=(DURATION WARMUP INFLIGHT SUBJECTS CYCLES BUSY_PCT MAX_RETRY RETRY_PAUSE BUILD_DIR CLUSTER_LOAD_BIN RESULTS_DIR)
 COMMAND=""
 for v in "${KNOBS[@]}"; do
   [[ -n ${!v+x} ]] && COMMAND+="$v=$(printf '%q' "${!v}") "
@@ -45,6 +51,9 @@ WARMUP=${WARMUP:-2}
 INFLIGHT=${INFLIGHT:-64}
 SUBJECTS=${SUBJECTS:-10000}
 CYCLES=${CYCLES:-1}
+BUSY_PCT=${BUSY_PCT:-15}
+MAX_RETRY=${MAX_RETRY:-2}
+RETRY_PAUSE=${RETRY_PAUSE:-10}
 BUILD_DIR=${BUILD_DIR:-build-bench}
 RESULTS_DIR=${RESULTS_DIR:-$BUILD_DIR/cluster-load-results/$(date -u +%Y%m%dT%H%M%SZ)}
 NODES=6
@@ -186,21 +195,34 @@ log "cluster: masters ${MASTERS[*]}, all nodes ${PORTS[*]}; plain redis $PLAIN_P
 kv() { sed -n "s/.* $1=\([^ ]*\).*/\1/p" <<<" $2"; }
 RUNS=$RESULTS_DIR/runs.txt
 : >"$RUNS"
-run_load() {                 # run_load CYCLE NAME URL... : one cluster_load run, its RESULT total line kept
-  local cycle=$1 name=$2 out load total per
+run_load() {                 # run_load CYCLE NAME URL... : one cluster_load run, repeated while disturbed
+  local cycle=$1 name=$2 attempt=0
   shift 2
+  while ! run_once "$cycle" "$name" "$attempt" "$@"; do
+    attempt=$((attempt + 1))
+    sleep "$RETRY_PAUSE"
+  done
+}
+run_once() {                 # run_once CYCLE NAME ATTEMPT URL... : 1 when disturbed and to be repeated
+  local cycle=$1 name=$2 attempt=$3 out load total per other kept=1
+  shift 3
   for p in "${PORTS[@]}" "$PLAIN_PORT"; do
     # replicas refuse writes; FLUSHALL on a master reaches its replica
     redis-cli -p "$p" flushall >/dev/null 2>&1 || true
   done
-  out=$RESULTS_DIR/$name.c$cycle.txt
+  out=$RESULTS_DIR/$name.c$cycle.a$attempt.txt
   load=$(cut -d' ' -f1-3 /proc/loadavg)
   "$CLUSTER_LOAD_BIN" -k "$INFLIGHT" -s "$SUBJECTS" -d "$DURATION" -w "$WARMUP" "$@" >"$out" 2>"$out.err" ||
     die "cluster_load failed for $name: $(tail -3 "$out.err")"
   total=$(grep '^RESULT master=total' "$out")
   per=$(grep '^RESULT master=' "$out" | grep -v 'master=total' | awk '{ for (i = 2; i <= NF; i++) if ($i ~ /^checks_per_s=/) { sub(/.*=/, "", $i); printf "%s%.0f", sep, $i; sep = "/" } }')
-  echo "cycle=$cycle run=$name loadavg_before=${load// /,} per_master=$per $total" >>"$RUNS"
-  log "  $name: $(kv checks_per_s "$total") checks/s (per master $per); box busy $(kv box_busy_pct "$total")% of $((100 * $(nproc)))%, of which not ours $(kv other_cpu_pct "$total")%; load before $load"
+  other=$(kv other_cpu_pct "$total")
+  if awk -v o="$other" -v t="$BUSY_PCT" 'BEGIN { exit !(o > t) }' && (( attempt < MAX_RETRY )); then
+    kept=0
+  fi
+  echo "cycle=$cycle run=$name attempt=$attempt kept=$kept loadavg_before=${load// /,} per_master=$per $total" >>"$RUNS"
+  log "  $name: $(kv checks_per_s "$total") checks/s (per master $per); box busy $(kv box_busy_pct "$total")% of $((100 * $(nproc)))%, of which not ours ${other}%; load before $load$([[ $kept == 0 ]] && echo "; disturbed (not ours > ${BUSY_PCT}%), repeating")"
+  [[ $kept == 1 ]]
 }
 
 PLAIN_URL=redis://127.0.0.1:$PLAIN_PORT
@@ -219,12 +241,13 @@ done
   echo
   echo "- date: $(date -u '+%Y-%m-%d %H:%M UTC'); command: \`$COMMAND\`"
   echo "- machine: $(nproc) CPUs ($(awk -F': ' '/model name/ { print $2; exit }' /proc/cpuinfo)), $(redis-server --version | awk '{ print "redis", $3 }' | sed 's/v=//')"
-  echo "- plan: $(sed -n 's/^# plan: \([^;]*\);.*/\1/p' "$RESULTS_DIR/plain.c1.txt"); ${INFLIGHT} checks in flight per master, ${SUBJECTS} subjects per master, ${WARMUP} s warm-up + ${DURATION} s measured; every node FLUSHALLed before each run"
+  echo "- plan: $(sed -n 's/^# plan: \([^;]*\);.*/\1/p' "$RESULTS_DIR/plain.c1.a0.txt"); ${INFLIGHT} checks in flight per master, ${SUBJECTS} subjects per master, ${WARMUP} s warm-up + ${DURATION} s measured; every node FLUSHALLed before each run"
   echo "- cluster: 3 masters + 3 replicas (each master's writes replicated to its replica on the same box), node timeout 2000 ms"
   echo
   echo "| cycle | run | checks/s total | per master | rejected | errors | Redis CPU µs/check (INFO cpu) | EVALSHA µs/call (commandstats) | replica CPU µs/check | generator µs/check (% core) | box busy % (of $((100 * $(nproc)))) | not ours % | load avg before |"
   echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|"
   while read -r line; do
+    [[ $(kv kept "$line") == 1 ]] || continue
     printf '| %s | %s | %.0f | %s | %s | %s | %.2f | %.2f | %.2f | %.2f (%s%%) | %.0f | %.0f | %s |\n' \
       "$(kv cycle "$line")" "$(kv run "$line")" "$(kv checks_per_s "$line")" "$(kv per_master "$line")" \
       "$(kv rejected "$line")" "$(( $(kv unavailable "$line") + $(kv send_failed "$line") ))" \
@@ -232,6 +255,10 @@ done
       "$(kv replica_cpu_us_per_check "$line")" "$(kv gen_cpu_us_per_check "$line")" "$(kv gen_cpu_pct "$line")" \
       "$(kv box_busy_pct "$line")" "$(kv other_cpu_pct "$line")" "$(kv loadavg_before "$line" | tr , ' ')"
   done <"$RUNS"
+  disturbed=$(grep -c ' kept=0 ' "$RUNS" || true)
+  echo
+  echo "Runs repeated because processes not ours took more than ${BUSY_PCT}% of a core: ${disturbed} (all in $RUNS)."
+  echo "A kept run whose \"not ours %\" is above ${BUSY_PCT} was still disturbed after ${MAX_RETRY} repeats."
 } >"$RESULTS_DIR/report.md"
 cat "$RESULTS_DIR/report.md"
 log "report in $RESULTS_DIR/report.md; raw outputs there too"
