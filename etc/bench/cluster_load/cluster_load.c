@@ -1,0 +1,915 @@
+/* cluster_load: a load generator that issues the proxy's real limiter calls to Redis
+ * masters and measures what they sustain (issue 14: checks per second one master
+ * sustains, what three sustain, and the Redis CPU per check).
+ *
+ *   cluster_load [options] redis://127.0.0.1:P1 [redis://127.0.0.1:P2 ...]
+ *
+ * Each master URL gets its own limiter_redis (store/limiter.h, the store library the proxy
+ * links), so every check is the proxy's EVALSHA of check.lua with the arguments the proxy
+ * builds. The subjects of a master are ones whose key slot (of the key as limiter_redis
+ * builds it: "<prefix>{<subject>}:<rule id>") that master owns, as CLUSTER SLOTS says when
+ * the program starts; a node that is not in cluster mode owns every slot (a plain Redis,
+ * for reference). Each master keeps K checks in flight on one libevent loop: a check's
+ * reply sends the next one, subjects taken round robin.
+ *
+ * Before and after the measured window (after a warm-up) it reads INFO commandstats and
+ * INFO cpu of every master and of the replicas CLUSTER SLOTS lists for them, and prints
+ * per master: checks/s, allowed/rejected/errors, latency percentiles, and the Redis CPU per
+ * check two ways: (used_cpu_user + used_cpu_sys) delta / checks (the whole server: network,
+ * parsing, script) and cmdstat_evalsha usec delta / calls (the script alone), plus the
+ * replicas' CPU per check and this program's own.
+ *
+ * Rate rules only (renew.lua, the lease renewal, is not cluster-ready yet). */
+#include <errno.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <event2/event.h>
+#include <hiredis/hiredis.h>
+
+#include "store/cluster_slot.h"
+#include "store/limiter.h"
+#include "store/redis_url.h"
+
+#define MAX_MASTERS 16
+#define MAX_REPLICAS_PER_MASTER 4
+#define SUBJECT_MAX 64
+#define KEY_MAX 512
+#define LATENCY_BUCKETS 100001           /* 1 µs each up to 100 ms; the last one: slower */
+#define INFO_TIMEOUT_MS 3000
+#define CONNECT_WAIT_MS 5000
+#define DRAIN_WAIT_MS 3000
+#define UNAVAILABLE_RETRY_MS 1
+
+/* The plan every subject is checked against: a typical API plan's sustained rate and its
+ * short burst guard. Both admit everything this program sends (10,000 subjects per master
+ * share the load), so each check takes the write path of check.lua. */
+static const struct limit_rule PLAN[] = {
+    {.id = 1, .kind = LIMIT_SLIDING_LOG, .rate = 3000, .burst = 0, .window_ms = 60000},
+    {.id = 2, .kind = LIMIT_FIXED_WINDOW, .rate = 100, .burst = 0, .window_ms = 1000},
+};
+#define PLAN_RULES (sizeof(PLAN) / sizeof(PLAN[0]))
+static const char PLAN_TEXT[] = "rule 1 sliding-log 3000/min + rule 2 fixed-window 100/s";
+
+struct options {
+    int inflight;            /* checks in flight per master */
+    int subjects;            /* subjects per master */
+    int duration_s;          /* measured window */
+    int warmup_s;            /* unrecorded, before it */
+    int timeout_ms;          /* the limiter's command timeout */
+    const char *prefix;      /* [limits] key_prefix */
+};
+
+/* INFO numbers of one server at one instant. */
+struct redis_stats {
+    bool ok;
+    double cpu_s;                /* used_cpu_user + used_cpu_sys */
+    long long evalsha_calls, evalsha_usec, eval_calls;
+};
+
+struct node_addr {
+    char host[CLUSTER_HOST_MAX];
+    int port;
+};
+
+struct counters {
+    uint64_t done, allowed, rejected, unavailable, send_failed;
+};
+
+struct master {
+    int index;
+    struct redis_url url;        /* parsed from the command line; password wiped at exit */
+    char name[CLUSTER_HOST_MAX + 8];   /* host:port, never the password */
+    struct limiter *limiter;
+    bool cluster;                /* false: not a cluster node, owns every slot */
+    uint32_t slots_owned;
+    struct node_addr replicas[MAX_REPLICAS_PER_MASTER];
+    int replica_count;
+    char (*subjects)[SUBJECT_MAX];
+    size_t subject_count, next_subject;
+    struct counters now, at_start, at_end;
+    struct redis_stats before, after;
+    struct redis_stats replica_before[MAX_REPLICAS_PER_MASTER], replica_after[MAX_REPLICAS_PER_MASTER];
+    uint32_t *latency_us;        /* measured window only */
+    uint64_t latency_count;
+    int inflight;
+};
+
+enum phase { PHASE_CONNECT, PHASE_WARMUP, PHASE_MEASURE, PHASE_DRAIN };
+
+/* One of the K check slots of a master: sends a check, and the next when it is answered. */
+struct flight {
+    struct master *m;
+    struct load *load;
+    struct event *retry;
+    struct timespec sent;
+    bool in_check;               /* inside limiter_check: a done now is synchronous */
+    bool answered_in_check;
+    bool unavailable_in_check;
+};
+
+struct load {
+    struct options opt;
+    struct event_base *base;
+    struct master masters[MAX_MASTERS];
+    int master_count;
+    struct flight *flights;
+    enum phase phase;
+    struct event *phase_timer;
+    int64_t phase_started_ms;
+    struct timespec measure_start, measure_end;
+    struct rusage ru_start, ru_end;
+    unsigned long long box_busy[2], box_total[2];   /* at the start and end of the window */
+    bool box_ok;
+    long ncpu;
+    bool failed;
+};
+
+static int64_t mono_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static double ts_diff_s(const struct timespec *a, const struct timespec *b)
+{
+    return (double)(b->tv_sec - a->tv_sec) + (double)(b->tv_nsec - a->tv_nsec) / 1e9;
+}
+
+static double rusage_cpu_s(const struct rusage *r)
+{
+    return (double)r->ru_utime.tv_sec + (double)r->ru_utime.tv_usec / 1e6 + (double)r->ru_stime.tv_sec +
+           (double)r->ru_stime.tv_usec / 1e6;
+}
+
+/* The whole box's CPU time, busy and total, in clock ticks of every CPU (the "cpu" line
+ * of /proc/stat: busy = all but idle and iowait). Returns 0, or -1 when unreadable. */
+static int box_cpu(unsigned long long *pbusy, unsigned long long *ptotal)
+{
+    FILE *f = fopen("/proc/stat", "r");
+    if (f == NULL)
+        return -1;
+    char line[512];
+    int rc = -1;
+    if (fgets(line, sizeof(line), f) != NULL && strncmp(line, "cpu ", 4) == 0) {
+        unsigned long long total = 0, idle = 0;
+        char *p = line + 4;
+        for (int i = 0; i < 10; i++) {
+            char *end = NULL;
+            errno = 0;
+            unsigned long long v = strtoull(p, &end, 10);
+            if (errno != 0 || end == p)
+                break;
+            total += v;
+            if (i == 3 || i == 4)   /* idle, iowait */
+                idle += v;
+            p = end;
+            rc = 0;
+        }
+        *pbusy = total - idle;
+        *ptotal = total;
+    }
+    fclose(f);
+    return rc;
+}
+
+/* Parses a whole decimal integer in [min, max]. Returns 0 or -EINVAL. */
+static int parse_int(const char *text, int min, int max, int *out)
+{
+    char *end = NULL;
+    errno = 0;
+    long v = strtol(text, &end, 10);
+    if (errno != 0 || end == text || *end != '\0' || v < min || v > max)
+        return -EINVAL;
+    *out = (int)v;
+    return 0;
+}
+
+/* ---- blocking hiredis: CLUSTER SLOTS and INFO (outside the measured traffic) ---- */
+
+static redisContext *blocking_connect(const char *host, int port, const struct redis_url *auth, char *err,
+                                      size_t errlen)
+{
+    struct timeval tv = {INFO_TIMEOUT_MS / 1000, (INFO_TIMEOUT_MS % 1000) * 1000};
+    redisContext *c = redisConnectWithTimeout(host, port, tv);
+    if (c == NULL || c->err) {
+        snprintf(err, errlen, "%s:%d: %s", host, port, c ? c->errstr : "out of memory");
+        if (c)
+            redisFree(c);
+        return NULL;
+    }
+    redisSetTimeout(c, tv);
+    if (auth != NULL && auth->has_password) {
+        redisReply *r = auth->username[0] != '\0'
+                            ? redisCommand(c, "AUTH %s %s", auth->username, auth->password)
+                            : redisCommand(c, "AUTH %s", auth->password);
+        bool ok = r != NULL && r->type != REDIS_REPLY_ERROR;
+        if (!ok)
+            snprintf(err, errlen, "%s:%d: AUTH: %.120s", host, port,
+                     r ? r->str : c->errstr);   /* the server's words, never the password */
+        if (r)
+            freeReplyObject(r);
+        if (!ok) {
+            redisFree(c);
+            return NULL;
+        }
+    }
+    return c;
+}
+
+/* The number after "field:" in an INFO text, or -1 when absent or malformed. */
+static double info_number(const char *info, const char *field)
+{
+    size_t flen = strlen(field);
+    for (const char *p = info; (p = strstr(p, field)) != NULL; p += flen) {
+        if ((p != info && p[-1] != '\n') || p[flen] != ':')
+            continue;
+        char *end = NULL;
+        errno = 0;
+        double v = strtod(p + flen + 1, &end);
+        if (errno != 0 || end == p + flen + 1)
+            return -1;
+        return v;
+    }
+    return -1;
+}
+
+/* A "key=value" number of an INFO commandstats line ("cmdstat_evalsha:calls=3,usec=9,...");
+ * 0 when the command was never called (Redis omits its line). */
+static long long cmdstat_number(const char *info, const char *cmd, const char *key)
+{
+    char head[64];
+    snprintf(head, sizeof(head), "cmdstat_%s:", cmd);
+    const char *line = strstr(info, head);
+    if (line == NULL)
+        return 0;
+    const char *eol = strchr(line, '\n');
+    size_t klen = strlen(key);
+    for (const char *p = line + strlen(head); p != NULL && (eol == NULL || p < eol);) {
+        if (strncmp(p, key, klen) == 0 && p[klen] == '=') {
+            char *end = NULL;
+            errno = 0;
+            long long v = strtoll(p + klen + 1, &end, 10);
+            return errno != 0 || end == p + klen + 1 ? -1 : v;
+        }
+        p = strchr(p, ',');
+        if (p != NULL)
+            p++;
+    }
+    return -1;
+}
+
+static struct redis_stats read_stats(const char *host, int port, const struct redis_url *auth)
+{
+    struct redis_stats s = {0};
+    char err[256];
+    redisContext *c = blocking_connect(host, port, auth, err, sizeof(err));
+    if (c == NULL) {
+        fprintf(stderr, "cluster_load: INFO of %s\n", err);
+        return s;
+    }
+    redisReply *r = redisCommand(c, "INFO everything");
+    if (r != NULL && r->type == REDIS_REPLY_STRING) {
+        double user = info_number(r->str, "used_cpu_user"), sys = info_number(r->str, "used_cpu_sys");
+        s.cpu_s = user + sys;
+        s.evalsha_calls = cmdstat_number(r->str, "evalsha", "calls");
+        s.evalsha_usec = cmdstat_number(r->str, "evalsha", "usec");
+        s.eval_calls = cmdstat_number(r->str, "eval", "calls");
+        s.ok = user >= 0 && sys >= 0 && s.evalsha_calls >= 0 && s.evalsha_usec >= 0 && s.eval_calls >= 0;
+    }
+    if (!s.ok)
+        fprintf(stderr, "cluster_load: INFO of %s:%d: %s\n", host, port,
+                r == NULL ? c->errstr : r->type == REDIS_REPLY_ERROR ? r->str : "unreadable answer");
+    if (r)
+        freeReplyObject(r);
+    redisFree(c);
+    return s;
+}
+
+static void read_all_stats(struct load *load, bool after)
+{
+    for (int i = 0; i < load->master_count; i++) {
+        struct master *m = &load->masters[i];
+        struct redis_stats s = read_stats(m->url.host, m->url.port, &m->url);
+        if (after)
+            m->after = s;
+        else
+            m->before = s;
+        for (int j = 0; j < m->replica_count; j++) {
+            s = read_stats(m->replicas[j].host, m->replicas[j].port, &m->url);
+            if (after)
+                m->replica_after[j] = s;
+            else
+                m->replica_before[j] = s;
+        }
+    }
+}
+
+/* ---- slots ---- */
+
+static bool same_node(const char *host, int port, const struct master *m)
+{
+    return port == m->url.port && strcmp(host, m->url.host) == 0;
+}
+
+/* Reads one "host, port, id..." node element of CLUSTER SLOTS; an empty or "?" host is the
+ * host that answered. Returns 0 or -EINVAL. */
+static int slots_node(const redisReply *e, const char *asked_host, struct node_addr *out)
+{
+    if (e->type != REDIS_REPLY_ARRAY || e->elements < 2 || e->element[0]->type != REDIS_REPLY_STRING ||
+        e->element[1]->type != REDIS_REPLY_INTEGER || e->element[1]->integer < 1 ||
+        e->element[1]->integer > 65535 || e->element[0]->len >= CLUSTER_HOST_MAX)
+        return -EINVAL;
+    const char *host = e->element[0]->str;
+    if (host[0] == '\0' || strcmp(host, "?") == 0)
+        host = asked_host;
+    snprintf(out->host, sizeof(out->host), "%s", host);
+    out->port = (int)e->element[1]->integer;
+    return 0;
+}
+
+/* Asks the first master for CLUSTER SLOTS and sets which slots each master owns (owner:
+ * slot -> master index, -1 none) and the replicas of each. A node with cluster support
+ * disabled makes every master own every slot (each a separate plain Redis). Returns 0, or
+ * -1 after printing why. */
+static int learn_slots(struct load *load, int8_t *owner)
+{
+    struct master *first = &load->masters[0];
+    char err[512];
+    redisContext *c = blocking_connect(first->url.host, first->url.port, &first->url, err, sizeof(err));
+    if (c == NULL) {
+        fprintf(stderr, "cluster_load: %s\n", err);
+        return -1;
+    }
+    redisReply *r = redisCommand(c, "CLUSTER SLOTS");
+    int rc = -1;
+    if (r == NULL) {
+        fprintf(stderr, "cluster_load: CLUSTER SLOTS of %s: %s\n", first->name, c->errstr);
+        goto out;
+    }
+    if (r->type == REDIS_REPLY_ERROR && strstr(r->str, "cluster support disabled") != NULL) {
+        for (int i = 0; i < load->master_count; i++) {
+            load->masters[i].cluster = false;
+            load->masters[i].slots_owned = CLUSTER_SLOT_COUNT;
+        }
+        memset(owner, -1, CLUSTER_SLOT_COUNT);   /* unused: every subject goes */
+        fprintf(stderr, "cluster_load: %s is not a cluster node: every master takes any subject\n", first->name);
+        rc = 0;
+        goto out;
+    }
+    if (r->type != REDIS_REPLY_ARRAY) {
+        fprintf(stderr, "cluster_load: CLUSTER SLOTS of %s: %s\n", first->name,
+                r->type == REDIS_REPLY_ERROR ? r->str : "not an array");
+        goto out;
+    }
+    memset(owner, -1, CLUSTER_SLOT_COUNT);
+    for (size_t i = 0; i < r->elements; i++) {
+        const redisReply *range = r->element[i];
+        struct node_addr node;
+        if (range->type != REDIS_REPLY_ARRAY || range->elements < 3 ||
+            range->element[0]->type != REDIS_REPLY_INTEGER || range->element[1]->type != REDIS_REPLY_INTEGER ||
+            range->element[0]->integer < 0 || range->element[1]->integer >= CLUSTER_SLOT_COUNT ||
+            range->element[0]->integer > range->element[1]->integer ||
+            slots_node(range->element[2], first->url.host, &node) != 0) {
+            fprintf(stderr, "cluster_load: CLUSTER SLOTS of %s: malformed range %zu\n", first->name, i);
+            goto out;
+        }
+        for (int j = 0; j < load->master_count; j++) {
+            struct master *m = &load->masters[j];
+            if (!same_node(node.host, node.port, m))
+                continue;
+            m->cluster = true;
+            for (long long s = range->element[0]->integer; s <= range->element[1]->integer; s++) {
+                owner[s] = (int8_t)j;
+                m->slots_owned++;
+            }
+            for (size_t k = 3; k < range->elements; k++) {
+                struct node_addr replica;
+                if (slots_node(range->element[k], first->url.host, &replica) != 0)
+                    continue;
+                bool known = false;
+                for (int q = 0; q < m->replica_count; q++)
+                    known |= m->replicas[q].port == replica.port && strcmp(m->replicas[q].host, replica.host) == 0;
+                if (!known && m->replica_count < MAX_REPLICAS_PER_MASTER)
+                    m->replicas[m->replica_count++] = replica;
+            }
+        }
+    }
+    rc = 0;
+    for (int j = 0; j < load->master_count; j++) {
+        if (load->masters[j].slots_owned == 0) {
+            fprintf(stderr, "cluster_load: %s owns no slot in the CLUSTER SLOTS of %s (a replica? another cluster?)\n",
+                    load->masters[j].name, first->name);
+            rc = -1;
+        }
+    }
+out:
+    if (r)
+        freeReplyObject(r);
+    redisFree(c);
+    return rc;
+}
+
+/* The key limiter_redis builds for a subject's rule (put_key in store/limiter_redis.c). */
+static size_t build_key(const char *prefix, const char *subject, int64_t rule_id, char *key, size_t keymax)
+{
+    int n = snprintf(key, keymax, "%s{%s}:%" PRId64, prefix, subject, rule_id);
+    return n < 0 || (size_t)n >= keymax ? 0 : (size_t)n;
+}
+
+/* Picks opt.subjects subjects per master, "u:load-<i>" (the proxy's user subjects are
+ * "u:<user id>"), each one whose every rule key is in a slot that master owns. Returns 0
+ * or -1 after printing why. */
+static int pick_subjects(struct load *load, const int8_t *owner)
+{
+    const size_t want = (size_t)load->opt.subjects;
+    for (int j = 0; j < load->master_count; j++) {
+        struct master *m = &load->masters[j];
+        m->subjects = calloc(want, sizeof(*m->subjects));
+        if (m->subjects == NULL) {
+            fprintf(stderr, "cluster_load: out of memory\n");
+            return -1;
+        }
+    }
+    /* one candidate stream for all: disjoint subject sets whatever the slot layout */
+    const uint64_t max_tries = (uint64_t)want * CLUSTER_SLOT_COUNT;
+    size_t filled = 0;
+    for (uint64_t i = 0; i < max_tries && filled < (size_t)load->master_count; i++) {
+        char subject[SUBJECT_MAX], key[KEY_MAX];
+        snprintf(subject, sizeof(subject), "u:load-%" PRIu64, i);
+        int taker = -1;
+        bool one_slot = true;
+        unsigned first_slot = 0;
+        for (size_t r = 0; r < PLAN_RULES; r++) {
+            size_t klen = build_key(load->opt.prefix, subject, PLAN[r].id, key, sizeof(key));
+            if (klen == 0) {
+                fprintf(stderr, "cluster_load: key prefix too long\n");
+                return -1;
+            }
+            unsigned slot = cluster_key_slot(key, klen);
+            if (r == 0)
+                first_slot = slot;
+            one_slot &= slot == first_slot;
+        }
+        if (!one_slot)
+            continue;   /* a '}' in the prefix could split a check's keys */
+        if (!load->masters[0].cluster) {
+            /* plain Redis: round robin */
+            taker = (int)(i % (uint64_t)load->master_count);
+        } else {
+            taker = owner[first_slot];
+        }
+        if (taker < 0)
+            continue;
+        struct master *m = &load->masters[taker];
+        if (m->subject_count == want)
+            continue;
+        memcpy(m->subjects[m->subject_count++], subject, sizeof(subject));
+        if (m->subject_count == want)
+            filled++;
+    }
+    if (filled < (size_t)load->master_count) {
+        fprintf(stderr,
+                "cluster_load: could not find %zu subjects for every master (does the key prefix \"%s\" "
+                "hold a {hash tag}? then every key has one slot)\n",
+                want, load->opt.prefix);
+        return -1;
+    }
+    return 0;
+}
+
+/* ---- the load ---- */
+
+static void flight_send(struct flight *f);
+
+static void record(struct flight *f, const struct limiter_result *res)
+{
+    struct master *m = f->m;
+    m->inflight--;
+    m->now.done++;
+    if (res->status != LIMITER_DECIDED)
+        m->now.unavailable++;
+    else if (res->allowed)
+        m->now.allowed++;
+    else
+        m->now.rejected++;
+    if (f->load->phase == PHASE_MEASURE && res->status == LIMITER_DECIDED) {
+        struct timespec now;
+        clock_gettime(CLOCK_MONOTONIC, &now);
+        double us = ts_diff_s(&f->sent, &now) * 1e6;
+        size_t b = us < 0 ? 0 : us >= (double)(LATENCY_BUCKETS - 1) ? LATENCY_BUCKETS - 1 : (size_t)us;
+        m->latency_us[b]++;
+        m->latency_count++;
+    }
+}
+
+static void retry_later(struct flight *f)
+{
+    struct timeval tv = {0, UNAVAILABLE_RETRY_MS * 1000};
+    evtimer_add(f->retry, &tv);
+}
+
+static void on_check_done(void *arg, const struct limiter_result *res)
+{
+    struct flight *f = arg;
+    record(f, res);
+    if (f->in_check) {
+        /* answered before limiter_check returned: flight_send loops, no recursion */
+        f->answered_in_check = true;
+        f->unavailable_in_check = res->status != LIMITER_DECIDED;
+        return;
+    }
+    if (res->status != LIMITER_DECIDED)
+        retry_later(f);   /* the store is away: do not spin on it */
+    else
+        flight_send(f);
+}
+
+static void flight_send(struct flight *f)
+{
+    struct master *m = f->m;
+    while (f->load->phase != PHASE_DRAIN && f->load->phase != PHASE_CONNECT) {
+        const char *subject = m->subjects[m->next_subject];
+        m->next_subject = (m->next_subject + 1) % m->subject_count;
+        f->in_check = true;
+        f->answered_in_check = false;
+        clock_gettime(CLOCK_MONOTONIC, &f->sent);
+        m->inflight++;
+        int r = limiter_check(m->limiter, subject, strlen(subject), PLAN, PLAN_RULES, -1, on_check_done, f);
+        f->in_check = false;
+        if (r != 0) {
+            m->inflight--;
+            m->now.send_failed++;
+            retry_later(f);
+            return;
+        }
+        if (!f->answered_in_check)
+            return;   /* the reply sends the next */
+        if (f->unavailable_in_check) {
+            retry_later(f);
+            return;
+        }
+    }
+}
+
+static void on_retry(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    flight_send(arg);
+}
+
+static void start_flights(struct load *load)
+{
+    for (int i = 0; i < load->master_count * load->opt.inflight; i++)
+        flight_send(&load->flights[i]);
+}
+
+static void phase_in(struct load *load, enum phase phase, int64_t after_ms)
+{
+    load->phase = phase;
+    load->phase_started_ms = mono_ms();
+    struct timeval tv = {after_ms / 1000, (after_ms % 1000) * 1000};
+    evtimer_add(load->phase_timer, &tv);
+}
+
+static void snapshot_counters(struct load *load, bool end)
+{
+    for (int i = 0; i < load->master_count; i++) {
+        struct master *m = &load->masters[i];
+        if (end)
+            m->at_end = m->now;
+        else
+            m->at_start = m->now;
+    }
+}
+
+static void on_phase_timer(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    struct load *load = arg;
+    switch (load->phase) {
+    case PHASE_CONNECT: {
+        bool all = true;
+        for (int i = 0; i < load->master_count; i++)
+            all &= limiter_available(load->masters[i].limiter);
+        if (all) {
+            fprintf(stderr, "cluster_load: connected; warm-up %d s\n", load->opt.warmup_s);
+            phase_in(load, PHASE_WARMUP, (int64_t)load->opt.warmup_s * 1000);
+            start_flights(load);
+        } else if (mono_ms() - load->phase_started_ms > CONNECT_WAIT_MS) {
+            fprintf(stderr, "cluster_load: a master did not become ready in %d ms\n", CONNECT_WAIT_MS);
+            load->failed = true;
+            event_base_loopbreak(load->base);
+        } else {
+            struct timeval tv = {0, 10000};
+            evtimer_add(load->phase_timer, &tv);
+        }
+        break;
+    }
+    case PHASE_WARMUP:
+        /* the blocking INFO reads pause the loop for a moment: counters read after them */
+        read_all_stats(load, false);
+        snapshot_counters(load, false);
+        getrusage(RUSAGE_SELF, &load->ru_start);
+        load->box_ok = box_cpu(&load->box_busy[0], &load->box_total[0]) == 0;
+        clock_gettime(CLOCK_MONOTONIC, &load->measure_start);
+        fprintf(stderr, "cluster_load: measuring %d s\n", load->opt.duration_s);
+        phase_in(load, PHASE_MEASURE, (int64_t)load->opt.duration_s * 1000);
+        break;
+    case PHASE_MEASURE:
+        clock_gettime(CLOCK_MONOTONIC, &load->measure_end);
+        getrusage(RUSAGE_SELF, &load->ru_end);
+        load->box_ok &= box_cpu(&load->box_busy[1], &load->box_total[1]) == 0;
+        snapshot_counters(load, true);
+        read_all_stats(load, true);
+        phase_in(load, PHASE_DRAIN, 10);
+        break;
+    case PHASE_DRAIN: {
+        int left = 0;
+        for (int i = 0; i < load->master_count; i++)
+            left += load->masters[i].inflight;
+        if (left == 0) {
+            event_base_loopbreak(load->base);
+        } else if (mono_ms() - load->phase_started_ms > DRAIN_WAIT_MS) {
+            fprintf(stderr, "cluster_load: %d checks still unanswered after %d ms\n", left, DRAIN_WAIT_MS);
+            event_base_loopbreak(load->base);
+        } else {
+            struct timeval tv = {0, 10000};
+            evtimer_add(load->phase_timer, &tv);
+        }
+        break;
+    }
+    }
+}
+
+/* ---- report ---- */
+
+static double percentile_us(const struct master *m, double q)
+{
+    if (m->latency_count == 0)
+        return 0;
+    uint64_t rank = (uint64_t)(q * (double)(m->latency_count - 1)), seen = 0;
+    for (size_t b = 0; b < LATENCY_BUCKETS; b++) {
+        seen += m->latency_us[b];
+        if (seen > rank)
+            return (double)b;
+    }
+    return (double)(LATENCY_BUCKETS - 1);
+}
+
+static double replica_cpu_s(const struct master *m)
+{
+    double s = 0;
+    for (int j = 0; j < m->replica_count; j++)
+        if (m->replica_before[j].ok && m->replica_after[j].ok)
+            s += m->replica_after[j].cpu_s - m->replica_before[j].cpu_s;
+    return s;
+}
+
+static void report(const struct load *load)
+{
+    double wall = ts_diff_s(&load->measure_start, &load->measure_end);
+    double gen_cpu = rusage_cpu_s(&load->ru_end) - rusage_cpu_s(&load->ru_start);
+    uint64_t total_checks = 0, total_unavail = 0, total_rejected = 0, total_failed = 0, total_evalsha = 0;
+    double total_cpu = 0, total_usec = 0, total_replica_cpu = 0;
+    bool stats_ok = true;
+    printf("# plan: %s; %d checks in flight per master, %d subjects per master, warm-up %d s, measured %.2f s\n",
+           PLAN_TEXT, load->opt.inflight, load->opt.subjects, load->opt.warmup_s, wall);
+    printf("%-22s %6s %10s %9s %8s %8s %8s %8s %11s %12s %11s\n", "master", "slots", "checks/s", "rejected",
+           "errors", "p50_us", "p99_us", "evalsha", "cpu_us/chk", "script_us/ck", "repl_us/chk");
+    for (int i = 0; i < load->master_count; i++) {
+        const struct master *m = &load->masters[i];
+        uint64_t checks = m->at_end.allowed + m->at_end.rejected - m->at_start.allowed - m->at_start.rejected;
+        uint64_t unavail = m->at_end.unavailable - m->at_start.unavailable;
+        uint64_t failed = m->at_end.send_failed - m->at_start.send_failed;
+        uint64_t rejected = m->at_end.rejected - m->at_start.rejected;
+        bool ok = m->before.ok && m->after.ok;
+        stats_ok &= ok;
+        long long calls = ok ? m->after.evalsha_calls - m->before.evalsha_calls : 0;
+        long long usec = ok ? m->after.evalsha_usec - m->before.evalsha_usec : 0;
+        long long evals = ok ? m->after.eval_calls - m->before.eval_calls : 0;
+        double cpu = ok ? m->after.cpu_s - m->before.cpu_s : 0;
+        double rcpu = replica_cpu_s(m);
+        double per = checks > 0 ? 1e6 / (double)checks : 0;
+        printf("%-22s %6" PRIu32 " %10.0f %9" PRIu64 " %8" PRIu64 " %8.0f %8.0f %8lld %11.2f %12.2f %11.2f\n",
+               m->name, m->slots_owned, (double)checks / wall, rejected, unavail + failed, percentile_us(m, 0.5),
+               percentile_us(m, 0.99), calls, cpu * per, calls > 0 ? (double)usec / (double)calls : 0,
+               rcpu * per);
+        printf("RESULT master=%s slots=%" PRIu32 " checks=%" PRIu64 " wall_s=%.3f checks_per_s=%.1f rejected=%" PRIu64
+               " unavailable=%" PRIu64 " send_failed=%" PRIu64 " p50_us=%.0f p90_us=%.0f p99_us=%.0f"
+               " evalsha_calls=%lld eval_calls=%lld evalsha_usec=%lld redis_cpu_s=%.3f redis_cpu_us_per_check=%.3f"
+               " evalsha_us_per_call=%.3f replicas=%d replica_cpu_s=%.3f replica_cpu_us_per_check=%.3f"
+               " redis_cpu_pct=%.1f stats_ok=%d\n",
+               m->name, m->slots_owned, checks, wall, (double)checks / wall, rejected, unavail, failed,
+               percentile_us(m, 0.5), percentile_us(m, 0.9), percentile_us(m, 0.99), calls, evals, usec, cpu,
+               cpu * per, calls > 0 ? (double)usec / (double)calls : 0, m->replica_count, rcpu, rcpu * per,
+               100 * cpu / wall, ok ? 1 : 0);
+        total_checks += checks;
+        total_unavail += unavail;
+        total_failed += failed;
+        total_rejected += rejected;
+        total_evalsha += (uint64_t)(calls > 0 ? calls : 0);
+        total_cpu += cpu;
+        total_usec += (double)usec;
+        total_replica_cpu += rcpu;
+    }
+    double per = total_checks > 0 ? 1e6 / (double)total_checks : 0;
+    printf("%-22s %6s %10.0f %9" PRIu64 " %8" PRIu64 " %8s %8s %8" PRIu64 " %11.2f %12.2f %11.2f\n", "total", "",
+           (double)total_checks / wall, total_rejected, total_unavail + total_failed, "", "", total_evalsha,
+           total_cpu * per, total_evalsha > 0 ? total_usec / (double)total_evalsha : 0, total_replica_cpu * per);
+    /* the box's busy CPU over the window, in % of one core, and what of it was neither the
+       Redis servers measured here nor this program: other processes (or the idle masters
+       of the cluster that take no load in this run) */
+    double box_pct = -1, other_pct = -1;
+    if (load->box_ok && load->box_total[1] > load->box_total[0] && load->ncpu > 0) {
+        box_pct = 100.0 * (double)load->ncpu * (double)(load->box_busy[1] - load->box_busy[0]) /
+                  (double)(load->box_total[1] - load->box_total[0]);
+        other_pct = box_pct - 100 * (total_cpu + total_replica_cpu + gen_cpu) / wall;
+    }
+    printf("# this generator: %.1f%% of a core, %.2f us CPU per check\n", 100 * gen_cpu / wall, gen_cpu * per);
+    printf("# box: %.0f%% busy of %ld00%%; Redis servers measured %.0f%% (masters %.0f%%, replicas %.0f%%), "
+           "this generator %.0f%%, everything else %.0f%%\n",
+           box_pct, load->ncpu, 100 * (total_cpu + total_replica_cpu) / wall, 100 * total_cpu / wall,
+           100 * total_replica_cpu / wall, 100 * gen_cpu / wall, other_pct);
+    printf("RESULT master=total masters=%d checks=%" PRIu64 " wall_s=%.3f checks_per_s=%.1f rejected=%" PRIu64
+           " unavailable=%" PRIu64 " send_failed=%" PRIu64 " evalsha_calls=%" PRIu64
+           " redis_cpu_s=%.3f redis_cpu_us_per_check=%.3f evalsha_us_per_call=%.3f replica_cpu_s=%.3f"
+           " replica_cpu_us_per_check=%.3f gen_cpu_s=%.3f gen_cpu_us_per_check=%.3f gen_cpu_pct=%.1f"
+           " inflight_per_master=%d subjects_per_master=%d box_busy_pct=%.1f other_cpu_pct=%.1f ncpu=%ld stats_ok=%d\n",
+           load->master_count, total_checks, wall, (double)total_checks / wall, total_rejected, total_unavail,
+           total_failed, total_evalsha, total_cpu, total_cpu * per,
+           total_evalsha > 0 ? total_usec / (double)total_evalsha : 0, total_replica_cpu, total_replica_cpu * per,
+           gen_cpu, gen_cpu * per, 100 * gen_cpu / wall, load->opt.inflight, load->opt.subjects, box_pct, other_pct,
+           load->ncpu, stats_ok ? 1 : 0);
+    if (!stats_ok)
+        printf("# some INFO reads failed: their Redis CPU columns are 0\n");
+}
+
+/* ---- main ---- */
+
+static void usage(FILE *out)
+{
+    fprintf(out,
+            "usage: cluster_load [options] redis://HOST:PORT [redis://HOST:PORT ...]\n"
+            "  Each URL is a Redis Cluster master (or a plain Redis, which takes any subject).\n"
+            "  -k, --inflight K     checks in flight per master (default 64, 1..4096)\n"
+            "  -s, --subjects N     subjects per master (default 10000, 1..1000000)\n"
+            "  -d, --duration S     measured seconds (default 10, 1..3600)\n"
+            "  -w, --warmup S       unrecorded seconds before (default 2, 0..600)\n"
+            "  -t, --timeout-ms MS  the limiter's command timeout (default 1000)\n"
+            "  -p, --prefix P       key prefix, as [limits] key_prefix (default tierproxy:)\n"
+            "  Plan: %s (rate rules only).\n",
+            PLAN_TEXT);
+}
+
+static int parse_options(int argc, char **argv, struct load *load)
+{
+    static const struct option longopts[] = {
+        {"inflight", required_argument, NULL, 'k'}, {"subjects", required_argument, NULL, 's'},
+        {"duration", required_argument, NULL, 'd'}, {"warmup", required_argument, NULL, 'w'},
+        {"timeout-ms", required_argument, NULL, 't'}, {"prefix", required_argument, NULL, 'p'},
+        {"help", no_argument, NULL, 'h'},           {NULL, 0, NULL, 0},
+    };
+    struct options *o = &load->opt;
+    *o = (struct options){.inflight = 64, .subjects = 10000, .duration_s = 10, .warmup_s = 2,
+                          .timeout_ms = 1000, .prefix = "tierproxy:"};
+    int c;
+    while ((c = getopt_long(argc, argv, "k:s:d:w:t:p:h", longopts, NULL)) != -1) {
+        int r = 0;
+        switch (c) {
+        case 'k': r = parse_int(optarg, 1, 4096, &o->inflight); break;
+        case 's': r = parse_int(optarg, 1, 1000000, &o->subjects); break;
+        case 'd': r = parse_int(optarg, 1, 3600, &o->duration_s); break;
+        case 'w': r = parse_int(optarg, 0, 600, &o->warmup_s); break;
+        case 't': r = parse_int(optarg, 1, 600000, &o->timeout_ms); break;
+        case 'p':
+            if (strlen(optarg) > 200) {
+                fprintf(stderr, "cluster_load: --prefix longer than 200 bytes\n");
+                return -1;
+            }
+            o->prefix = optarg;
+            break;
+        case 'h': usage(stdout); exit(0);
+        default: usage(stderr); return -1;
+        }
+        if (r != 0) {
+            fprintf(stderr, "cluster_load: bad number \"%s\" for -%c\n", optarg, c);
+            return -1;
+        }
+    }
+    if (optind >= argc) {
+        usage(stderr);
+        return -1;
+    }
+    if (argc - optind > MAX_MASTERS) {
+        fprintf(stderr, "cluster_load: at most %d masters\n", MAX_MASTERS);
+        return -1;
+    }
+    for (int i = optind; i < argc; i++) {
+        struct master *m = &load->masters[load->master_count];
+        char err[256];
+        if (redis_url_parse(argv[i], &m->url, err, sizeof(err)) != 0) {
+            fprintf(stderr, "cluster_load: master %d: %s\n", i - optind + 1, err);
+            return -1;
+        }
+        if (m->url.is_unix || m->url.db != 0) {
+            fprintf(stderr, "cluster_load: master %d: a redis://host:port URL of database 0, please\n",
+                    i - optind + 1);
+            return -1;
+        }
+        m->index = load->master_count++;
+        char name[sizeof(m->name)];   /* not m->url into m->name directly: gcc's -Wrestrict */
+        snprintf(name, sizeof(name), "%s:%d", m->url.host, m->url.port);
+        memcpy(m->name, name, sizeof(name));
+        for (int j = 0; j < m->index; j++)
+            if (same_node(m->url.host, m->url.port, &load->masters[j])) {
+                fprintf(stderr, "cluster_load: %s given twice\n", m->name);
+                return -1;
+            }
+    }
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    static struct load load;     /* large (slot owners, replicas): not on the stack */
+    static int8_t owner[CLUSTER_SLOT_COUNT];
+    int rc = 1;
+    signal(SIGPIPE, SIG_IGN);
+    load.ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+    if (parse_options(argc, argv, &load) != 0)
+        return 2;
+    if (learn_slots(&load, owner) != 0 || pick_subjects(&load, owner) != 0)
+        goto out;
+    load.base = event_base_new();
+    load.phase_timer = load.base ? evtimer_new(load.base, on_phase_timer, &load) : NULL;
+    load.flights = calloc((size_t)load.master_count * (size_t)load.opt.inflight, sizeof(*load.flights));
+    if (load.phase_timer == NULL || load.flights == NULL) {
+        fprintf(stderr, "cluster_load: out of memory\n");
+        goto out;
+    }
+    for (int i = 0; i < load.master_count; i++) {
+        struct master *m = &load.masters[i];
+        char err[256];
+        /* the URL as given (credentials included): limiter_redis parses it as the proxy does */
+        struct redis_store_options ro = {.url = argv[optind + i], .key_prefix = load.opt.prefix,
+                                         .command_timeout_ms = load.opt.timeout_ms, .lease_ttl_ms = 0};
+        m->limiter = limiter_redis_create(load.base, &ro, err, sizeof(err));
+        m->latency_us = calloc(LATENCY_BUCKETS, sizeof(*m->latency_us));
+        if (m->limiter == NULL || m->latency_us == NULL) {
+            fprintf(stderr, "cluster_load: %s: %s\n", m->name, m->limiter ? "out of memory" : err);
+            goto out;
+        }
+        fprintf(stderr, "cluster_load: %s: %s, %" PRIu32 " slots, %zu subjects, %d replicas\n", m->name,
+                m->cluster ? "cluster master" : "plain redis", m->slots_owned, m->subject_count, m->replica_count);
+        for (int k = 0; k < load.opt.inflight; k++) {
+            struct flight *f = &load.flights[i * load.opt.inflight + k];
+            f->m = m;
+            f->load = &load;
+            f->retry = evtimer_new(load.base, on_retry, f);
+            if (f->retry == NULL) {
+                fprintf(stderr, "cluster_load: out of memory\n");
+                goto out;
+            }
+        }
+    }
+    phase_in(&load, PHASE_CONNECT, 10);
+    event_base_dispatch(load.base);
+    if (!load.failed) {
+        report(&load);
+        rc = 0;
+    }
+out:
+    for (int i = 0; i < load.master_count; i++) {
+        struct master *m = &load.masters[i];
+        if (m->limiter)
+            limiter_destroy(m->limiter);
+        free(m->subjects);
+        free(m->latency_us);
+        explicit_bzero(&m->url, sizeof(m->url));   /* the password, if any */
+    }
+    if (load.flights) {
+        for (int i = 0; i < load.master_count * load.opt.inflight; i++)
+            if (load.flights[i].retry)
+                event_free(load.flights[i].retry);
+        free(load.flights);
+    }
+    if (load.phase_timer)
+        event_free(load.phase_timer);
+    if (load.base)
+        event_base_free(load.base);
+    return rc;
+}
