@@ -59,6 +59,23 @@ static void reply(struct bufferevent *bev, const char *fmt, ...)
     va_end(ap);
 }
 
+/* check.lua's answer for one allowed rule (struct '>i7BBi7i7i7'): now 1000, limit 10,
+ * remaining 9, reset 0. */
+static void reply_check_allowed(struct bufferevent *bev)
+{
+    unsigned char answer[30] = {0};
+    answer[5] = 1000 >> 8;   /* now, bytes 0-6 */
+    answer[6] = 1000 & 0xff;
+    answer[7] = 1;           /* every rule allowed */
+    answer[8] = 1;           /* rule 1: allowed, limit (9-15), remaining (16-22), reset (23-29) */
+    answer[15] = 10;
+    answer[22] = 9;
+    struct evbuffer *out = bufferevent_get_output(bev);
+    evbuffer_add_printf(out, "$%zu\r\n", sizeof(answer));
+    evbuffer_add(out, answer, sizeof(answer));
+    evbuffer_add(out, "\r\n", 2);
+}
+
 static void slots_reply(struct bufferevent *bev)
 {
     if (!b_in_map) {
@@ -106,8 +123,8 @@ static void serve(struct fake_node *n, struct bufferevent *bev, int argc, char *
             reply(bev, "-ASK %u 127.0.0.1:%d\r\n", slot, n->peer->port);
         else if (n->mode == SAY_TRYAGAIN && n->try_again_left-- > 0)
             reply(bev, "-TRYAGAIN Multiple keys request during rehashing of slot\r\n");
-        else   /* check.lua for one rule: now, allowed, then allowed limit remaining reset */
-            reply(bev, "*6\r\n:1000\r\n:1\r\n:1\r\n:10\r\n:9\r\n:0\r\n");
+        else   /* check.lua for one rule, packed: now 1000, allowed; allowed, limit 10, remaining 9, reset 0 */
+            reply_check_allowed(bev);
     } else if (argc == 1 && strcasecmp(argv[0], "PING") == 0) {
         reply(bev, "+PONG\r\n");
     } else {
