@@ -190,7 +190,7 @@ if [[ -n ${BASELINE_TIERCTL_BIN:-} ]]; then
   BASELINE_TIERCTL_BIN=$(realpath "$BASELINE_TIERCTL_BIN")
   [[ -x $BASELINE_TIERCTL_BIN ]] || die "BASELINE_TIERCTL_BIN is not an executable: $BASELINE_TIERCTL_BIN"
 fi
-FLOOR_BIN=""
+FLOOR_BIN="" FLOOR_LIBS=""
 if [[ " $ROWS " == *" floor_proxy_opt "* ]]; then
   # the floor is built from its sources the way etc/bench/floor/README.md says (seconds);
   # with NO_BUILD=1 an existing binary is used as it is
@@ -201,6 +201,8 @@ if [[ " $ROWS " == *" floor_proxy_opt "* ]]; then
       die "could not build the floor: etc/bench/floor/build.sh $(dirname "$FLOOR_BIN") (needs libmicrohttpd, libcurl, libevent headers)"
   fi
   [[ -x $FLOOR_BIN ]] || die "not built: $FLOOR_BIN"
+  FLOOR_LIBS=$(for lib in libmicrohttpd libcurl libevent; do printf '%s %s, ' "$lib" "$(pkg-config --modversion "$lib" 2>/dev/null || echo '?')"; done)
+  FLOOR_LIBS=${FLOOR_LIBS%, }
 fi
 build_info() {               # build_info BIN : "buildtype b_sanitize=..., commit" of the meson build dir holding BIN
   local d bt="?"
@@ -716,7 +718,7 @@ META=$RESULTS_DIR/meta.txt
   printf 'date=%s\n' "$(date -u '+%Y-%m-%d %H:%M UTC')"
   printf 'command=%s\n' "$COMMAND"
   printf 'machine=%s\n' "$(nproc) CPUs ($(awk -F': ' '/model name/ { print $2; exit }' /proc/cpuinfo)), kernel $(uname -r), $(. /etc/os-release 2>/dev/null; echo "${PRETTY_NAME:-?}"), $(awk '/MemTotal/ { printf "%.0f GiB RAM", $2 / 1048576 }' /proc/meminfo)"
-  printf 'tools=%s\n' "$( [[ $HAVE_NGINX == 1 ]] && nginx -v 2>&1 | sed 's/^nginx version: //')$( [[ $PEER_RUN == 1 ]] && printf ' with libnginx-mod-http-lua %s and lua-resty-redis %s' "$(dpkg-query -W -f='${Version}' libnginx-mod-http-lua 2>/dev/null || echo '?')" "$(dpkg-query -W -f='${Version}' lua-nginx-redis 2>/dev/null || echo '?')"), $(redis-server --version | awk '{ print "redis", $3 }' | sed 's/v=//'), $(wrk -v 2>&1 | head -n1 | sed 's/ *Copyright.*//'), $("$TIERPROXY_BIN" --version 2>/dev/null | head -n1) ($(build_info "$TIERPROXY_BIN"))$( [[ -n $FLOOR_BIN ]] && printf ', floor_proxy_opt on libmicrohttpd %s, libcurl %s, libevent %s' $(pkg-config --modversion libmicrohttpd libcurl libevent 2>/dev/null || echo '? ? ?'))"
+  printf 'tools=%s\n' "$( [[ $HAVE_NGINX == 1 ]] && nginx -v 2>&1 | sed 's/^nginx version: //')$( [[ $PEER_RUN == 1 ]] && printf ' with libnginx-mod-http-lua %s and lua-resty-redis %s' "$(dpkg-query -W -f='${Version}' libnginx-mod-http-lua 2>/dev/null || echo '?')" "$(dpkg-query -W -f='${Version}' lua-nginx-redis 2>/dev/null || echo '?')"), $(redis-server --version | awk '{ print "redis", $3 }' | sed 's/v=//'), $(wrk -v 2>&1 | head -n1 | sed 's/ *Copyright.*//'), $("$TIERPROXY_BIN" --version 2>/dev/null | head -n1) ($(build_info "$TIERPROXY_BIN"))${FLOOR_LIBS:+, floor_proxy_opt on $FLOOR_LIBS}"
   printf 'load=wrk -t%s -c%s -d%ss --latency --timeout 5s -s etc/bench/wrk-keys.lua (after a %ss unrecorded warm-up), Authorization: Bearer KEY rotating per request over %s API keys made with tierctl; rows interleaved, %s cycles; every server has one worker\n' \
     "$THREADS" "$CONNS" "$DURATION" "$WARMUP" "$KEYS" "$CYCLES"
   printf 'floor_bin=%s\n' "$FLOOR_BIN"
