@@ -2,14 +2,21 @@
 # etc/bench.sh - tierproxy throughput benchmark, side by side with nginx proxy_pass, on
 # loopback (127.0.0.1 only). Reproduces the README's "Benchmark" figures with one command:
 #
-#   etc/setup.sh --bench     # once: installs wrk and nginx (this script installs nothing)
-#   etc/bench.sh             # builds if needed, runs ~5 minutes, prints a markdown report
+#   etc/setup.sh --bench     # once: installs wrk, nginx and its Lua module (this script installs nothing)
+#   etc/bench.sh             # builds if needed, runs ~7 minutes, prints a markdown report
 #
 # Starts (each in its own process group, all stopped by PID on exit):
 #   upstream          nginx, 1 worker, 200 with a fixed ~100-byte JSON body (without nginx:
 #                     etc/bench/upstream.c, a small epoll server compiled on the fly)
 #   redis-server      on a free port, --save '' --appendonly no (for tierproxy_redis)
 #   nginx_proxy       nginx proxy_pass, 1 worker, upstream keepalive (only when nginx exists)
+#   nginx_lua_redis   the peer doing our job: nginx + access_by_lua, one EVALSHA of a
+#                     sliding-log script per request in the same redis-server
+#                     (etc/bench/peer/, copied from ../shared/bench/lua/); skipped, and said
+#                     so in the report, when nginx's Lua module or lua-resty-redis is missing
+#   floor_proxy_opt   etc/bench/floor's libmicrohttpd + libcurl proxy that does nothing else
+#                     (built with etc/bench/floor/build.sh into $BUILD_DIR/floor): the floor
+#                     of tierproxy's design
 #   tierproxy_memory  tierproxy, workers = 1, store = memory
 #   tierproxy_redis   tierproxy, workers = 1, store = redis
 # with a catalog made by build/tiers/tierctl: plan "bench" (sliding-log, 1000000000/s:
@@ -35,7 +42,9 @@
 # p50/p99, CPU µs per request of every process (utime+stime of its process group from
 # /proc/PID/stat; wrk's own from `times`), Redis EVALSHA calls and Redis CPU per request
 # (INFO commandstats, INFO cpu), SQLite statements per request (an LD_PRELOAD counter,
-# etc/bench/sqlite_count.c, in both tierproxy processes), and a verdict per target P1-P7.
+# etc/bench/sqlite_count.c, in both tierproxy processes), a verdict per target P1-P7, and
+# one per target S1-S6 of issue 15 (against floor_proxy_opt and nginx_lua_redis; S5 from
+# the P7 runs; S6 is etc/ws_idle.py's, not measured here).
 # A run during which processes not ours (or the hypervisor: steal) took more than BUSY_PCT %
 # of a core is "disturbed" and repeated, up to MAX_RETRY times.
 #
@@ -45,7 +54,8 @@
 #
 # Knobs (environment):
 #   DURATION=10 WARMUP=2 CYCLES=3 CONNS=64 P7_CONNS=2*CONNS THREADS=1
-#   ROWS="direct nginx_proxy tierproxy_memory tierproxy_redis"   P7=1 (0: skip the P7 runs)
+#   ROWS="direct nginx_proxy nginx_lua_redis floor_proxy_opt tierproxy_memory tierproxy_redis"
+#   P7=1 (0: skip the P7 runs, and so S5)
 #   BUSY_PCT=15 MAX_RETRY=2 RETRY_PAUSE=10 QUIET_MAX=60 (s to wait for a quiet box at start)
 #   UPSTREAM=auto|nginx|builtin   BUILD_DIR=build NO_BUILD=0   TIERPROXY_BIN TIERCTL_BIN
 #   BENCH_PLAN_FLAGS="--quota 1000000000/month" (more LIMIT-FLAGS for plan bench)
@@ -79,7 +89,7 @@ CYCLES=${CYCLES:-3}
 CONNS=${CONNS:-64}
 P7_CONNS=${P7_CONNS:-$((2 * CONNS))}
 THREADS=${THREADS:-1}
-ROWS=${ROWS:-"direct nginx_proxy tierproxy_memory tierproxy_redis"}
+ROWS=${ROWS:-"direct nginx_proxy nginx_lua_redis floor_proxy_opt tierproxy_memory tierproxy_redis"}
 P7=${P7:-1}
 BUSY_PCT=${BUSY_PCT:-15}
 MAX_RETRY=${MAX_RETRY:-2}
@@ -91,6 +101,8 @@ NO_BUILD=${NO_BUILD:-0}
 KEYS=100
 HIGH_RATE=1000000000/s
 DENY_RATE=1/min
+PEER_WINDOW_MS=1000          # nginx_lua_redis: the sliding log's window and a limit nothing reaches,
+PEER_LIMIT=1000000000        # as ../shared/bench/run.sh's defaults (and plan bench's 1000000000/s)
 BODY='{"status":"ok","service":"bench-upstream","message":"fixed response body","id":1234567890,"v":1}'
 
 log() { printf '[%(%H:%M:%S)T] %s\n' -1 "$*" >&2; }
@@ -98,7 +110,7 @@ die() { log "ERROR: $*"; exit 1; }
 
 for r in $ROWS; do
   case $r in
-    direct|nginx_proxy|tierproxy_memory|tierproxy_redis) ;;
+    direct|nginx_proxy|nginx_lua_redis|floor_proxy_opt|tierproxy_memory|tierproxy_redis) ;;
     tierproxy_memory_baseline|tierproxy_redis_baseline)
       [[ -n ${BASELINE_TIERPROXY_BIN:-} ]] || die "row $r needs BASELINE_TIERPROXY_BIN"
       [[ " $ROWS " == *" ${r%_baseline} "* ]] || die "row $r needs its pair ${r%_baseline} in ROWS" ;;
@@ -117,6 +129,41 @@ PY=/usr/bin/python3
 [[ -x $PY ]] || PY=$(command -v python3) || die "missing python3"
 HAVE_NGINX=0
 command -v nginx >/dev/null 2>&1 && HAVE_NGINX=1
+# nginx_lua_redis needs nginx's Lua module (Debian: libnginx-mod-http-lua, a dynamic module;
+# OpenResty: built in) and lua-resty-redis (Debian: lua-nginx-redis, module "nginx.redis").
+# Without them the row is skipped, and the report says why.
+PEER_WHY=""                  # why nginx_lua_redis cannot run here ("" = it can)
+PEER_LOAD_MODULES=""         # the load_module lines its config needs
+peer_candidate() {           # peer_candidate PKG : "; Debian's candidate is VERSION" when apt knows one
+  local c
+  c=$(apt-cache policy "$1" 2>/dev/null | awk '$1 == "Candidate:" && $2 != "(none)" { print $2 }')
+  [[ -n $c ]] && echo "; $1 $c is installable: etc/setup.sh --bench"
+  return 0
+}
+if [[ " $ROWS " == *" nginx_lua_redis "* ]]; then
+  if [[ $HAVE_NGINX != 1 ]]; then
+    PEER_WHY="nginx not installed (etc/setup.sh --bench installs nginx, libnginx-mod-http-lua, lua-nginx-redis)"
+  else
+    nginx_v=$(nginx -V 2>&1)
+    mods=$(grep -o -- '--modules-path=[^ ]*' <<<"$nginx_v" | cut -d= -f2)
+    mods=${mods:-/usr/lib/nginx/modules}
+    if grep -q -- 'lua-nginx-module' <<<"$nginx_v"; then
+      :                      # built in (OpenResty)
+    elif [[ -f $mods/ngx_http_lua_module.so && -f $mods/ndk_http_module.so ]]; then
+      PEER_LOAD_MODULES="load_module $mods/ndk_http_module.so;"$'\n'"load_module $mods/ngx_http_lua_module.so;"
+    else
+      PEER_WHY="libnginx-mod-http-lua not installed (no ngx_http_lua_module.so in $mods, nor Lua built into nginx -V)$(peer_candidate libnginx-mod-http-lua)"
+    fi
+    if [[ -z $PEER_WHY ]]; then
+      PEER_WHY="lua-resty-redis not installed (Debian: lua-nginx-redis)$(peer_candidate lua-nginx-redis)"
+      for f in /usr/share/lua/5.1/resty/redis.lua /usr/share/lua/5.1/nginx/redis.lua /usr/local/share/lua/5.1/resty/redis.lua \
+               /usr/local/openresty/lualib/resty/redis.lua; do
+        [[ -f $f ]] && { PEER_WHY=""; break; }
+      done
+    fi
+  fi
+  [[ -n $PEER_WHY ]] && log "nginx_lua_redis will be skipped: $PEER_WHY"
+fi
 case $UPSTREAM in
   auto) [[ $HAVE_NGINX == 1 ]] && UPSTREAM=nginx || UPSTREAM=builtin ;;
   nginx) [[ $HAVE_NGINX == 1 ]] || die "UPSTREAM=nginx but nginx is not installed (etc/setup.sh --bench)" ;;
@@ -142,6 +189,20 @@ fi
 if [[ -n ${BASELINE_TIERCTL_BIN:-} ]]; then
   BASELINE_TIERCTL_BIN=$(realpath "$BASELINE_TIERCTL_BIN")
   [[ -x $BASELINE_TIERCTL_BIN ]] || die "BASELINE_TIERCTL_BIN is not an executable: $BASELINE_TIERCTL_BIN"
+fi
+FLOOR_BIN="" FLOOR_LIBS=""
+if [[ " $ROWS " == *" floor_proxy_opt "* ]]; then
+  # the floor is built from its sources the way etc/bench/floor/README.md says (seconds);
+  # with NO_BUILD=1 an existing binary is used as it is
+  mkdir -p "$BUILD_DIR/floor"
+  FLOOR_BIN=$(cd "$BUILD_DIR/floor" && pwd)/floor_proxy_opt
+  if [[ $NO_BUILD != 1 || ! -x $FLOOR_BIN ]]; then
+    "$BENCH/floor/build.sh" "$(dirname "$FLOOR_BIN")" >/dev/null ||
+      die "could not build the floor: etc/bench/floor/build.sh $(dirname "$FLOOR_BIN") (needs libmicrohttpd, libcurl, libevent headers)"
+  fi
+  [[ -x $FLOOR_BIN ]] || die "not built: $FLOOR_BIN"
+  FLOOR_LIBS=$(for lib in libmicrohttpd libcurl libevent; do printf '%s %s, ' "$lib" "$(pkg-config --modversion "$lib" 2>/dev/null || echo '?')"; done)
+  FLOOR_LIBS=${FLOOR_LIBS%, }
 fi
 build_info() {               # build_info BIN : "buildtype b_sanitize=..., commit" of the meson build dir holding BIN
   local d bt="?"
@@ -263,11 +324,12 @@ render() {                   # render TEMPLATE OUTFILE KEY=VALUE...
   cp -f "$out" "$RESULTS_DIR/conf/"
 }
 
-start_nginx() {              # start_nginx NAME TEMPLATE UPSTREAM_PORT
-  local name=$1 port
+start_nginx() {              # start_nginx NAME TEMPLATE UPSTREAM_PORT [KEY=VALUE...] (more placeholders)
+  local name=$1 tmpl=$2 up=$3 port
+  shift 3
   free_port port
-  render "$BENCH/$2" "$RUNDIR/$name.conf" NAME="$name" PORT="$port" RUNDIR="$RUNDIR" \
-    UPSTREAM_PORT="$3" USER_LINE="$USER_LINE" BODY="$BODY"
+  render "$BENCH/$tmpl" "$RUNDIR/$name.conf" NAME="$name" PORT="$port" RUNDIR="$RUNDIR" \
+    UPSTREAM_PORT="$up" USER_LINE="$USER_LINE" BODY="$BODY" "$@"
   mkdir -p "$RUNDIR/$name.tmp"
   nginx -t -q -p "$RUNDIR/" -e "$RUNDIR/$name.error.log" -c "$RUNDIR/$name.conf" || die "nginx config test failed for $name"
   start_bg "$name" nginx -p "$RUNDIR/" -e "$RUNDIR/$name.error.log" -c "$RUNDIR/$name.conf"
@@ -517,7 +579,11 @@ if want nginx_proxy; then
   fi
 fi
 
-if want tierproxy_redis || want tierproxy_redis_baseline; then
+PEER_RUN=0
+if want nginx_lua_redis; then
+  if [[ -z $PEER_WHY ]]; then PEER_RUN=1; else SKIP_WHY[nginx_lua_redis]=$PEER_WHY; fi
+fi
+if want tierproxy_redis || want tierproxy_redis_baseline || [[ $PEER_RUN == 1 ]]; then
   free_port REDIS_PORT
   start_bg redis redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --save '' --appendonly no \
     --daemonize no --dir "$RUNDIR"
@@ -528,6 +594,28 @@ if want tierproxy_redis || want tierproxy_redis_baseline; then
   done
   [[ $(redis-cli -p "$REDIS_PORT" ping) == PONG ]] || die "redis-server not answering on $REDIS_PORT"
   log "redis-server on 127.0.0.1:$REDIS_PORT"
+fi
+
+if [[ $PEER_RUN == 1 ]]; then
+  # the peer's script is loaded once here, as ../shared/bench/run.sh does; bench_rl.lua falls
+  # back to EVAL on NOSCRIPT all the same
+  PEER_SHA=$(redis-cli -p "$REDIS_PORT" -x script load <"$BENCH/peer/sliding_log.redis.lua")
+  [[ $PEER_SHA == "$(sha1sum <"$BENCH/peer/sliding_log.redis.lua" | cut -d' ' -f1)" ]] ||
+    die "redis-server gave an unexpected sha for etc/bench/peer/sliding_log.redis.lua: $PEER_SHA"
+  start_nginx nginx_lua_redis peer/nginx-lua-redis.nginx.conf.tmpl "$UP_PORT" LOAD_MODULES="$PEER_LOAD_MODULES" \
+    PEER_DIR="$BENCH/peer" REDIS_PORT="$REDIS_PORT" SCRIPT_SHA="$PEER_SHA" WINDOW_MS="$PEER_WINDOW_MS" RL_LIMIT="$PEER_LIMIT"
+  wait_http nginx_lua_redis "${PORT_OF[nginx_lua_redis]}" "$KEY1" 15
+  ACTIVE+=(nginx_lua_redis)
+  DESC_OF[nginx_lua_redis]="the peer doing our job: nginx + access_by_lua (lua-resty-redis, pooled connections), 1 worker, upstream keepalive, one EVALSHA per request of the sliding-log script (ZREMRANGEBYSCORE+ZCARD+ZADD+PEXPIRE; etc/bench/peer/, as ../shared/bench/lua/) in the same redis-server as tierproxy_redis, key per Authorization, window $PEER_WINDOW_MS ms, limit $PEER_LIMIT (nothing rejected)"
+fi
+
+if want floor_proxy_opt; then
+  free_port port
+  start_bg floor_proxy_opt "$FLOOR_BIN" "$port" "$UP_PORT"
+  PORT_OF[floor_proxy_opt]=$port
+  wait_http floor_proxy_opt "$port" "$KEY1" 15
+  ACTIVE+=(floor_proxy_opt)
+  DESC_OF[floor_proxy_opt]="etc/bench/floor floor_proxy_opt: libmicrohttpd (external epoll on libevent) + libcurl multi-socket with pooled handles, forwarding to the same upstream and nothing else (no auth, no limits, no header rewriting): the floor of tierproxy's design"
 fi
 
 SHIM=$RUNDIR/sqlite_count.so
@@ -591,6 +679,15 @@ for row in tierproxy_redis tierproxy_redis_baseline; do
   (( $(kv evalsha_calls "$a") + $(kv eval_calls "$a") > $(kv evalsha_calls "$b") + $(kv eval_calls "$b") )) \
     || die "sanity: $row made no EVAL/EVALSHA call in redis-server for a request"
 done
+if [[ -n ${PORT_OF[nginx_lua_redis]:-} ]]; then
+  b=$(redis_stats)
+  curl -s -o /dev/null -H "Authorization: Bearer $KEY1" "http://127.0.0.1:${PORT_OF[nginx_lua_redis]}/"
+  a=$(redis_stats)
+  (( $(kv evalsha_calls "$a") + $(kv eval_calls "$a") > $(kv evalsha_calls "$b") + $(kv eval_calls "$b") )) \
+    || die "sanity: nginx_lua_redis made no EVAL/EVALSHA call in redis-server for a request"
+  n=$(redis-cli -p "$REDIS_PORT" zcard "rl:Bearer $KEY1")
+  [[ $n -ge 1 ]] || die "sanity: nginx_lua_redis left no sliding-log entry in redis-server (zcard 'rl:Bearer <key 1>' = $n)"
+fi
 log "all rows answer correctly: ${ACTIVE[*]}"
 
 # ------------------------------------------------------------------ load runs
@@ -621,9 +718,10 @@ META=$RESULTS_DIR/meta.txt
   printf 'date=%s\n' "$(date -u '+%Y-%m-%d %H:%M UTC')"
   printf 'command=%s\n' "$COMMAND"
   printf 'machine=%s\n' "$(nproc) CPUs ($(awk -F': ' '/model name/ { print $2; exit }' /proc/cpuinfo)), kernel $(uname -r), $(. /etc/os-release 2>/dev/null; echo "${PRETTY_NAME:-?}"), $(awk '/MemTotal/ { printf "%.0f GiB RAM", $2 / 1048576 }' /proc/meminfo)"
-  printf 'tools=%s\n' "$( [[ $HAVE_NGINX == 1 ]] && nginx -v 2>&1 | sed 's/^nginx version: //'), $(redis-server --version | awk '{ print "redis", $3 }' | sed 's/v=//'), $(wrk -v 2>&1 | head -n1 | sed 's/ *Copyright.*//'), $("$TIERPROXY_BIN" --version 2>/dev/null | head -n1) ($(build_info "$TIERPROXY_BIN"))"
+  printf 'tools=%s\n' "$( [[ $HAVE_NGINX == 1 ]] && nginx -v 2>&1 | sed 's/^nginx version: //')$( [[ $PEER_RUN == 1 ]] && printf ' with libnginx-mod-http-lua %s and lua-resty-redis %s' "$(dpkg-query -W -f='${Version}' libnginx-mod-http-lua 2>/dev/null || echo '?')" "$(dpkg-query -W -f='${Version}' lua-nginx-redis 2>/dev/null || echo '?')"), $(redis-server --version | awk '{ print "redis", $3 }' | sed 's/v=//'), $(wrk -v 2>&1 | head -n1 | sed 's/ *Copyright.*//'), $("$TIERPROXY_BIN" --version 2>/dev/null | head -n1) ($(build_info "$TIERPROXY_BIN"))${FLOOR_LIBS:+, floor_proxy_opt on $FLOOR_LIBS}"
   printf 'load=wrk -t%s -c%s -d%ss --latency --timeout 5s -s etc/bench/wrk-keys.lua (after a %ss unrecorded warm-up), Authorization: Bearer KEY rotating per request over %s API keys made with tierctl; rows interleaved, %s cycles; every server has one worker\n' \
     "$THREADS" "$CONNS" "$DURATION" "$WARMUP" "$KEYS" "$CYCLES"
+  printf 'floor_bin=%s\n' "$FLOOR_BIN"
   printf 'conns=%s\np7_conns=%s\nbusy_pct=%s\nmax_retry=%s\nnproc=%s\nresults=%s\nduration=%s\n' "$CONNS" "$P7_CONNS" "$BUSY_PCT" "$MAX_RETRY" "$NPROC" "$RESULTS_DIR" "$DURATION"
   printf 'active=%s\n' "${ACTIVE[*]}"
   printf 'p7_targets=%s\n' "${P7_TARGETS[*]}"

@@ -9,6 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <signal.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
 
 static struct event_base *g_base;
 static struct MHD_Daemon *g_mhd;
@@ -44,7 +46,11 @@ static void on_mhd_event(evutil_socket_t fd, short what, void *arg)
 static void mhd_start(unsigned port, MHD_AccessHandlerCallback h, MHD_RequestCompletedCallback done)
 {
     unsigned flags = MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_TURBO;
+    /* loopback only, like every server etc/bench.sh starts */
+    struct sockaddr_in addr = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
+                               .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
     g_mhd = MHD_start_daemon(flags, (uint16_t)port, NULL, NULL, h, NULL,
+                             MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&addr,
                              MHD_OPTION_NOTIFY_COMPLETED, done, NULL,
                              MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)75,
                              MHD_OPTION_CONNECTION_LIMIT, (unsigned)4096,
