@@ -11,6 +11,7 @@
 
 #include "proxy/metrics.h"
 #include "proxy/netaddr.h"
+#include "proxy/text.h"
 #include "store/limiter.h"
 #include "tiers/snapshot.h"
 
@@ -114,44 +115,6 @@ static void quoted_name(char *out, size_t outlen, const char *name)
     out[o] = '\0';
 }
 
-/* A growing text; failed when memory ran out (the text is then incomplete). */
-struct text {
-    char *data;
-    size_t len, cap;
-    bool failed;
-};
-
-static void text_add(struct text *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void text_add(struct text *t, const char *fmt, ...)
-{
-    if (t->failed)
-        return;
-    for (;;) {
-        va_list ap;
-        va_start(ap, fmt);
-        int n = vsnprintf(t->data ? t->data + t->len : NULL, t->data ? t->cap - t->len : 0, fmt, ap);
-        va_end(ap);
-        if (n < 0) {
-            t->failed = true;
-            return;
-        }
-        if (t->data != NULL && t->len + (size_t)n < t->cap) {
-            t->len += (size_t)n;
-            return;
-        }
-        size_t cap = t->cap ? t->cap * 2 : 1024;
-        while (cap < t->len + (size_t)n + 1)
-            cap *= 2;
-        char *grown = realloc(t->data, cap);
-        if (grown == NULL) {
-            t->failed = true;
-            return;
-        }
-        t->data = grown;
-        t->cap = cap;
-    }
-}
-
 static enum MHD_Result handle(void *cls, struct MHD_Connection *conn, const char *url, const char *method,
                               const char *version, const char *upload_data, size_t *upload_data_size, void **req_cls)
 {
@@ -183,18 +146,18 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *conn, const char
             store_word = up == nodes.n ? "ok" : up > 0 ? "degraded" : "unreachable";
         }
         struct text body = {0};
-        text_add(&body, "{\"status\":\"%s\",\"store\":\"%s\",\"plans\":\"%s\"",
+        text_printf(&body, "{\"status\":\"%s\",\"store\":\"%s\",\"plans\":\"%s\"",
                  store && plans ? "ok" : "unavailable", store_word, plans ? "ok" : "unreachable");
         if (nodes.v != NULL) {
-            text_add(&body, ",\"nodes\":{");
+            text_printf(&body, ",\"nodes\":{");
             for (size_t i = 0; i < nodes.n; i++) {
                 char name[2 * NODE_NAME_MAX];
                 quoted_name(name, sizeof(name), nodes.v[i].name);
-                text_add(&body, "%s\"%s\":\"%s\"", i ? "," : "", name, nodes.v[i].up ? "ok" : "unreachable");
+                text_printf(&body, "%s\"%s\":\"%s\"", i ? "," : "", name, nodes.v[i].up ? "ok" : "unreachable");
             }
-            text_add(&body, "}");
+            text_printf(&body, "}");
         }
-        text_add(&body, "}");
+        text_printf(&body, "}");
         free(nodes.v);
         if (body.failed) {
             free(body.data);
@@ -211,22 +174,22 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *conn, const char
         if (nodes.v == NULL)
             return answer(conn, MHD_HTTP_OK, "text/plain; version=0.0.4", rendered, MHD_RESPMEM_MUST_FREE);
         struct text t = {0};
-        text_add(&t, "%s", rendered);
+        text_printf(&t, "%s", rendered);
         free(rendered);
-        text_add(&t, "# HELP tierproxy_store_node_errors_total Checks a Redis Cluster master could not answer "
+        text_printf(&t, "# HELP tierproxy_store_node_errors_total Checks a Redis Cluster master could not answer "
                      "(down, timed out), by node.\n# TYPE tierproxy_store_node_errors_total counter\n");
         for (size_t i = 0; i < nodes.n; i++) {
             char name[2 * NODE_NAME_MAX];
             quoted_name(name, sizeof(name), nodes.v[i].name);
-            text_add(&t, "tierproxy_store_node_errors_total{node=\"%s\"} %llu\n", name,
+            text_printf(&t, "tierproxy_store_node_errors_total{node=\"%s\"} %llu\n", name,
                      (unsigned long long)nodes.v[i].errors);
         }
-        text_add(&t, "# HELP tierproxy_store_node_up 1 while this proxy's connection to a Redis Cluster master "
+        text_printf(&t, "# HELP tierproxy_store_node_up 1 while this proxy's connection to a Redis Cluster master "
                      "answers.\n# TYPE tierproxy_store_node_up gauge\n");
         for (size_t i = 0; i < nodes.n; i++) {
             char name[2 * NODE_NAME_MAX];
             quoted_name(name, sizeof(name), nodes.v[i].name);
-            text_add(&t, "tierproxy_store_node_up{node=\"%s\"} %d\n", name, nodes.v[i].up ? 1 : 0);
+            text_printf(&t, "tierproxy_store_node_up{node=\"%s\"} %d\n", name, nodes.v[i].up ? 1 : 0);
         }
         free(nodes.v);
         if (t.failed) {

@@ -7,6 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "proxy/text.h"
+
 /* Distinct (plan, code) and (hit kind, plan) pairs kept per worker, which bounds the
  * memory and the scrape. Past it nothing is dropped: a pair not yet kept counts under
  * plan="_other" (no plan name starts with "_"), one series per code or hit kind, as a
@@ -160,44 +162,6 @@ void metrics_add_websockets(struct metrics *m, int delta)
     pthread_mutex_lock(&m->lock);
     m->websockets += delta;
     pthread_mutex_unlock(&m->lock);
-}
-
-/* A growable output string; on allocation failure it stays failed and renders NULL. */
-struct text {
-    char *data;
-    size_t len, cap;
-    int failed;
-};
-
-static void text_printf(struct text *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void text_printf(struct text *t, const char *fmt, ...)
-{
-    if (t->failed)
-        return;
-    for (;;) {
-        va_list ap;
-        va_start(ap, fmt);
-        int n = vsnprintf(t->data ? t->data + t->len : NULL, t->data ? t->cap - t->len : 0, fmt, ap);
-        va_end(ap);
-        if (n < 0) {
-            t->failed = 1;
-            return;
-        }
-        if (t->data != NULL && t->len + (size_t)n < t->cap) {
-            t->len += (size_t)n;
-            return;
-        }
-        size_t cap = t->cap ? t->cap * 2 : 4096;
-        while (cap <= t->len + (size_t)n)
-            cap *= 2;
-        char *grown = realloc(t->data, cap);
-        if (grown == NULL) {
-            t->failed = 1;
-            return;
-        }
-        t->data = grown;
-        t->cap = cap;
-    }
 }
 
 /* Plan names are catalog-checked, but a label value is escaped all the same. */
