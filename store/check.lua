@@ -125,11 +125,12 @@ local fmt = string.format   -- '%d' keeps integers exact (a number argument may 
 -- costs), or a weighted log. The same steps as sl_decide and sl_record below (and the
 -- verdict of a rejected request in the check), which do the rest (and all of it for other
 -- rules, when a quota's period starts, or when a quota would reject).
-local si, m1                                          -- the sliding-log rule; its last entry, once read
+local si, ci, m1                                      -- the sliding-log rule, a concurrency rule; the log's last entry
 if not peek then
   for i = 1, n do
     local g = byte(spec, RULE_LEN * i - RULE_LEN + 1)
     if g == 0 and not si then si = i
+    elseif g == 4 and not ci then ci = i
     elseif g ~= 5 then si = nil break end
   end
 end
@@ -137,8 +138,9 @@ end
 if si then
   local rate, burst, w, cost = unpack('>xI7I7I7I7', spec, RULE_LEN * si - RULE_LEN + 1)
   local k, c = KEYS[si], rate + burst
-  -- What an admitted request writes to the log (an LTRIM to, the tail, the TTL) and answers.
-  local trim, tail, expire, rem, reset
+  -- What an admitted request writes to the log (an LTRIM to, the tail, the TTL) and answers;
+  -- what the log answers when another rule refuses (nothing recorded).
+  local trim, tail, expire, rem, reset, nrem, nreset
   m1 = rpcall('LINDEX', k, '-1')
   if type(m1) == 'string' and #m1 == TAIL1_LEN and byte(m1, 1) == 1 and cost == 1 then
     local tn, wn, cnt, dead, j = unpack('>xI7I7I7I7B', m1)
@@ -186,7 +188,8 @@ if si then
           else
             tail = pack(HEAD1, 1, t, w, count + 1, dead, nk) .. sub(m1, 31, TAIL1_LEN)
           end
-          if count == 0 then o = t end
+          nrem, nreset = c - count, 0
+          if count == 0 then o = t else nreset = o + w - t end
           rem, reset = c - count - 1, o + w - t
         elseif n == 1 and count - c < nk then         -- rejected: wait for the (count - C + 1)th oldest
           if r then o = unpack('>xI7', r[rx + count - c + 1])
@@ -247,7 +250,8 @@ if si then
           else
             tail = pack(HEAD2, 2, t, cnew, w, count + 1, dead, base, nk) .. sub(m1, 45, TAIL2_LEN)
           end
-          if count == 0 then o = t end
+          nrem, nreset = c - used, 0
+          if count == 0 then o = t else nreset = o + w - t end
           rem, reset = c - used - cost, o + w - t
         elseif n == 1 and used + cost > c then        -- rejected: wait for the oldest entry reaching it
           local need = used + cost - c
@@ -269,18 +273,40 @@ if si then
       end
     end
   end
-  local out, ql, qrem, qreset                          -- the quotas' verdicts (one quota: ql, qrem, qreset)
+  -- The verdicts of the other rules: with more than two rules in out, else of the one in
+  -- ol, orem, oreset.
+  local out, ol, orem, oreset
+  if tail and n > 2 then
+    out = {now, 1}                                    -- made whole at once: a table that grows rehashes
+    for x = 3, 4 * n + 2 do out[x] = 0 end
+  end
+  local cw                                            -- the concurrency rule's lease TTL, once it allows
+  if tail and ci then
+    -- The leases live now (ZCOUNT), as the full check counts them. A refusal by them with no
+    -- quota beside is answered here (nothing recorded); beside quotas, by the full check.
+    local co = RULE_LEN * ci - RULE_LEN + 1
+    local cr, cb, cttl = unpack('>xI7I7I7', spec, co)
+    local cn = cr + cb
+    local live = rpcall('ZCOUNT', KEYS[ci], fmt('(%d', now), '+inf')
+    if type(live) ~= 'number' then
+      tail = nil                                      -- not a set of ours: the full check replaces it
+    elseif live >= cn then
+      if n == 2 and si == 1 then return pack(TWO, now, 0, 1, c, nrem, nreset, 0, cn, 0, 1000) end
+      if n == 2 then return pack(TWO, now, 0, 0, cn, 0, 1000, 1, c, nrem, nreset) end
+      tail = nil
+    else
+      cw = cttl
+      if out then out[4 * ci - 1], out[4 * ci], out[4 * ci + 1], out[4 * ci + 2] = 1, cn, cn - live - 1, 0
+      else ol, orem, oreset = cn, cn - live - 1, 0 end
+    end
+  end
   if tail and n > 1 then
     -- The quotas beside the log, in the period the proxy named (from, to: its clock's), when
     -- it holds now: one HINCRBY of the period's field each, whose answer decides. Undone
     -- (and the check made in full below) when a field was new (its period starts: written
     -- whole there), a quota would go over (decided there) or the period is not now's.
-    if n > 2 then
-      out = {now, 1}                                  -- made whole at once: a table that grows rehashes
-      for x = 3, 4 * n + 2 do out[x] = 0 end
-    end
     for i = 1, n do
-      if i ~= si then
+      if i ~= si and i ~= ci then
         local o = RULE_LEN * i - RULE_LEN + 1
         local _, qr, qb, _, qc, from, to = unpack(RULE, spec, o)
         local inc = qc == 1 and '1' or fmt('%d', qc)    -- (a number argument is formatted as %.17g: slower)
@@ -289,7 +315,7 @@ if si then
           if used == qc then call('HDEL', KEYS[i], sub(spec, o + 29, o + 42))
           elseif type(used) == 'number' then call('HINCRBY', KEYS[i], sub(spec, o + 29, o + 42), -qc) end
           for x = 1, i - 1 do                         -- (rare) the quotas taken before it: fields not new
-            if x ~= si then
+            if x ~= si and x ~= ci then
               local ox = RULE_LEN * x - RULE_LEN + 1
               call('HINCRBY', KEYS[x], sub(spec, ox + 29, ox + 42), -unpack('>I7', spec, ox + 22))
             end
@@ -298,7 +324,7 @@ if si then
           break
         end
         if out then out[4 * i - 1], out[4 * i], out[4 * i + 1], out[4 * i + 2] = 1, qr + qb, qr + qb - used, to - now
-        else ql, qrem, qreset = qr + qb, qr + qb - used, to - now end
+        else ol, orem, oreset = qr + qb, qr + qb - used, to - now end
       end
     end
   end
@@ -306,9 +332,15 @@ if si then
     if trim then call('LTRIM', k, trim, -1) end
     call('RPUSH', k, tail)
     if expire then call('PEXPIRE', k, 2 * w) end
+    if cw then                                        -- the lease, as the full check records it
+      local ck = KEYS[ci]
+      call('ZREMRANGEBYSCORE', ck, '-inf', fmt('%d', now))
+      call('ZADD', ck, fmt('%d', now + cw), ARGV[3])
+      if call('PTTL', ck) < cw then call('PEXPIRE', ck, fmt('%d', cw)) end
+    end
     if n == 1 then return pack(ONE, now, 1, 1, c, rem, reset) end
-    if n == 2 and si == 1 then return pack(TWO, now, 1, 1, c, rem, reset, 1, ql, qrem, qreset) end
-    if n == 2 then return pack(TWO, now, 1, 1, ql, qrem, qreset, 1, c, rem, reset) end
+    if n == 2 and si == 1 then return pack(TWO, now, 1, 1, c, rem, reset, 1, ol, orem, oreset) end
+    if n == 2 then return pack(TWO, now, 1, 1, ol, orem, oreset, 1, c, rem, reset) end
     local x = 4 * si
     out[x - 1], out[x], out[x + 1], out[x + 2] = 1, c, rem, reset
     return pack('>i7B' .. string.rep('Bi7i7i7', n), tunpack(out))

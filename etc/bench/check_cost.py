@@ -14,6 +14,8 @@ them (put_rules), a quota's period included. Rule sets (every rule admits every 
   sl_cost2        the same, each call costing 2
   sl+quota        the log and a quota of 10^9 a month
   sl+quota_cost2  both, each call costing 2
+  sl+conc         the log and a concurrency rule of 10^6 slots (each call takes a lease,
+                  none is given back: ZADD to a set that grows)
 
   etc/bench/check_cost.py [--script store/check.lua] [--calls 2000] [SET ...]
 """
@@ -30,12 +32,13 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-SLIDING_LOG, QUOTA, MONTH = 0, 5, 3
+SLIDING_LOG, CONCURRENCY, QUOTA, MONTH = 0, 4, 5, 3
 RULE_SETS = {
     "sl": [(SLIDING_LOG, 3000, 0, 60000, 1)],
     "sl_cost2": [(SLIDING_LOG, 3000, 0, 60000, 2)],
     "sl+quota": [(SLIDING_LOG, 3000, 0, 60000, 1), (QUOTA, 10**9, 0, MONTH, 1)],
     "sl+quota_cost2": [(SLIDING_LOG, 3000, 0, 60000, 2), (QUOTA, 10**9, 0, MONTH, 2)],
+    "sl+conc": [(SLIDING_LOG, 3000, 0, 60000, 1), (CONCURRENCY, 10**6, 0, 30000, 1)],
 }
 SUBJECTS = 300
 
@@ -131,7 +134,8 @@ def instructions_per_call(script, rules, calls):
                         n += 1
                         keys = ["bench:{%s}:%d" % (subject, i + 1) for i in range(len(rules))]
                         spec = packed_rules(rules, int(time.time() * 1000))
-                        batch.append(["EVALSHA", sha, len(keys)] + keys + [-1, spec])
+                        lease = ["lease-%d" % n] if any(r[0] == CONCURRENCY for r in rules) else []
+                        batch.append(["EVALSHA", sha, len(keys)] + keys + [-1, spec] + lease)
                     for reply in conn.pipeline(batch):
                         if not isinstance(reply, bytes) or len(reply) != 8 + 22 * len(rules) or reply[7] != 1:
                             raise RuntimeError("unexpected answer %r" % (reply,))

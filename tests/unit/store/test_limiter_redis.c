@@ -1653,10 +1653,11 @@ static void test_same_concurrency_exact(void **state)
 /* A random walk of checks (random subsets of a concurrency rule and two rate rules) and
  * releases over three subjects: both stores agree on every verdict. The lease TTL is far
  * longer than the walk's span, so that no lease expires in Redis. */
-static void test_same_concurrency_walk(void **state)
+/* log_beside: rule 2 a sliding log and rule 3 a daily quota (check.lua's short way for a
+ * log with a concurrency rule and quotas beside it); else two rate rules of random kinds. */
+static void concurrency_walk(struct fixture *f, unsigned seed, bool log_beside)
 {
-    struct fixture *f = *state;
-    srand(42);
+    srand(seed);
     struct limit_rule rules[3][3];
     for (int s = 0; s < 3; s++) {
         rules[s][0] = (struct limit_rule){.id = 210, .kind = LIMIT_CONCURRENCY, .rate = 1 + rand() % 4,
@@ -1664,6 +1665,11 @@ static void test_same_concurrency_walk(void **state)
         for (int j = 1; j < 3; j++)
             rules[s][j] = (struct limit_rule){.id = 210 + j, .kind = (enum limit_kind)(rand() % 4),
                                               .rate = 2 + rand() % 6, .burst = rand() % 2, .window_ms = 60000};
+        if (log_beside) {
+            rules[s][1].kind = LIMIT_SLIDING_LOG;
+            rules[s][2] = (struct limit_rule){.id = 212, .kind = LIMIT_QUOTA, .rate = 40 + rand() % 40,
+                                              .period = LIMIT_PERIOD_DAY};
+        }
     }
     struct held {
         int s, mask;
@@ -1703,6 +1709,9 @@ static void test_same_concurrency_walk(void **state)
     assert_int_equal(limiter_lease_count(f->mem), (size_t)nheld);
     assert_true(allowed > 50 && rejected_cc > 10);   /* the walk saw both outcomes */
 }
+
+static void test_same_concurrency_walk(void **state) { concurrency_walk(*state, 42, false); }
+static void test_same_concurrency_log_quota_walk(void **state) { concurrency_walk(*state, 43, true); }
 
 /* A rejected leased check writes nothing to Redis. */
 static void test_concurrency_rejected_writes_nothing(void **state)
@@ -2083,6 +2092,7 @@ int main(void)
         T(test_auth_select_unix),
         T(test_same_concurrency_exact),
         T(test_same_concurrency_walk),
+        T(test_same_concurrency_log_quota_walk),
         T(test_concurrency_rejected_writes_nothing),
         T(test_release_frees_slot),
         T(test_release_notify_waits_for_redis),
