@@ -280,14 +280,15 @@ if si then
     out = {now, 1}                                    -- made whole at once: a table that grows rehashes
     for x = 3, 4 * n + 2 do out[x] = 0 end
   end
-  local cw                                            -- the concurrency rule's lease TTL, once it allows
+  local cw, nows                                      -- the concurrency rule's lease TTL once it allows; now as text
   if tail and ci then
     -- The leases live now (ZCOUNT), as the full check counts them. A refusal by them with no
     -- quota beside is answered here (nothing recorded); beside quotas, by the full check.
     local co = RULE_LEN * ci - RULE_LEN + 1
     local cr, cb, cttl = unpack('>xI7I7I7', spec, co)
     local cn = cr + cb
-    local live = rpcall('ZCOUNT', KEYS[ci], fmt('(%d', now), '+inf')
+    nows = fmt('%d', now)
+    local live = rpcall('ZCOUNT', KEYS[ci], '(' .. nows, '+inf')
     if type(live) ~= 'number' then
       tail = nil                                      -- not a set of ours: the full check replaces it
     elseif live >= cn then
@@ -334,7 +335,7 @@ if si then
     if expire then call('PEXPIRE', k, 2 * w) end
     if cw then                                        -- the lease, as the full check records it
       local ck = KEYS[ci]
-      call('ZREMRANGEBYSCORE', ck, '-inf', fmt('%d', now))
+      call('ZREMRANGEBYSCORE', ck, '-inf', nows)
       call('ZADD', ck, fmt('%d', now + cw), ARGV[3])
       if call('PTTL', ck) < cw then call('PEXPIRE', ck, fmt('%d', cw)) end
     end
