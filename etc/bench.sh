@@ -44,7 +44,7 @@
 # (INFO commandstats, INFO cpu), SQLite statements per request (an LD_PRELOAD counter,
 # etc/bench/sqlite_count.c, in both tierproxy processes), a verdict per target P1-P7, and
 # one per target S1-S6 of issue 15 (against floor_proxy_opt and nginx_lua_redis; S5 from
-# the P7 runs; S6 is etc/ws_idle.py's, not measured here).
+# the P7 runs; S6 from etc/ws_idle.py, run once after the cycles: WS_IDLE=1).
 # A run during which processes not ours (or the hypervisor: steal) took more than BUSY_PCT %
 # of a core is "disturbed" and repeated, up to MAX_RETRY times.
 #
@@ -56,6 +56,7 @@
 #   DURATION=10 WARMUP=2 CYCLES=3 CONNS=64 P7_CONNS=2*CONNS THREADS=1
 #   ROWS="direct nginx_proxy nginx_lua_redis floor_proxy_opt tierproxy_memory tierproxy_redis"
 #   P7=1 (0: skip the P7 runs, and so S5)
+#   WS_IDLE=1 WS_IDLE_N=9900 (0: skip etc/ws_idle.py's idle WebSockets, and so S6)
 #   BUSY_PCT=15 MAX_RETRY=2 RETRY_PAUSE=10 QUIET_MAX=60 (s to wait for a quiet box at start)
 #   UPSTREAM=auto|nginx|builtin   BUILD_DIR=build NO_BUILD=0   TIERPROXY_BIN TIERCTL_BIN
 #   BENCH_PLAN_FLAGS="--quota 1000000000/month" (more LIMIT-FLAGS for plan bench)
@@ -91,6 +92,8 @@ P7_CONNS=${P7_CONNS:-$((2 * CONNS))}
 THREADS=${THREADS:-1}
 ROWS=${ROWS:-"direct nginx_proxy nginx_lua_redis floor_proxy_opt tierproxy_memory tierproxy_redis"}
 P7=${P7:-1}
+WS_IDLE=${WS_IDLE:-1}
+WS_IDLE_N=${WS_IDLE_N:-9900}
 BUSY_PCT=${BUSY_PCT:-15}
 MAX_RETRY=${MAX_RETRY:-2}
 RETRY_PAUSE=${RETRY_PAUSE:-10}
@@ -712,6 +715,16 @@ for cycle in $(seq 1 "$CYCLES"); do
   for row in "${P7_TARGETS[@]}"; do measure "$cycle" "${row}@429" "$row" "$CONNS" "$DENYFILE"; done
 done
 
+# ------------------------------------------------------------------ S6: idle WebSockets
+# etc/ws_idle.py starts its own upstream and tierproxy (memory store, one worker) with the
+# binaries under test, holds WS_IDLE_N idle tunnels and reads the proxy's RSS and CPU.
+WS_IDLE_OUT=$RESULTS_DIR/ws_idle.txt
+if [[ $WS_IDLE == 1 ]] && want tierproxy_memory; then
+  log "S6: $WS_IDLE_N idle WebSockets through one tierproxy (etc/ws_idle.py)"
+  "$PY" "$ROOT/etc/ws_idle.py" -n "$WS_IDLE_N" --workers 1 --proxy-bin "$TIERPROXY_BIN" \
+    --tierctl-bin "$TIERCTL_BIN" >"$WS_IDLE_OUT" 2>&1 || log "etc/ws_idle.py exited with $? (see $WS_IDLE_OUT)"
+fi
+
 # ------------------------------------------------------------------ report
 META=$RESULTS_DIR/meta.txt
 {
@@ -725,6 +738,12 @@ META=$RESULTS_DIR/meta.txt
   printf 'conns=%s\np7_conns=%s\nbusy_pct=%s\nmax_retry=%s\nnproc=%s\nresults=%s\nduration=%s\n' "$CONNS" "$P7_CONNS" "$BUSY_PCT" "$MAX_RETRY" "$NPROC" "$RESULTS_DIR" "$DURATION"
   printf 'active=%s\n' "${ACTIVE[*]}"
   printf 'p7_targets=%s\n' "${P7_TARGETS[*]}"
+  if [[ -s $WS_IDLE_OUT ]]; then
+    printf 'ws_idle.opened=%s\n' "$(sed -n 's/^connections opened *: \([0-9]*\) of \([0-9]*\).*/\1 \2/p' "$WS_IDLE_OUT")"
+    printf 'ws_idle.bytes=%s\n' "$(sed -n 's/^per connection *: .*(\([0-9]*\) bytes).*/\1/p' "$WS_IDLE_OUT")"
+    printf 'ws_idle.cpu=%s\n' "$(sed -n 's/^CPU while idle *: \([0-9.]*\) s over \([0-9.]*\) s.*/\1 \2/p' "$WS_IDLE_OUT")"
+    printf 'ws_idle.echo=%s\n' "$(sed -n 's/^echo first\/last *: //p' "$WS_IDLE_OUT")"
+  fi
   for row in "${ACTIVE[@]}"; do printf 'desc.%s=%s\n' "$row" "${DESC_OF[$row]}"; done
   for row in "${!SKIP_WHY[@]}"; do printf 'skip.%s=%s\n' "$row" "${SKIP_WHY[$row]}"; done
   printf 'desc.upstream=%s\n' "$UP_DESC"

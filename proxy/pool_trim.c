@@ -163,6 +163,8 @@ void pool_trim_upgraded(struct pool_trim *t, struct MHD_Connection *conn)
     if (cp == NULL || cp->start == 0)
         return;
     unqueue(t, cp);
-    give_back(t, cp);
+    /* All of it, not only its zero pages: what it holds (the handshake's head and the
+     * bytes read past it, the 101's head) is read by no one again (see the header). */
+    (void)madvise((void *)cp->start, FORWARD_CLIENT_POOL_BYTES & ~(t->page - 1), MADV_DONTNEED);
     cp->start = 0; /* the tunnel's buffers are its own now: nothing more to trim */
 }

@@ -665,6 +665,12 @@ static void on_ws_switching(void *owner, struct MHD_Response *resp)
 {
     struct request *r = owner;
     give_upstream_place(r);   /* the handshake is answered; an open tunnel is not in flight */
+    /* The method and the header fields are libmicrohttpd's, in the connection's pool, which
+     * the tunnel gives back (pool_trim_upgraded); the access line at its end still names the
+     * method, and only a GET is upgraded (ws_is_upgrade). */
+    r->method = "GET";
+    r->headers = NULL;
+    r->n_headers = 0;
     add_ratelimit_headers(r, resp);
     r->refs++; /* the tunnel's, until on_ws_closed */
     request_set_pending(r, MHD_HTTP_SWITCHING_PROTOCOLS, resp);

@@ -506,7 +506,6 @@ static void on_upgraded(void *cls, struct MHD_Connection *connection, void *req_
 {
     struct ws_tunnel *t = cls;
     t->urh = urh;
-    pool_trim_upgraded(t->ctx->pool_trim, connection);
     t->client = bufferevent_socket_new(t->ctx->base, sock, 0);
     if (t->client == NULL || t->up == NULL || t->state != TUNNEL_WAIT_UPGRADE) {
         tunnel_closed(t);
@@ -534,8 +533,11 @@ static void on_upgraded(void *cls, struct MHD_Connection *connection, void *req_
             tunnel_closed(t);
             return;
         }
-        pump_client(t, in);
     }
+    /* extra_in lives in the pool: given back once it is copied */
+    pool_trim_upgraded(t->ctx->pool_trim, connection);
+    if (extra_in_size > 0)
+        pump_client(t, bufferevent_get_input(t->client));
     /* Frames the upstream sent right after its 101. */
     if (t->state == TUNNEL_OPEN && evbuffer_get_length(bufferevent_get_input(t->up)) > 0)
         on_up_open_read(t->up, t);

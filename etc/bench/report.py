@@ -382,11 +382,22 @@ def main():
                           f"{store}: proxy CPU of a 429 vs a forward", cpu))
     s_verdict("S5", f"offered 2× the connections, goodput ≥ {SPEED['S5_goodput']}× of -c{conns} on both stores; a 429 "
               f"costs ≤ {SPEED['S5_429']}× a forward", parts)
-    w(f"- **S6** an idle WebSocket tunnel ≤ {SPEED['S6_rss_bytes'] // 1024} KiB ({SPEED['S6_rss_bytes']:,} bytes) of "
-      "proxy RSS at 9,900 tunnels, 0 CPU idle: **not measured here** (etc/bench.sh runs no WebSocket load; "
-      "`/usr/bin/python3 etc/ws_idle.py -n 9900 --workers 1` measures the proxy's RSS per idle tunnel and its CPU "
-      "over an idle period; its own pass mark is issue 5's 24,000 bytes, so read S6 from its bytes-per-connection "
-      "figure)")
+    s6 = f"an idle WebSocket tunnel ≤ {SPEED['S6_rss_bytes'] // 1024} KiB ({SPEED['S6_rss_bytes']:,} bytes) of " \
+         "proxy RSS at 9,900 tunnels, 0 CPU idle"
+    opened, nbytes, idle = meta.get("ws_idle.opened", "").split(), meta.get("ws_idle.bytes", ""), \
+        meta.get("ws_idle.cpu", "").split()
+    if len(opened) == 2 and nbytes and len(idle) == 2:
+        held, want = int(opened[0]), int(opened[1])
+        cpu_s, idle_s = float(idle[0]), float(idle[1])
+        # /proc/PID/stat counts in clock ticks (10 ms): one tick per 10 s idle is noise
+        ok = held == want and meta.get("ws_idle.echo") == "ok" and \
+            int(nbytes) <= SPEED["S6_rss_bytes"] and cpu_s <= 0.010 * max(1.0, idle_s / 10)
+        verdict("S6", s6, ok, f"{held} of {want} tunnels open, echo {meta.get('ws_idle.echo') or '?'}, "
+                f"{int(nbytes):,} bytes of proxy RSS each, {cpu_s:.3f} s CPU over {idle_s:.0f} s idle "
+                "(etc/ws_idle.py, memory store, one worker: ws_idle.txt)")
+    else:
+        verdict("S6", s6, None, "etc/ws_idle.py not run (WS_IDLE=0, no tierproxy_memory row) or its output "
+                "not understood: see ws_idle.txt")
     w("")
     w("Every S ratio is the median of per-cycle ratios of the two rows (both measured in the same cycle), "
       "as for P1–P3; CPU per request is the proxy's process group (/proc) ÷ requests wrk counted. The peer "

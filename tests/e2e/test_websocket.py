@@ -500,3 +500,28 @@ def test_tunnel_on_a_kept_alive_connection_after_empty_lines(catalog, proxies, w
     finally:
         ws.close()
     assert p.get("/x", key=key).status == 200
+
+
+def test_tunnel_access_line_names_its_handshake_after_the_pool_is_given_back(catalog, proxies, ws_upstream):
+    """An open tunnel gives its libmicrohttpd pool back to the system (S6 of issue 15): its
+    access line, written when it closes, still names the handshake's method, target, user
+    and 101, and frames sent with the handshake still arrive."""
+    import socket
+    from fleet_helpers import encode_frame, ws_finish, ws_handshake_bytes
+    user, key = ws_plan(catalog, "wslog")
+    p = proxies.start(catalog, store="memory", upstream=ws_upstream, proxy={"workers": 1})
+    s = socket.create_connection(("127.0.0.1", p.port), timeout=10 * SLOW)
+    s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    s.sendall(ws_handshake_bytes("/ws/logged?room=7", key) + encode_frame(OP_TEXT, b"eager"))
+    w = ws_finish(s)
+    try:
+        assert w.recv_message() == (OP_TEXT, b"eager")
+        for i in range(3):
+            assert_echo(w, "through a given-back pool %d" % i)
+    finally:
+        w.close()
+    lines = wait_until(lambda: [ln for ln in p.access_log_lines() if ln.get("status") == 101], 10 * SLOW)
+    assert lines and len(lines) == 1, p.access_log_lines()
+    ln = lines[0]
+    assert (ln.get("method"), ln.get("path"), ln.get("user"), ln.get("plan")) == \
+        ("GET", "/ws/logged?room=7", user, "wslog"), ln
