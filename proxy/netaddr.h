@@ -25,7 +25,8 @@ bool cidr_match_text(const struct cidr *ranges, size_t n, const char *text, size
  * when host is not an IP address. */
 int sockaddr_from_ip_port(const char *host, uint16_t port, struct sockaddr_storage *ss);
 
-/* Writes the address (without port) of sa as text. Returns buf, or "" when unknown. */
+/* Writes the address (without port) of sa as text. Returns buf, or "" when unknown or when
+ * buflen is too small (an IPv4 address needs INET_ADDRSTRLEN, an IPv6 one INET6_ADDRSTRLEN). */
 const char *sockaddr_to_text(const struct sockaddr *sa, char *buf, size_t buflen);
 
 /* The client named by an X-Forwarded-For list that a trusted peer sent: the right-most

@@ -161,28 +161,45 @@ static int fmt_fits(int r, size_t size)
     return (r >= 0 && (size_t)r < size) ? 0 : -1;
 }
 
+/* Writes v (>= 0) in decimal with its NUL into buf, which holds at least 21 bytes; returns
+ * its length. The draft headers' four numbers go out on every forwarded request: snprintf
+ * cost about 0.9k instructions each (etc/bench/proxy_cost.py). */
+static size_t put_decimal(char *buf, int64_t v)
+{
+    char digits[20];
+    size_t n = 0;
+    uint64_t u = v < 0 ? 0 : (uint64_t)v;
+    do {
+        digits[n++] = (char)('0' + u % 10);
+        u /= 10;
+    } while (u != 0);
+    for (size_t i = 0; i < n; i++)
+        buf[i] = digits[n - 1 - i];
+    buf[n] = '\0';
+    return n;
+}
+
 /* Adds RateLimit-Limit, -Remaining and -Reset, and writes the draft's RateLimit-Policy
  * item into policy (the caller adds it, joined with the ietf items when both styles are
- * on). Returns 0, or -1 when a value did not fit (nothing added). */
+ * on). Returns 0, or -1 when policy cannot hold it (nothing added). */
 static int render_draft(const struct ratelimit_item *it, char *policy, size_t policy_size,
                         header_add_fn *add, void *arg)
 {
     char limit[24], remaining[24], reset[24];
     int64_t l = clamp_nonneg(it->limit, INT64_MAX);
-    int r1, r2, r3, r4;
 
-    r1 = snprintf(limit, sizeof(limit), "%" PRId64, l);
-    r2 = snprintf(remaining, sizeof(remaining), "%" PRId64, clamp_nonneg(it->remaining, l));
-    r3 = snprintf(reset, sizeof(reset), "%" PRId64, ms_to_s_ceil(it->reset_ms));
-    if (it->concurrency || it->window_ms <= 0)
-        r4 = snprintf(policy, policy_size, "%" PRId64, l);
-    else
-        r4 = snprintf(policy, policy_size, "%" PRId64 ";w=%" PRId64, l,
-                      ms_to_s_ceil(it->window_ms));
-    if (fmt_fits(r1, sizeof(limit)) || fmt_fits(r2, sizeof(remaining)) ||
-        fmt_fits(r3, sizeof(reset)) || fmt_fits(r4, policy_size)) {
-        policy[0] = '\0';
+    if (policy_size < 2 * 21 + 3) {   /* "<limit>;w=<seconds>" */
+        if (policy_size > 0)
+            policy[0] = '\0';
         return -1;
+    }
+    put_decimal(limit, l);
+    put_decimal(remaining, clamp_nonneg(it->remaining, l));
+    put_decimal(reset, ms_to_s_ceil(it->reset_ms));
+    size_t n = put_decimal(policy, l);
+    if (!it->concurrency && it->window_ms > 0) {
+        memcpy(policy + n, ";w=", 3);
+        put_decimal(policy + n + 3, ms_to_s_ceil(it->window_ms));
     }
     add(arg, "RateLimit-Limit", limit);
     add(arg, "RateLimit-Remaining", remaining);

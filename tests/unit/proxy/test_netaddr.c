@@ -236,6 +236,36 @@ static void test_sockaddr_to_text(void **state)
     assert_string_equal(sockaddr_to_text((struct sockaddr *)&a4, NULL, 0), "");
 }
 
+/* IPv4 text is written without inet_ntop: it says what inet_ntop says, for every octet
+ * value in every position, plain and v4-mapped. */
+static void test_sockaddr_to_text_ipv4_as_inet_ntop(void **state)
+{
+    char buf[64], want[INET_ADDRSTRLEN];
+    struct sockaddr_in a4 = sin4("0.0.0.0");
+    struct sockaddr_in6 m6 = sin6("::ffff:0.0.0.0");
+    uint32_t x = 2463534242u;                     /* xorshift: many mixed addresses */
+    for (unsigned i = 0; i < 256 * 4 + 20000; i++) {
+        uint8_t a[4];
+        if (i < 256 * 4) {                        /* octet i % 256 in position i / 256 */
+            memset(a, i % 3 == 0 ? 0 : 255, sizeof(a));
+            a[i / 256] = (uint8_t)(i % 256);
+        } else {
+            x ^= x << 13;
+            x ^= x >> 17;
+            x ^= x << 5;
+            memcpy(a, &x, sizeof(a));
+        }
+        memcpy(&a4.sin_addr, a, 4);
+        memcpy(m6.sin6_addr.s6_addr + 12, a, 4);
+        assert_non_null(inet_ntop(AF_INET, a, want, sizeof(want)));
+        assert_string_equal(sockaddr_to_text((struct sockaddr *)&a4, buf, sizeof(buf)), want);
+        assert_string_equal(sockaddr_to_text((struct sockaddr *)&m6, buf, sizeof(buf)), want);
+    }
+    /* the longest address fits the size inet_ntop asks for, exactly */
+    a4 = sin4("255.255.255.255");
+    assert_string_equal(sockaddr_to_text((struct sockaddr *)&a4, buf, INET_ADDRSTRLEN), "255.255.255.255");
+}
+
 static void test_xff_client_address(void **state)
 {
     (void)state;
@@ -287,6 +317,7 @@ int main(void)
         cmocka_unit_test(test_match_other_families),
         cmocka_unit_test(test_match_text),
         cmocka_unit_test(test_sockaddr_to_text),
+        cmocka_unit_test(test_sockaddr_to_text_ipv4_as_inet_ntop),
         cmocka_unit_test(test_xff_client_address),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -211,6 +211,31 @@ static void test_draft_rounding(void **state)
     assert_header(&c, 2, "RateLimit-Reset", "0");
 }
 
+static void test_draft_extremes(void **state)
+{
+    struct captured c;
+    /* the widest numbers there are, and zeros: every digit written, none cut */
+    struct ratelimit_item it = {"p", INT64_MAX, INT64_MAX, INT64_MAX, INT64_MAX, false, false};
+    render(&c, HEADERS_DRAFT, &it, 1, 0);
+    assert_int_equal(c.n, 4);
+    assert_header(&c, 0, "RateLimit-Limit", "9223372036854775807");
+    assert_header(&c, 1, "RateLimit-Remaining", "9223372036854775807");
+    assert_header(&c, 2, "RateLimit-Reset", "9223372036854776");
+    assert_header(&c, 3, "RateLimit-Policy", "9223372036854775807;w=9223372036854776");
+    it = (struct ratelimit_item){"p", 0, 0, 0, 10, false, true};
+    render(&c, HEADERS_DRAFT, &it, 1, 0);
+    assert_header(&c, 0, "RateLimit-Limit", "0");
+    assert_header(&c, 1, "RateLimit-Remaining", "0");
+    assert_header(&c, 2, "RateLimit-Reset", "0");
+    assert_header(&c, 3, "RateLimit-Policy", "0;w=1");
+    it = (struct ratelimit_item){"p", 1000000, 999999, 999, 1000, false, false};
+    render(&c, HEADERS_DRAFT, &it, 1, 0);
+    assert_header(&c, 0, "RateLimit-Limit", "1000000");
+    assert_header(&c, 1, "RateLimit-Remaining", "999999");
+    assert_header(&c, 2, "RateLimit-Reset", "1");
+    assert_header(&c, 3, "RateLimit-Policy", "1000000;w=1");
+}
+
 static void test_ietf(void **state)
 {
     struct captured c;
@@ -365,6 +390,7 @@ int main(void)
         cmocka_unit_test(test_draft),
         cmocka_unit_test(test_draft_closest_item),
         cmocka_unit_test(test_draft_rounding),
+        cmocka_unit_test(test_draft_extremes),
         cmocka_unit_test(test_ietf),
         cmocka_unit_test(test_ietf_every_item),
         cmocka_unit_test(test_ietf_names_are_sf_strings),
