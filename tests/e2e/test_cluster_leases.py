@@ -205,3 +205,38 @@ def test_a_slot_given_back_during_a_failover_is_free_after_it(catalog, proxies, 
     finally:
         for w in held + extra:
             w.close()
+
+
+def test_sigterm_gives_back_the_slots_of_requests_cut_at_the_drain_deadline(catalog, proxies, redis_cluster,
+                                                                           ws_upstream):
+    """SIGTERM while requests outlive the drain (the upstream never answers), one user on each
+    master: what the proxy still holds at the drain deadline goes back on every master (one
+    release call per master) before it exits, long before the lease TTL. Those requests are
+    cut, not ended: no release of their own gives the slots back."""
+    import socket
+    from fleet_helpers import http_send
+    catalog.plan("cdrain", "--rate", "100000/min", "--concurrency", "1")
+    users = users_on_each_master(catalog, redis_cluster, "cdrain", "d")
+    a, b = cluster_fleet(proxies, catalog, redis_cluster, ws_upstream, lease_ttl_ms=120000)
+    held = []
+    try:
+        for _, _, key in users:
+            s = socket.create_connection(("127.0.0.1", a.port), timeout=30)
+            http_send(s, "GET", "/hang", key=key)
+            held.append(s)
+        for port, user, key in users:
+            assert wait_stat(ws_upstream, "open", user, 1) == 1, \
+                "the hanging request of %s (master :%d) never arrived" % (user, port)
+            check_concurrency_429(b.get("/slow/0", key=key))
+        t0 = time.monotonic()
+        a.signal(signal.SIGTERM)
+        a.proc.wait(40 * SLOW)
+        assert a.proc.returncode == 0, a.stderr()[-2000:]
+        for port, user, key in users:
+            r = b.get("/slow/0", key=key)
+            assert r.status == 200, "user %s (master :%d): the slot of the request cut at the drain deadline " \
+                "is not back %.1f s after SIGTERM (lease_ttl_ms 120000): %r" % (user, port, time.monotonic() - t0, r)
+    finally:
+        for s in held:
+            s.close()
+

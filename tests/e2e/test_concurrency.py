@@ -274,3 +274,24 @@ def test_slot_back_after_client_abort_mid_upload(catalog, proxies, redis, ws_ups
     ok = wait_until(lambda: b.get("/slow/0", key=key).status == 200 and
                     a.get("/slow/0", key=key).status == 200, 3 * SLOW, 0.1)
     assert ok, "a slot stayed taken after a client gave up mid-upload"
+
+
+def test_sigterm_gives_back_the_slots_of_requests_cut_at_the_drain_deadline(catalog, proxies, redis, ws_upstream):
+    """SIGTERM while requests outlive the drain (the upstream never answers): what the proxy
+    still holds at the drain deadline goes back in one call before it exits, long before the
+    lease TTL. Those requests are cut, not ended: no release of their own gives the slot back."""
+    user, key = conc_plan(catalog, 1, "concdrain")
+    a, b = fleet(proxies, catalog, redis, ws_upstream, limits={"lease_ttl_ms": 120000})
+    held = start_held(a.port, "/hang", key)
+    try:
+        assert wait_stat(ws_upstream, "open", user, 1) == 1, "the hanging request never arrived"
+        check_concurrency_429(b.get("/slow/0", key=key))
+        t0 = time.monotonic()
+        a.signal(__import__("signal").SIGTERM)
+        a.proc.wait(40 * SLOW)
+        assert a.proc.returncode == 0, a.stderr()[-2000:]
+        r = b.get("/slow/0", key=key)
+        assert r.status == 200, "the slot of the request cut at the drain deadline is not back %.1f s " \
+            "after SIGTERM (lease_ttl_ms 120000): %r" % (time.monotonic() - t0, r)
+    finally:
+        held.close()
