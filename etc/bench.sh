@@ -698,7 +698,10 @@ declare -a P7_TARGETS=()
 if [[ $P7 == 1 ]]; then
   for row in tierproxy_memory tierproxy_redis; do [[ -n ${PORT_OF[$row]:-} ]] && P7_TARGETS+=("$row"); done
 fi
-nruns=$(( ${#ACTIVE[@]} + 2 * ${#P7_TARGETS[@]} ))
+# the floor at -c$P7_CONNS too: what the design itself keeps of its goodput under twice the load
+P7_FLOOR=""
+[[ $P7 == 1 && -n ${PORT_OF[floor_proxy_opt]:-} ]] && P7_FLOOR=floor_proxy_opt
+nruns=$(( ${#ACTIVE[@]} + 2 * ${#P7_TARGETS[@]} + (${#P7_FLOOR} > 0 ? 1 : 0) ))
 log "$CYCLES cycles x $nruns runs x $((WARMUP + DURATION)) s: about $(( CYCLES * nruns * (WARMUP + DURATION + 1) / 60 + 1 )) min"
 for cycle in $(seq 1 "$CYCLES"); do
   log "cycle $cycle/$CYCLES"
@@ -712,6 +715,7 @@ for cycle in $(seq 1 "$CYCLES"); do
   fi
   for row in "${order[@]}"; do measure "$cycle" "$row" "$row" "$CONNS" "${KEYFILE_OF[$row]:-$KEYFILE}"; done
   for row in "${P7_TARGETS[@]}"; do measure "$cycle" "${row}@c$P7_CONNS" "$row" "$P7_CONNS" "$KEYFILE"; done
+  [[ -n $P7_FLOOR ]] && measure "$cycle" "$P7_FLOOR@c$P7_CONNS" "$P7_FLOOR" "$P7_CONNS" "$KEYFILE"
   for row in "${P7_TARGETS[@]}"; do measure "$cycle" "${row}@429" "$row" "$CONNS" "$DENYFILE"; done
 done
 
@@ -738,6 +742,7 @@ META=$RESULTS_DIR/meta.txt
   printf 'conns=%s\np7_conns=%s\nbusy_pct=%s\nmax_retry=%s\nnproc=%s\nresults=%s\nduration=%s\n' "$CONNS" "$P7_CONNS" "$BUSY_PCT" "$MAX_RETRY" "$NPROC" "$RESULTS_DIR" "$DURATION"
   printf 'active=%s\n' "${ACTIVE[*]}"
   printf 'p7_targets=%s\n' "${P7_TARGETS[*]}"
+  printf 'p7_floor=%s\n' "$P7_FLOOR"
   if [[ -s $WS_IDLE_OUT ]]; then
     printf 'ws_idle.opened=%s\n' "$(sed -n 's/^connections opened *: \([0-9]*\) of \([0-9]*\).*/\1 \2/p' "$WS_IDLE_OUT")"
     printf 'ws_idle.bytes=%s\n' "$(sed -n 's/^per connection *: .*(\([0-9]*\) bytes).*/\1/p' "$WS_IDLE_OUT")"

@@ -139,7 +139,9 @@ def main():
     w("")
     w("| run | proxy µs | upstream µs | redis-server µs | wrk µs | proxy % | upstream % | redis % | wrk % | other procs % | steal % | repeated / disturbed but kept |")
     w("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
-    names = active + [f"{t}@c{p7c}" for t in p7] + [f"{t}@429" for t in p7]
+    p7_floor = meta.get("p7_floor", "")
+    names = active + [f"{t}@c{p7c}" for t in p7] + ([f"{p7_floor}@c{p7c}"] if p7_floor else []) + \
+        [f"{t}@429" for t in p7]
     for run in names:
         if not R.has(run):
             continue
@@ -230,7 +232,7 @@ def main():
         w("")
         w(f"| store | goodput -c{conns} | goodput -c{p7c} | ratio | p99 ms -c{conns} | p99 ms -c{p7c} |")
         w("|---|---:|---:|---:|---:|---:|")
-        for t in p7:
+        for t in p7 + ([p7_floor] if p7_floor else []):
             hi = f"{t}@c{p7c}"
             w(f"| {t} | {f(R.med(t, 'goodput'), '{:.0f}')} | {f(R.med(hi, 'goodput'), '{:.0f}')} "
               f"| {f(R.ratio(hi, t, 'goodput'), '{:.2f}')} | {ms(R.med(t, 'p99_us'))} | {ms(R.med(hi, 'p99_us'))} |")
@@ -380,6 +382,10 @@ def main():
                           f"{store}: goodput at -c{p7c} vs -c{conns}", gput))
         parts.append(part(f"{t}@429", t, "us_proxy", SPEED["S5_429"], False,
                           f"{store}: proxy CPU of a 429 vs a forward", cpu))
+    if p7_floor and R.has(f"{p7_floor}@c{p7c}"):
+        g = R.ratio(f"{p7_floor}@c{p7c}", p7_floor, "goodput")
+        parts.append((True, f"for reference, {p7_floor}'s own goodput at -c{p7c} vs -c{conns}: "
+                            f"{g:.2f}×" if g is not None else f"{p7_floor} at -c{p7c}: no ratio"))
     s_verdict("S5", f"offered 2× the connections, goodput ≥ {SPEED['S5_goodput']}× of -c{conns} on both stores; a 429 "
               f"costs ≤ {SPEED['S5_429']}× a forward", parts)
     s6 = f"an idle WebSocket tunnel ≤ {SPEED['S6_rss_bytes'] // 1024} KiB ({SPEED['S6_rss_bytes']:,} bytes) of " \
