@@ -21,11 +21,10 @@ every connection is closed (close frame 1000) and the proxy's RSS is shown once 
 
 The target (issue 15, S6; issue 5 asked 24 KB): N = 10,000 through one proxy at no more
 than 12 KiB (12,288 bytes) of proxy RSS each, and no CPU while idle -- at most one clock
-tick (the resolution of
-/proc/PID/stat, usually 10 ms) per 10 s of the idle period. The exit status is 0 when every
-connection opened, echoed, and the target was met; 1 otherwise; 2 when N cannot be held
-here at all (RLIMIT_NOFILE: the proxy needs two descriptors per connection). Standard
-library only.
+tick (the resolution of /proc/PID/stat, usually 10 ms) per 10 s of the idle period. The
+exit status is 0 when every connection opened, echoed, and the target was met; 1
+otherwise; 2 when N cannot be held here at all (RLIMIT_NOFILE: the proxy needs two
+descriptors per connection). Standard library only.
 """
 import argparse
 import asyncio
