@@ -15,8 +15,8 @@ import time
 
 import pytest
 
-from conftest import (SLOW, Client, assert_json_error, free_port, http_request, port_open,
-                      read_answer, wait_until, write_ini)
+from conftest import (SLOW, Client, assert_json_error, free_port, freeze_process, http_request,
+                      port_open, read_answer, wait_until, write_ini)
 from fault_helpers import (UpstreamOnPort, cpu_s, fd_count, finish_wrk, metric, raw_socket,
                            rss_kb, start_with_nofile, start_wrk)
 from fleet_helpers import fleet, http_read, http_send, ws_upstream  # noqa: F401
@@ -189,7 +189,7 @@ def test_upstream_hung_is_504_and_proxy_stays_responsive(catalog, proxies, tmp_p
     try:
         p = proxies.start(catalog, upstream=up.url, proxy={"upstream_timeout_ms": 1000})
         assert p.get("/before", key=key).status == 200
-        os.kill(up.proc.pid, signal.SIGSTOP)       # the whole upstream stops answering
+        freeze_process(up.proc.pid)                # the whole upstream stops answering
         t_freeze = time.monotonic()
         out = [None] * 12
 
