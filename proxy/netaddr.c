@@ -1,6 +1,8 @@
 /* IPv4/IPv6 addresses and CIDR ranges. No I/O, no allocation. */
 #include "proxy/netaddr.h"
 
+#include "proxy/decimal.h"
+
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netinet/in.h>
@@ -184,21 +186,17 @@ bool cidr_match_text(const struct cidr *ranges, size_t n, const char *text, size
     return false;
 }
 
-/* a.b.c.d of a (network order) into buf (at least INET_ADDRSTRLEN bytes): inet_ntop's
- * sprintf cost about 0.9k instructions, and this runs twice per forwarded request (the
- * client address and X-Forwarded-For). */
+/* a.b.c.d of a (network order) into buf (at least INET_ADDRSTRLEN bytes), without
+ * inet_ntop's sprintf: this runs twice per forwarded request (the client address and
+ * X-Forwarded-For). */
 static void ipv4_to_text(const uint8_t a[4], char *buf)
 {
     char *p = buf;
     for (int i = 0; i < 4; i++) {
-        unsigned v = a[i];
-        if (v >= 100)
-            *p++ = (char)('0' + v / 100);
-        if (v >= 10)
-            *p++ = (char)('0' + v / 10 % 10);
-        *p++ = (char)('0' + v % 10);
-        *p++ = i < 3 ? '.' : '\0';
+        p += decimal_write(p, a[i]);
+        *p++ = '.';
     }
+    p[-1] = '\0';
 }
 
 const char *sockaddr_to_text(const struct sockaddr *sa, char *buf, size_t buflen)

@@ -40,11 +40,17 @@ static bool page_is_zero(const unsigned char *p, size_t len)
     return p[0] == 0 && memcmp(p, p + 1, len - 1) == 0;
 }
 
+/* The pool's whole pages: what madvise may give back. */
+static uintptr_t pool_pages_bytes(const struct pool_trim *t)
+{
+    return FORWARD_CLIENT_POOL_BYTES & ~(t->page - 1);
+}
+
 /* Drops the pool's pages that are all zeros, in runs: one madvise per run. */
 static void give_back(const struct pool_trim *t, const struct client_pool *cp)
 {
     uintptr_t page = t->page;
-    uintptr_t lo = cp->start, hi = cp->start + (FORWARD_CLIENT_POOL_BYTES & ~(page - 1));
+    uintptr_t lo = cp->start, hi = cp->start + pool_pages_bytes(t);
     uintptr_t run = lo; /* start of the current run of zero pages */
     for (uintptr_t p = lo; p < hi; p += page) {
         if (!page_is_zero((const unsigned char *)p, page)) {
@@ -165,6 +171,6 @@ void pool_trim_upgraded(struct pool_trim *t, struct MHD_Connection *conn)
     unqueue(t, cp);
     /* All of it, not only its zero pages: what it holds (the handshake's head and the
      * bytes read past it, the 101's head) is read by no one again (see the header). */
-    (void)madvise((void *)cp->start, FORWARD_CLIENT_POOL_BYTES & ~(t->page - 1), MADV_DONTNEED);
+    (void)madvise((void *)cp->start, pool_pages_bytes(t), MADV_DONTNEED);
     cp->start = 0; /* the tunnel's buffers are its own now: nothing more to trim */
 }

@@ -2,6 +2,8 @@
  * ietf (draft-ietf-httpapi-ratelimit-headers-11 structured fields), x (X-RateLimit-*). */
 #include "proxy/ratelimit_headers.h"
 
+#include "proxy/decimal.h"
+
 #include <errno.h>
 #include <inttypes.h>
 #include <stdarg.h>
@@ -161,68 +163,43 @@ static int fmt_fits(int r, size_t size)
     return (r >= 0 && (size_t)r < size) ? 0 : -1;
 }
 
-/* Writes v (>= 0) in decimal with its NUL into buf, which holds at least 21 bytes; returns
- * its length. The draft headers' four numbers go out on every forwarded request: snprintf
- * cost about 0.9k instructions each (etc/bench/proxy_cost.py). */
-static size_t put_decimal(char *buf, int64_t v)
-{
-    char digits[20];
-    size_t n = 0;
-    uint64_t u = v < 0 ? 0 : (uint64_t)v;
-    do {
-        digits[n++] = (char)('0' + u % 10);
-        u /= 10;
-    } while (u != 0);
-    for (size_t i = 0; i < n; i++)
-        buf[i] = digits[n - 1 - i];
-    buf[n] = '\0';
-    return n;
-}
-
 /* Adds RateLimit-Limit, -Remaining and -Reset, and writes the draft's RateLimit-Policy
- * item into policy (the caller adds it, joined with the ietf items when both styles are
- * on). Returns 0, or -1 when policy cannot hold it (nothing added). */
-static int render_draft(const struct ratelimit_item *it, char *policy, size_t policy_size,
-                        header_add_fn *add, void *arg)
+ * item into policy, which holds at least DRAFT_POLICY_MAX bytes (the caller adds it, joined
+ * with the ietf items when both styles are on). Returns the item's length. Every number is
+ * >= 0 here (clamped), so none is cut. */
+#define DRAFT_POLICY_MAX (2 * DECIMAL_MAX + 3) /* "<limit>;w=<seconds>" */
+_Static_assert(LIST_MAX >= DRAFT_POLICY_MAX, "the policy list holds the draft item");
+static size_t render_draft(const struct ratelimit_item *it, char *policy, header_add_fn *add, void *arg)
 {
-    char limit[24], remaining[24], reset[24];
+    char limit[DECIMAL_MAX], remaining[DECIMAL_MAX], reset[DECIMAL_MAX];
     int64_t l = clamp_nonneg(it->limit, INT64_MAX);
 
-    if (policy_size < 2 * 21 + 3) {   /* "<limit>;w=<seconds>" */
-        if (policy_size > 0)
-            policy[0] = '\0';
-        return -1;
-    }
-    put_decimal(limit, l);
-    put_decimal(remaining, clamp_nonneg(it->remaining, l));
-    put_decimal(reset, ms_to_s_ceil(it->reset_ms));
-    size_t n = put_decimal(policy, l);
+    decimal_write(limit, (uint64_t)l);
+    decimal_write(remaining, (uint64_t)clamp_nonneg(it->remaining, l));
+    decimal_write(reset, (uint64_t)ms_to_s_ceil(it->reset_ms));
+    size_t n = decimal_write(policy, (uint64_t)l);
     if (!it->concurrency && it->window_ms > 0) {
         memcpy(policy + n, ";w=", 3);
-        put_decimal(policy + n + 3, ms_to_s_ceil(it->window_ms));
+        n += 3 + decimal_write(policy + n + 3, (uint64_t)ms_to_s_ceil(it->window_ms));
     }
     add(arg, "RateLimit-Limit", limit);
     add(arg, "RateLimit-Remaining", remaining);
     add(arg, "RateLimit-Reset", reset);
-    return 0;
+    return n;
 }
 
 static void render_x(const struct ratelimit_item *it, int64_t now_unix_ms, header_add_fn *add,
                      void *arg)
 {
-    char limit[24], remaining[24], reset[24];
+    char limit[DECIMAL_MAX], remaining[DECIMAL_MAX], reset[DECIMAL_MAX];
     int64_t l = clamp_nonneg(it->limit, INT64_MAX);
     int64_t now = now_unix_ms < 0 ? 0 : now_unix_ms;
     int64_t delta = it->reset_ms < 0 ? 0 : it->reset_ms;
     int64_t at = delta > INT64_MAX - now ? INT64_MAX : now + delta;
-    int r1, r2, r3;
 
-    r1 = snprintf(limit, sizeof(limit), "%" PRId64, l);
-    r2 = snprintf(remaining, sizeof(remaining), "%" PRId64, clamp_nonneg(it->remaining, l));
-    r3 = snprintf(reset, sizeof(reset), "%" PRId64, ms_to_s_ceil(at));
-    if (fmt_fits(r1, sizeof(limit)) || fmt_fits(r2, sizeof(remaining)) ||
-        fmt_fits(r3, sizeof(reset)))
-        return;
+    decimal_write(limit, (uint64_t)l);
+    decimal_write(remaining, (uint64_t)clamp_nonneg(it->remaining, l));
+    decimal_write(reset, (uint64_t)ms_to_s_ceil(at));
     add(arg, "X-RateLimit-Limit", limit);
     add(arg, "X-RateLimit-Remaining", remaining);
     add(arg, "X-RateLimit-Reset", reset);
@@ -325,8 +302,8 @@ void ratelimit_headers_render(unsigned styles, const struct ratelimit_item *item
         return;
     policy[0] = '\0';
     const struct ratelimit_item *closest = &items[ratelimit_closest(items, n)];
-    if ((styles & HEADERS_DRAFT) && render_draft(closest, policy, sizeof(policy), add, arg) == 0)
-        policy_len = strlen(policy);
+    if (styles & HEADERS_DRAFT)
+        policy_len = render_draft(closest, policy, add, arg);
     if (styles & HEADERS_IETF)
         render_ietf(items, n, policy, &policy_len, add, arg);
     if (policy_len > 0)

@@ -319,6 +319,25 @@ def wait_until(pred, timeout, interval=0.05):
         time.sleep(interval)
 
 
+def freeze_process(pid, timeout=10):
+    """SIGSTOP, then waits until every thread of pid is stopped. The stop is not at once for a
+    multi-threaded process: the thread the kernel hands the signal to must run first, and
+    on a loaded box another thread can meanwhile answer a request (seen: a frozen upstream's
+    connection thread answered 1 ms after the kill)."""
+    os.kill(pid, signal.SIGSTOP)
+
+    def all_stopped():
+        try:   # the state is the field after the ")" that ends the command name
+            stats = [pathlib.Path("/proc/%d/task/%s/stat" % (pid, t)).read_text()
+                     for t in os.listdir("/proc/%d/task" % pid)]
+            states = [st.rsplit(")", 1)[1].split()[0] for st in stats]
+        except (FileNotFoundError, ProcessLookupError):
+            return False
+        return bool(states) and all(st in ("T", "t") for st in states)
+    if not wait_until(all_stopped, timeout, interval=0.005):
+        raise RuntimeError("process %d did not stop within %s s of SIGSTOP" % (pid, timeout))
+
+
 # --------------------------------------------------------------------------------------
 # HTTP client: http.client with the request target sent exactly as given.
 
@@ -581,25 +600,6 @@ class RedisServer:
 
 # --------------------------------------------------------------------------------------
 # upstream
-
-def freeze_process(pid, timeout=10):
-    """SIGSTOP, then waits until every thread of pid is stopped. The stop is not at once for a
-    multi-threaded process: the thread the kernel hands the signal to must run first, and
-    on a loaded box another thread can meanwhile answer a request (seen: a frozen upstream's
-    connection thread answered 1 ms after the kill)."""
-    os.kill(pid, signal.SIGSTOP)
-
-    def all_stopped():
-        try:   # the state is the field after the ")" that ends the command name
-            stats = [pathlib.Path("/proc/%d/task/%s/stat" % (pid, t)).read_text()
-                     for t in os.listdir("/proc/%d/task" % pid)]
-            states = [st.rsplit(")", 1)[1].split()[0] for st in stats]
-        except (FileNotFoundError, ProcessLookupError):
-            return False
-        return bool(states) and all(st in ("T", "t") for st in states)
-    if not wait_until(all_stopped, timeout, interval=0.005):
-        raise RuntimeError("process %d did not stop within %s s of SIGSTOP" % (pid, timeout))
-
 
 def spawn_test_server(script, err_path, port=0):
     """Starts one of the test servers here on port (0: one it picks; it prints the port

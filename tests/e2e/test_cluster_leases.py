@@ -9,7 +9,7 @@ import time
 from conftest import SLOW, wait_until
 from fleet_helpers import (WS, check_concurrency_429, parallel_ws, wait_stat, ws_connect, ws_try,
                            ws_upstream)  # noqa: F401
-from test_concurrency import race
+from test_concurrency import race, start_held
 
 _prefix_n = itertools.count()
 
@@ -213,17 +213,13 @@ def test_sigterm_gives_back_the_slots_of_requests_cut_at_the_drain_deadline(cata
     master: what the proxy still holds at the drain deadline goes back on every master (one
     release call per master) before it exits, long before the lease TTL. Those requests are
     cut, not ended: no release of their own gives the slots back."""
-    import socket
-    from fleet_helpers import http_send
     catalog.plan("cdrain", "--rate", "100000/min", "--concurrency", "1")
     users = users_on_each_master(catalog, redis_cluster, "cdrain", "d")
     a, b = cluster_fleet(proxies, catalog, redis_cluster, ws_upstream, lease_ttl_ms=120000)
     held = []
     try:
         for _, _, key in users:
-            s = socket.create_connection(("127.0.0.1", a.port), timeout=30)
-            http_send(s, "GET", "/hang", key=key)
-            held.append(s)
+            held.append(start_held(a.port, "/hang", key))
         for port, user, key in users:
             assert wait_stat(ws_upstream, "open", user, 1) == 1, \
                 "the hanging request of %s (master :%d) never arrived" % (user, port)
