@@ -33,6 +33,8 @@
 --   writes one. A log is in one of two layouts, chosen at each admitted request:
 --   unweighted (every live entry weighs 1; tag 1, the layout of the proxies before costs),
 --     tail struct '>BI7I7I7I7B' .. 8 x 'I7': 1, t, w, count, dead, j, l1..l8;
+--   of one unit u >= 2 (every live entry weighs u: a route's requests all cost the same;
+--     tag 3), the same tail and then u: '>BI7I7I7I7B' .. 8 x 'I7' .. 'I7' (93 bytes);
 --   weighted (some live entry weighs more; tag 2): every entry also carries cum, the
 --     running total of the weights (costs) pushed to the log up to it, mod 2^52 (a
 --     difference of two, mod 2^52, is exact: a log never holds C >= 2^52 units):
@@ -55,11 +57,14 @@
 --   and sets the TTL to 2w when the key is new or its newest entry is of an earlier
 --   w-aligned period (floor(t / w) changed): so the TTL is set at the first request of
 --   each period and the key outlives its newest entry by at least w.
---   Layouts: an unweighted log stays so while requests cost 1 (the hot path is that of
---   the proxies before costs, entries of 86 bytes); the first admitted request that costs
---   more rewrites its live entries with running totals (once per entry, amortized); a
---   weighted log becomes unweighted again with the first cost-1 request after its last
---   heavier entry left (an unweighted tail reads only the times of the entries before it).
+--   Layouts: a log stays in the layout of one unit (1 or u) while its requests cost that
+--   unit (the hot path is that of the proxies before costs, entries of 86 or 93 bytes); the
+--   first admitted request of another cost rewrites its live entries with running totals
+--   (once per entry, amortized); an empty log (every entry left) takes the unit of the
+--   request it admits; a weighted log becomes unweighted again with the first cost-1
+--   request after its last heavier entry left (a tail of one unit reads only the times of
+--   the entries before it). A log of unit u counts count * u units, and a request of cost u
+--   fits while count < floor(C / u).
 --   A sorted set (the layout before those: score = ms, member = "<ms>:<count before>")
 --   is read as the log it is and rewritten as a list when a request is admitted.
 --   Verdict, on the log after the check: remaining C - used, reset = its oldest + w - t
@@ -107,6 +112,7 @@ local TAIL1 = '>BI7I7I7I7BI7I7I7I7I7I7I7I7'           -- unweighted: 1, t, w, co
 local HEAD1 = '>BI7I7I7I7B'                           -- its first 30 bytes
 local HEAD1T = '>BI7I7I7I7BI7'                        -- and l1
 local TAIL1_LEN = 30 + 7 * K
+local TAIL3_LEN = TAIL1_LEN + 7                       -- of unit u: the same, then u
 local HEAD2 = '>BI7I7I7I7I7I7B'                       -- weighted: 2, t, cum, w, count, dead, base, j
 local HEAD2R = '>xI7I7I7I7I7I7B'                      -- the same, read
 local TAIL2_LEN = 44 + 14 * K                         -- then l1..l8 from byte 45, c1..c8 from 101
@@ -121,8 +127,8 @@ local fmt = string.format   -- '%d' keeps integers exact (a number argument may 
 
 -- The common checks, inline (a function made costs every call): one sliding-log rule (rule
 -- si) whose tail, or the K entries after its known ones, know enough, alone or with quotas
--- only beside it; an unweighted log and a request of cost 1 (the same code as before
--- costs), or a weighted log. The same steps as sl_decide and sl_record below (and the
+-- only beside it; a log of one unit and a request of that cost (unit 1: the same code as
+-- before costs), or a weighted log. The same steps as sl_decide and sl_record below (and the
 -- verdict of a rejected request in the check), which do the rest (and all of it for other
 -- rules, when a quota's period starts, or when a quota would reject).
 local si, ci, m1                                      -- the sliding-log rule, a concurrency rule; the log's last entry
@@ -142,8 +148,11 @@ if si then
   -- what the log answers when another rule refuses (nothing recorded).
   local trim, tail, expire, rem, reset, nrem, nreset
   m1 = rpcall('LINDEX', k, '-1')
-  if type(m1) == 'string' and #m1 == TAIL1_LEN and byte(m1, 1) == 1 and cost == 1 then
+  local g1 = type(m1) == 'string' and byte(m1, 1)     -- the tail's layout
+  if g1 == 1 and #m1 == TAIL1_LEN and cost == 1 or g1 == 3 and #m1 == TAIL3_LEN and cost == unpack('>I7', m1, 87) then
     local tn, wn, cnt, dead, j = unpack('>xI7I7I7I7B', m1)
+    local cu = c                                      -- the entries that fit: floor(C / unit)
+    if cost > 1 then cu = (c - c % cost) / cost end
     if wn == w and j <= K and j <= cnt then
       local t = now
       if tn > t then t = tn end
@@ -169,7 +178,7 @@ if si then
         end
       end
       if nk >= 0 then
-        if count < c then
+        if count < cu then
           dead = dead + e
           expire = tn - tn % w ~= t - t % w           -- a new w-aligned period
           if dead >= TRIM then                        -- (when it empties the list, the key goes)
@@ -182,18 +191,20 @@ if si then
               jn = jn + 1
               d[jn] = unpack('>xI7', r[x])
             end
-            tail = pack(TAIL1, 1, t, w, count + 1, dead, jn, tunpack(d))
-          elseif count == nk and nk < K then
-            tail = pack(HEAD1T, 1, t, w, count + 1, dead, nk + 1, t) .. sub(m1, 31, 79)   -- (the times move, not unpacked)
+            tail = pack(TAIL1, g1, t, w, count + 1, dead, jn, tunpack(d))
+            if g1 == 3 then tail = tail .. sub(m1, 87, 93) end
+          elseif count == nk and nk < K then            -- (the times move, not unpacked)
+            if g1 == 1 then tail = pack(HEAD1T, 1, t, w, count + 1, dead, nk + 1, t) .. sub(m1, 31, 79)
+            else tail = pack(HEAD1T, 3, t, w, count + 1, dead, nk + 1, t) .. sub(m1, 31, 79) .. sub(m1, 87, 93) end
           else
-            tail = pack(HEAD1, 1, t, w, count + 1, dead, nk) .. sub(m1, 31, TAIL1_LEN)
+            tail = pack(HEAD1, g1, t, w, count + 1, dead, nk) .. sub(m1, 31, #m1)
           end
-          nrem, nreset = c - count, 0
+          nrem, nreset = c - count * cost, 0
           if count == 0 then o = t else nreset = o + w - t end
-          rem, reset = c - count - 1, o + w - t
-        elseif n == 1 and count - c < nk then         -- rejected: wait for the (count - C + 1)th oldest
-          if r then o = unpack('>xI7', r[rx + count - c + 1])
-          else o = unpack('>I7', m1, 24 + 7 * (nk - count + c)) end
+          rem, reset = c - (count + 1) * cost, o + w - t
+        elseif n == 1 and count - cu < nk then        -- rejected: wait for the (count - cu + 1)th oldest
+          if r then o = unpack('>xI7', r[rx + count - cu + 1])
+          else o = unpack('>I7', m1, 24 + 7 * (nk - count + cu)) end
           return pack(ONE, now, 0, 0, c, 0, o + w - t)
         end
       end
@@ -228,7 +239,7 @@ if si then
       end
       if nk >= 0 then
         local used = (cn - base) % M
-        if used + cost <= c and (used ~= count or cost ~= 1) then   -- (else it becomes unweighted: below)
+        if used + cost <= c and count > 0 and (used ~= count or cost ~= 1) then   -- (else one unit: below)
           dead = dead + e
           expire = tn - tn % w ~= t - t % w
           if dead >= TRIM then
@@ -442,9 +453,11 @@ local function sl_decide(k, w, m)
   if type(m) == 'string' then
     local v = byte(m, 1)
     local tn, cn, wn, cnt, dead, base, j
-    if v == 1 and #m == TAIL1_LEN then
+    local u = 1                                       -- the unit of a log of one unit
+    if v == 3 and #m == TAIL3_LEN then v, u = 1, unpack('>I7', m, 87) elseif v == 1 and #m ~= TAIL1_LEN then v = 0 end
+    if v == 1 then
       tn, wn, cnt, dead, j = unpack('>xI7I7I7I7B', m)
-      cn, base = cnt, 0
+      cn, base = cnt * u, 0
     elseif v == 2 and #m == TAIL2_LEN then
       tn, cn, wn, cnt, dead, base, j = unpack(HEAD2R, m)
     end
@@ -464,17 +477,17 @@ local function sl_decide(k, w, m)
         expire = floor(tn / w) ~= floor(t / w)
         if e < j or e == cnt then
           if e == j then o = nil end
-          if v == 1 then cn, base = cnt - e, 0 end
-          return {v = v, t = t, count = cnt - e, first = dead + e, used = (cn - base) % M, base = base, cn = cn,
+          if v == 1 then cn, base = (cnt - e) * u, 0 end
+          return {v = v, u = u, t = t, count = cnt - e, first = dead + e, used = (cn - base) % M, base = base, cn = cn,
                   oldest = o, m = m, nk = j - e, lt = EMPTY, lc = EMPTY, expire = expire}
         end
         dead, cnt = dead + j, cnt - j                 -- all known ones expired: read on
       end
       if v == 1 then base = nil end
       local f, lt, lc, b = sl_scan(k, dead, dead + cnt, lo, base)
-      if v == 1 then cn, b = dead + cnt - f, 0 end
+      if v == 1 then cn, b = (dead + cnt - f) * u, 0 end
       b = b or cn
-      return {v = v, t = t, count = dead + cnt - f, first = f, used = (cn - b) % M, base = b, cn = cn, oldest = lt[1],
+      return {v = v, u = u, t = t, count = dead + cnt - f, first = f, used = (cn - b) % M, base = b, cn = cn, oldest = lt[1],
               nk = 0, lt = lt, lc = lc, expire = expire, grown = wn < w}
     end
   elseif m and call('TYPE', k)['ok'] == 'zset' then   -- a log of the layout before
@@ -502,9 +515,15 @@ end
 local function sl_record(k, w, L, cost)
   local t, count, dead, expire = L.t, L.count, L.first, L.expire
   local m, nk, lt, lc, mig, base, cn = L.m, L.nk, L.lt, L.lc, L.mig, L.base, L.cn
-  local weighted = L.used ~= count or cost ~= 1       -- after it, some entry weighs more than 1
+  local u = L.u or 1
+  -- The unit of the log after it, when its entries all weigh the same (else weighted).
+  local unit
+  if count == 0 then unit = cost
+  elseif L.v == 1 and cost == u then unit = u
+  elseif L.used == count and cost == 1 then unit = 1 end
+  local weighted = not unit
   if weighted and L.v == 1 and count > 0 then
-    -- entries without running totals: the log's live ones, rewritten with them (weight 1)
+    -- entries without running totals: the log's live ones, rewritten with them (weight u)
     if not mig then
       mig = {}
       local m0, lt0 = m, lt
@@ -522,11 +541,11 @@ local function sl_record(k, w, L, cost)
     call('DEL', k)
     for x = 1, count, 1000 do
       local e = {}
-      for y = x, min(x + 999, count) do e[#e + 1] = pack('>BI7I7', 2, mig[y], y) end
+      for y = x, min(x + 999, count) do e[#e + 1] = pack('>BI7I7', 2, mig[y], y * u) end
       call('RPUSH', k, tunpack(e))
     end
-    dead, expire, base, cn, m, nk, lt, lc = 0, true, 0, count, nil, 0, {}, {}
-    for x = 1, min(count, K) do lt[x], lc[x] = mig[x], x end
+    dead, expire, base, cn, m, nk, lt, lc = 0, true, 0, count * u, nil, 0, {}, {}
+    for x = 1, min(count, K) do lt[x], lc[x] = mig[x], x * u end
   elseif L.stale then
     call('DEL', k)
     dead = 0
@@ -547,11 +566,13 @@ local function sl_record(k, w, L, cost)
   if L.v == 2 then off = 45 end
   local tail
   if not weighted then
+    local g = 1
+    if unit > 1 then g = 3 end
     if m then
       if count == nk and nk < K then
-        tail = pack(HEAD1, 1, t, w, count + 1, dead, nk + 1) .. pack('>I7', t) .. sub(m, off, off + 48)
+        tail = pack(HEAD1, g, t, w, count + 1, dead, nk + 1) .. pack('>I7', t) .. sub(m, off, off + 48)
       else
-        tail = pack(HEAD1, 1, t, w, count + 1, dead, nk) .. sub(m, off, off + 55)
+        tail = pack(HEAD1, g, t, w, count + 1, dead, nk) .. sub(m, off, off + 55)
       end
     else
       local x = min(#lt, K)
@@ -560,8 +581,9 @@ local function sl_record(k, w, L, cost)
       for y = x, 1, -1 do d[#d + 1] = lt[y] end
       local j = #d
       for y = j + 1, K do d[y] = 0 end
-      tail = pack(TAIL1, 1, t, w, count + 1, dead, j, tunpack(d))
+      tail = pack(TAIL1, g, t, w, count + 1, dead, j, tunpack(d))
     end
+    if g == 3 then tail = tail .. pack('>I7', unit) end
   else
     local cnew = (cn + cost) % M
     if m then                                         -- (weighted already)
@@ -723,7 +745,9 @@ for i = 1, n do
       else                                            -- the oldest entry whose running total reaches need
         local need, o = used + cost - c, nil
         local lt, lc, base, m, nk = L.lt, L.lc, L.base, L.m, L.nk
-        if L.v == 1 then                              -- weight 1 each: the need-th oldest
+        if L.v == 1 then                              -- weight u each: the ceil(need / u)-th oldest
+          local u = L.u or 1
+          if u > 1 then need = (need + u - 1 - (need + u - 1) % u) / u end
           if m and need <= nk then o = unpack('>I7', m, 31 + 7 * (nk - need))
           elseif L.mig then o = L.mig[need]
           elseif lt[need] then o = lt[need]

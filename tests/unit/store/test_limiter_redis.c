@@ -392,7 +392,12 @@ static void test_same_rule_changes(void **state)
 /* Sliding logs longer than the times check.lua keeps in the list's tail (8), so that it
  * reads on in the list: same-millisecond bursts, a clock that goes back, and catalog edits
  * of a rule (its rate or window changes; a log carries over under a new window). */
-static void sliding_log_long(struct fixture *f, unsigned seed, bool weighted)
+/* How the requests of sliding_log_long cost: all 1, a mix (mostly light), or a unit of
+ * the subject's (2 or 3) that now and then changes, with a request of another cost here and
+ * there: logs of one unit, and their passage to and from the weighted layout. */
+enum walk_costs { COSTS_ONE, COSTS_MIXED, COSTS_UNIT };
+
+static void sliding_log_long(struct fixture *f, unsigned seed, enum walk_costs costs)
 {
     if (getenv("SEED"))
         seed += (unsigned)strtoul(getenv("SEED"), NULL, 10) * 1000;
@@ -404,6 +409,7 @@ static void sliding_log_long(struct fixture *f, unsigned seed, bool weighted)
             rules[s][j] = (struct limit_rule){.id = 300 + j, .kind = LIMIT_SLIDING_LOG, .rate = 1 + rand() % 40,
                                               .burst = rand() % 3, .window_ms = windows[rand() % 3]};
     int64_t now = 1700000000000 + rand() % 100000;
+    int64_t unit[2] = {2, 3};
     for (int i = 0; i < 700; i++) {
         int r = rand() % 20;
         if (r < 5)
@@ -431,19 +437,32 @@ static void sliding_log_long(struct fixture *f, unsigned seed, bool weighted)
         char subject[16];
         snprintf(subject, sizeof(subject), "u:L%d", s);
         int reps = rand() % 10 == 0 ? 2 + rand() % 20 : 1;   /* a burst in one millisecond */
+        if (costs == COSTS_UNIT && rand() % 80 == 0)
+            unit[s] = 2 + rand() % 2;
         for (int k = 0; k < reps; k++) {
-            /* weighted: mostly light requests, so that logs stay long */
-            set_cost(pick, n, weighted && rand() % 3 == 0);
+            if (costs == COSTS_UNIT) {
+                int64_t cost = rand() % 25 == 0 ? 1 + rand() % 4 : unit[s];
+                for (size_t x = 0; x < n; x++)
+                    pick[x].cost = cost;
+            } else {
+                /* mixed: mostly light requests, so that logs stay long */
+                set_cost(pick, n, costs == COSTS_MIXED && rand() % 3 == 0);
+            }
             both(f, subject, pick, n, now);
         }
     }
 }
 
-static void test_same_sliding_log_long(void **state) { sliding_log_long(*state, 11, false); }
+static void test_same_sliding_log_long(void **state) { sliding_log_long(*state, 11, COSTS_ONE); }
 
 /* The same with weighted requests: the running totals in the tail, past it (LRANGE), and
  * the search for the entry a rejected request waits for (LINDEX). */
-static void test_same_sliding_log_long_costs(void **state) { sliding_log_long(*state, 12, true); }
+static void test_same_sliding_log_long_costs(void **state) { sliding_log_long(*state, 12, COSTS_MIXED); }
+
+/* The same where a subject's requests mostly cost one unit (2 or 3): logs of one unit, long
+ * ones read on past their tail, the entry a rejected request waits for, and the passage to
+ * running totals and back. */
+static void test_same_sliding_log_long_unit_costs(void **state) { sliding_log_long(*state, 13, COSTS_UNIT); }
 
 /* Several requests in one millisecond, then the window shrinks: every one of them is still
  * counted (the sorted-set layout before lost one: two "<ms>:<count before>" members met). */
@@ -1012,6 +1031,43 @@ static void test_sliding_log_layouts(void **state)
     assert_int_equal(tail_len(f, key), 86);
     for (int i = 0; i < 12; i++)
         both(f, "u:lay", &r, 1, t0 + 60020 + i);
+}
+
+/* A route whose requests all cost 3: the log keeps one unit (93-byte tail, no running
+ * totals) and counts 3 a request; a rejected one waits for the entry that frees enough
+ * units. A request of another cost rewrites it with running totals; once the log is empty
+ * it takes the unit of the request it admits. */
+static void test_sliding_log_unit_layout(void **state)
+{
+    struct fixture *f = *state;
+    struct limit_rule r = {.id = 491, .kind = LIMIT_SLIDING_LOG, .rate = 10, .window_ms = 60000, .cost = 3};
+    const int64_t t0 = 1800000000000;
+    char key[128];
+    snprintf(key, sizeof(key), "%s{u:unit}:491", f->prefix);
+    struct limiter_result res;
+    for (int i = 0; i < 3; i++) {
+        res = both(f, "u:unit", &r, 1, t0 + 100 * i);
+        expect_verdict_of(&res, 0, true, 10, 10 - 3 * (i + 1), 60000 - 100 * i);
+    }
+    assert_int_equal(tail_len(f, key), 93);
+    res = both(f, "u:unit", &r, 1, t0 + 1000);    /* 9 + 3 > 10: the first entry frees 3 */
+    expect_verdict_of(&res, 0, false, 10, 0, 59000);
+    r.cost = 1;
+    res = both(f, "u:unit", &r, 1, t0 + 1000);    /* 9 + 1 fits: running totals from here */
+    expect_verdict_of(&res, 0, true, 10, 0, 59000);
+    assert_int_equal(tail_len(f, key), 156);
+    assert_int_equal(list_len(f, key), 4);        /* the 3 rewritten, and the new one */
+    r.cost = 2;
+    res = both(f, "u:unit", &r, 1, t0 + 60050);   /* the first left: 7 used, 2 more fit */
+    expect_verdict_of(&res, 0, true, 10, 1, 50);
+    assert_int_equal(tail_len(f, key), 156);
+    res = both(f, "u:unit", &r, 1, t0 + 130000);  /* every entry left: unit 2 */
+    expect_verdict_of(&res, 0, true, 10, 8, 60000);
+    assert_int_equal(tail_len(f, key), 93);
+    for (int i = 0; i < 6; i++)                   /* 4 more fit, then it waits for the first */
+        both(f, "u:unit", &r, 1, t0 + 130010 + i);
+    res = both(f, "u:unit", &r, 1, t0 + 130020);
+    expect_verdict_of(&res, 0, false, 10, 0, 59980);
 }
 
 /* A rejected check adds nothing to any rule, costs and quotas included. */
@@ -2054,6 +2110,7 @@ int main(void)
         T(test_same_fixed_window_costs),
         T(test_same_mixed_costs),
         T(test_same_sliding_log_long_costs),
+        T(test_same_sliding_log_long_unit_costs),
         T(test_same_quota_month_end),
         T(test_same_quota_leap_day),
         T(test_same_quota_week),
@@ -2069,6 +2126,7 @@ int main(void)
         T(test_cost_rejected_adds_nothing),
         T(test_sliding_log_weighted_deep),
         T(test_sliding_log_layouts),
+        T(test_sliding_log_unit_layout),
         T(test_peek),
         T(test_quota_key_expiry),
         T(test_same_rule_changes),
