@@ -105,7 +105,8 @@ if now < 0 then
 end
 local n = #KEYS
 local spec, RULE, RULE_LEN = ARGV[2], '>BI7I7I7I7I7I7', 43   -- rule i from byte RULE_LEN * (i - 1) + 1
-local ONE, TWO = '>i7BBi7i7i7', '>i7BBi7i7i7Bi7i7i7'  -- the answer for one rule, for two
+local ONE, TWO = '>i7BBi7i7i7', '>i7BBi7i7i7Bi7i7i7'  -- the answer for one rule, for two, for three
+local THREE = '>i7BBi7i7i7Bi7i7i7Bi7i7i7'
 
 local K = 8                                           -- entries known in a sliding log's tail
 local TAIL1 = '>BI7I7I7I7BI7I7I7I7I7I7I7I7'           -- unweighted: 1, t, w, count, dead, j, l1..l8
@@ -125,170 +126,190 @@ local QUOTA_GRACE = 60000
 
 local fmt = string.format   -- '%d' keeps integers exact (a number argument may become "1e+9")
 
--- The common checks, inline (a function made costs every call): one sliding-log rule (rule
--- si) whose tail, or the K entries after its known ones, know enough, alone or with quotas
--- only beside it; a log of one unit and a request of that cost (unit 1: the same code as
--- before costs), or a weighted log. The same steps as sl_decide and sl_record below (and the
--- verdict of a rejected request in the check), which do the rest (and all of it for other
--- rules, when a quota's period starts, or when a quota would reject).
-local si, ci, m1                                      -- the sliding-log rule, a concurrency rule; the log's last entry
+-- The common checks, inline (a function made costs every call): sliding-log rules whose
+-- tails, or the K entries after their known ones, know enough, alone or with quotas and
+-- one concurrency rule only beside them; a log of one unit and a request of that cost
+-- (unit 1: the same code as before costs), or a weighted log. The same steps as sl_decide
+-- and sl_record below (and the verdict of a rejected request in the check), which do the
+-- rest (and all of it for other rules, when a quota's period starts, or when a quota or
+-- one of several logs would reject).
+-- si, ci: the first sliding-log rule, a concurrency rule; m1: a log's last entry; more: the
+-- other logs' rules, when there are several, and mt their last entries.
+local si, ci, m1, more, mt
 if not peek then
   for i = 1, n do
     local g = byte(spec, RULE_LEN * i - RULE_LEN + 1)
-    if g == 0 and not si then si = i
+    if g == 0 then
+      if not si then si = i elseif more then more[#more + 1] = i else more = {i} end
     elseif g == 4 and not ci then ci = i
     elseif g ~= 5 then si = nil break end
   end
 end
 
 if si then
-  local rate, burst, w, cost = unpack('>xI7I7I7I7', spec, RULE_LEN * si - RULE_LEN + 1)
-  local k, c = KEYS[si], rate + burst
-  -- What an admitted request writes to the log (an LTRIM to, the tail, the TTL) and answers;
-  -- what the log answers when another rule refuses (nothing recorded).
+  -- What an admitted request writes to log li (an LTRIM to, the tail, the TTL) and answers;
+  -- what the log answers when another rule refuses (nothing recorded). With several logs,
+  -- those decided before li wait in done; their last entries, for the full check, in mt.
+  local li = si
+  local rate, burst, w, cost = unpack('>xI7I7I7I7', spec, RULE_LEN * li - RULE_LEN + 1)
+  local k, c = KEYS[li], rate + burst
   local trim, tail, expire, rem, reset, nrem, nreset
-  m1 = rpcall('LINDEX', k, '-1')
-  local g1 = type(m1) == 'string' and byte(m1, 1)     -- the tail's layout
-  if g1 == 1 and #m1 == TAIL1_LEN and cost == 1 or g1 == 3 and #m1 == TAIL3_LEN and cost == unpack('>I7', m1, 87) then
-    local tn, wn, cnt, dead, j = unpack('>xI7I7I7I7B', m1)
-    local cu = c                                      -- the entries that fit: floor(C / unit)
-    if cost > 1 then cu = (c - c % cost) / cost end
-    if wn == w and j <= K and j <= cnt then
-      local t = now
-      if tn > t then t = tn end
-      local lo = t - w
-      local e, p, o = 0, 24 + 7 * j, t                -- l_j, the oldest known, at byte 31 + 7(j-1)
-      while e < j do
-        o = unpack('>I7', m1, p)
-        if o > lo then break end
-        e = e + 1
-        p = p - 7
-      end
-      local count, nk, r, rx = cnt - e, j - e, nil, 0
-      if e == j and e < cnt then                      -- all known ones left: the next K
-        r = call('LRANGE', k, dead + e, dead + e + K - 1)
-        nk = -1                                       -- unless one of them is in the window
-        for x = 1, #r do
-          o = unpack('>xI7', r[x])
-          if o > lo then
-            rx, e = x - 1, e + x - 1
-            count, nk = cnt - e, #r - rx
-            break
+  local done, nd
+  if more then done, nd, mt = {}, 0, {} end
+  repeat
+    m1 = rpcall('LINDEX', k, '-1')
+    if mt then mt[li] = m1 end
+    local ln = m1 and #m1                               -- (a reply of another type is a table: 0)
+    local g1 = (ln == TAIL1_LEN or ln == TAIL3_LEN) and byte(m1, 1)   -- the tail's layout
+    if g1 == 1 and ln == TAIL1_LEN and cost == 1 or g1 == 3 and ln == TAIL3_LEN and cost == unpack('>I7', m1, 87) then
+      local tn, wn, cnt, dead, j = unpack('>xI7I7I7I7B', m1)
+      local cu = c                                      -- the entries that fit: floor(C / unit)
+      if cost > 1 then cu = (c - c % cost) / cost end
+      if wn == w and j <= K and j <= cnt then
+        local t = now
+        if tn > t then t = tn end
+        local lo = t - w
+        local e, p, o = 0, 24 + 7 * j, t                -- l_j, the oldest known, at byte 31 + 7(j-1)
+        while e < j do
+          o = unpack('>I7', m1, p)
+          if o > lo then break end
+          e = e + 1
+          p = p - 7
+        end
+        local count, nk, r, rx = cnt - e, j - e, nil, 0
+        if e == j and e < cnt then                      -- all known ones left: the next K
+          r = call('LRANGE', k, dead + e, dead + e + K - 1)
+          nk = -1                                       -- unless one of them is in the window
+          for x = 1, #r do
+            o = unpack('>xI7', r[x])
+            if o > lo then
+              rx, e = x - 1, e + x - 1
+              count, nk = cnt - e, #r - rx
+              break
+            end
           end
         end
-      end
-      if nk >= 0 then
-        if count < cu then
-          dead = dead + e
-          expire = tn - tn % w ~= t - t % w           -- a new w-aligned period
-          if dead >= TRIM then                        -- (when it empties the list, the key goes)
-            trim, dead, expire = dead, 0, expire or count == 0
-          end
-          if r then
-            local d, jn = {0, 0, 0, 0, 0, 0, 0, 0}, 0 -- newest first, K of them (made whole: a table that grows rehashes)
-            if count == nk and nk < K then d[1], jn = t, 1 end
-            for x = #r, rx + 1, -1 do
-              jn = jn + 1
-              d[jn] = unpack('>xI7', r[x])
+        if nk >= 0 then
+          if count < cu then
+            dead = dead + e
+            expire = tn - tn % w ~= t - t % w           -- a new w-aligned period
+            if dead >= TRIM then                        -- (when it empties the list, the key goes)
+              trim, dead, expire = dead, 0, expire or count == 0
             end
-            tail = pack(TAIL1, g1, t, w, count + 1, dead, jn, tunpack(d))
-            if g1 == 3 then tail = tail .. sub(m1, 87, 93) end
-          elseif count == nk and nk < K then            -- (the times move, not unpacked)
-            if g1 == 1 then tail = pack(HEAD1T, 1, t, w, count + 1, dead, nk + 1, t) .. sub(m1, 31, 79)
-            else tail = pack(HEAD1T, 3, t, w, count + 1, dead, nk + 1, t) .. sub(m1, 31, 79) .. sub(m1, 87, 93) end
-          else
-            tail = pack(HEAD1, g1, t, w, count + 1, dead, nk) .. sub(m1, 31, #m1)
-          end
-          nrem, nreset = c - count * cost, 0
-          if count == 0 then o = t else nreset = o + w - t end
-          rem, reset = c - (count + 1) * cost, o + w - t
-        elseif n == 1 and count - cu < nk then        -- rejected: wait for the (count - cu + 1)th oldest
-          if r then o = unpack('>xI7', r[rx + count - cu + 1])
-          else o = unpack('>I7', m1, 24 + 7 * (nk - count + cu)) end
-          return pack(ONE, now, 0, 0, c, 0, o + w - t)
-        end
-      end
-    end
-  elseif type(m1) == 'string' and #m1 == TAIL2_LEN and byte(m1, 1) == 2 then
-    local tn, cn, wn, cnt, dead, base, j = unpack(HEAD2R, m1)
-    if wn == w and j <= K and j <= cnt then
-      local t = now
-      if tn > t then t = tn end
-      local lo = t - w
-      local e, p, o = 0, 38 + 7 * j, t                -- l_j, the oldest known, at byte 45 + 7(j-1); c_j 56 on
-      while e < j do
-        o = unpack('>I7', m1, p)
-        if o > lo then break end
-        base = unpack('>I7', m1, p + 56)              -- it left the log
-        e = e + 1
-        p = p - 7
-      end
-      local count, nk, r, rx = cnt - e, j - e, nil, 0
-      if e == j and e < cnt then                      -- all known ones left: the next K
-        r = call('LRANGE', k, dead + e, dead + e + K - 1)
-        nk = -1                                       -- unless one of them is in the window
-        for x = 1, #r do
-          local ot, oc = unpack('>xI7I7', r[x])
-          if ot > lo then
-            o, rx, e = ot, x - 1, e + x - 1
-            count, nk = cnt - e, #r - rx
-            break
-          end
-          base = oc
-        end
-      end
-      if nk >= 0 then
-        local used = (cn - base) % M
-        if used + cost <= c and count > 0 and (used ~= count or cost ~= 1) then   -- (else one unit: below)
-          dead = dead + e
-          expire = tn - tn % w ~= t - t % w
-          if dead >= TRIM then
-            trim, dead, expire = dead, 0, expire or count == 0
-          end
-          local cnew = (cn + cost) % M
-          if r then
-            local ts, cs, jn = {0, 0, 0, 0, 0, 0, 0, 0}, {0, 0, 0, 0, 0, 0, 0, 0}, 0   -- newest first, K of them
-            if count == nk and nk < K then ts[1], cs[1], jn = t, cnew, 1 end
-            for x = #r, rx + 1, -1 do
-              jn = jn + 1
-              ts[jn], cs[jn] = unpack('>xI7I7', r[x])
-            end
-            tail = pack(HEAD2, 2, t, cnew, w, count + 1, dead, base, jn) .. pack(LIST, tunpack(ts)) ..
-                   pack(LIST, tunpack(cs))
-          elseif count == nk and nk < K then
-            tail = pack(HEAD2, 2, t, cnew, w, count + 1, dead, base, nk + 1) .. pack('>I7', t) .. sub(m1, 45, 93) ..
-                   pack('>I7', cnew) .. sub(m1, 101, 149)
-          else
-            tail = pack(HEAD2, 2, t, cnew, w, count + 1, dead, base, nk) .. sub(m1, 45, TAIL2_LEN)
-          end
-          nrem, nreset = c - used, 0
-          if count == 0 then o = t else nreset = o + w - t end
-          rem, reset = c - used - cost, o + w - t
-        elseif n == 1 and used + cost > c then        -- rejected: wait for the oldest entry reaching it
-          local need = used + cost - c
-          if r then
-            for x = rx + 1, #r do
-              local ot, oc = unpack('>xI7I7', r[x])
-              if (oc - base) % M >= need then return pack(ONE, now, 0, 0, c, 0, ot + w - t) end
-            end
-          else
-            p = 38 + 7 * nk
-            for x = 1, nk do                          -- l_nk (the oldest) .. l_1
-              if (unpack('>I7', m1, p + 56) - base) % M >= need then
-                return pack(ONE, now, 0, 0, c, 0, unpack('>I7', m1, p) + w - t)
+            if r then
+              local d, jn = {0, 0, 0, 0, 0, 0, 0, 0}, 0 -- newest first, K of them (made whole: a table that grows rehashes)
+              if count == nk and nk < K then d[1], jn = t, 1 end
+              for x = #r, rx + 1, -1 do
+                jn = jn + 1
+                d[jn] = unpack('>xI7', r[x])
               end
-              p = p - 7
+              tail = pack(TAIL1, g1, t, w, count + 1, dead, jn, tunpack(d))
+              if g1 == 3 then tail = tail .. sub(m1, 87, 93) end
+            elseif count == nk and nk < K then            -- (the times move, not unpacked)
+              if g1 == 1 then tail = pack(HEAD1T, 1, t, w, count + 1, dead, nk + 1, t) .. sub(m1, 31, 79)
+              else tail = pack(HEAD1T, 3, t, w, count + 1, dead, nk + 1, t) .. sub(m1, 31, 79) .. sub(m1, 87, 93) end
+            else
+              tail = pack(HEAD1, g1, t, w, count + 1, dead, nk) .. sub(m1, 31, #m1)
+            end
+            nrem, nreset = c - count * cost, 0
+            if count == 0 then o = t else nreset = o + w - t end
+            rem, reset = c - (count + 1) * cost, o + w - t
+          elseif n == 1 and count - cu < nk then        -- rejected: wait for the (count - cu + 1)th oldest
+            if r then o = unpack('>xI7', r[rx + count - cu + 1])
+            else o = unpack('>I7', m1, 24 + 7 * (nk - count + cu)) end
+            return pack(ONE, now, 0, 0, c, 0, o + w - t)
+          end
+        end
+      end
+    elseif ln == TAIL2_LEN and byte(m1, 1) == 2 then
+      local tn, cn, wn, cnt, dead, base, j = unpack(HEAD2R, m1)
+      if wn == w and j <= K and j <= cnt then
+        local t = now
+        if tn > t then t = tn end
+        local lo = t - w
+        local e, p, o = 0, 38 + 7 * j, t                -- l_j, the oldest known, at byte 45 + 7(j-1); c_j 56 on
+        while e < j do
+          o = unpack('>I7', m1, p)
+          if o > lo then break end
+          base = unpack('>I7', m1, p + 56)              -- it left the log
+          e = e + 1
+          p = p - 7
+        end
+        local count, nk, r, rx = cnt - e, j - e, nil, 0
+        if e == j and e < cnt then                      -- all known ones left: the next K
+          r = call('LRANGE', k, dead + e, dead + e + K - 1)
+          nk = -1                                       -- unless one of them is in the window
+          for x = 1, #r do
+            local ot, oc = unpack('>xI7I7', r[x])
+            if ot > lo then
+              o, rx, e = ot, x - 1, e + x - 1
+              count, nk = cnt - e, #r - rx
+              break
+            end
+            base = oc
+          end
+        end
+        if nk >= 0 then
+          local used = (cn - base) % M
+          if used + cost <= c and count > 0 and (used ~= count or cost ~= 1) then   -- (else one unit: below)
+            dead = dead + e
+            expire = tn - tn % w ~= t - t % w
+            if dead >= TRIM then
+              trim, dead, expire = dead, 0, expire or count == 0
+            end
+            local cnew = (cn + cost) % M
+            if r then
+              local ts, cs, jn = {0, 0, 0, 0, 0, 0, 0, 0}, {0, 0, 0, 0, 0, 0, 0, 0}, 0   -- newest first, K of them
+              if count == nk and nk < K then ts[1], cs[1], jn = t, cnew, 1 end
+              for x = #r, rx + 1, -1 do
+                jn = jn + 1
+                ts[jn], cs[jn] = unpack('>xI7I7', r[x])
+              end
+              tail = pack(HEAD2, 2, t, cnew, w, count + 1, dead, base, jn) .. pack(LIST, tunpack(ts)) ..
+                     pack(LIST, tunpack(cs))
+            elseif count == nk and nk < K then
+              tail = pack(HEAD2, 2, t, cnew, w, count + 1, dead, base, nk + 1) .. pack('>I7', t) .. sub(m1, 45, 93) ..
+                     pack('>I7', cnew) .. sub(m1, 101, 149)
+            else
+              tail = pack(HEAD2, 2, t, cnew, w, count + 1, dead, base, nk) .. sub(m1, 45, TAIL2_LEN)
+            end
+            nrem, nreset = c - used, 0
+            if count == 0 then o = t else nreset = o + w - t end
+            rem, reset = c - used - cost, o + w - t
+          elseif n == 1 and used + cost > c then        -- rejected: wait for the oldest entry reaching it
+            local need = used + cost - c
+            if r then
+              for x = rx + 1, #r do
+                local ot, oc = unpack('>xI7I7', r[x])
+                if (oc - base) % M >= need then return pack(ONE, now, 0, 0, c, 0, ot + w - t) end
+              end
+            else
+              p = 38 + 7 * nk
+              for x = 1, nk do                          -- l_nk (the oldest) .. l_1
+                if (unpack('>I7', m1, p + 56) - base) % M >= need then
+                  return pack(ONE, now, 0, 0, c, 0, unpack('>I7', m1, p) + w - t)
+                end
+                p = p - 7
+              end
             end
           end
         end
       end
     end
-  end
+    if not more or not tail or nd == #more then break end
+    nd = nd + 1                                         -- the next log
+    done[nd] = {li, k, trim, tail, expire, w, c, rem, reset}
+    li = more[nd]
+    rate, burst, w, cost = unpack('>xI7I7I7I7', spec, RULE_LEN * li - RULE_LEN + 1)
+    k, c = KEYS[li], rate + burst
+    trim, tail, expire = nil, nil, nil
+  until false
   -- The verdicts of the other rules: with more than two rules in out, else of the one in
-  -- ol, orem, oreset.
+  -- ol, orem, oreset (with two logs: the first's).
   local out, ol, orem, oreset
-  if tail and n > 2 then
-    out = {now, 1}                                    -- made whole at once: a table that grows rehashes
+  if tail and n == 3 then out = {now, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}   -- (a table that grows rehashes)
+  elseif tail and n > 3 then
+    out = {now, 1}
     for x = 3, 4 * n + 2 do out[x] = 0 end
   end
   local cw, nows                                      -- the concurrency rule's lease TTL once it allows; now as text
@@ -318,8 +339,8 @@ if si then
     -- (and the check made in full below) when a field was new (its period starts: written
     -- whole there), a quota would go over (decided there) or the period is not now's.
     for i = 1, n do
-      if i ~= si and i ~= ci then
-        local o = RULE_LEN * i - RULE_LEN + 1
+      local o = RULE_LEN * i - RULE_LEN + 1
+      if i ~= si and i ~= ci and (not more or byte(spec, o) == 5) then
         local _, qr, qb, _, qc, from, to = unpack(RULE, spec, o)
         local inc = qc == 1 and '1' or fmt('%d', qc)    -- (a number argument is formatted as %.17g: slower)
         local used = from <= now and now < to and rpcall('HINCRBY', KEYS[i], sub(spec, o + 29, o + 42), inc)
@@ -327,8 +348,8 @@ if si then
           if used == qc then call('HDEL', KEYS[i], sub(spec, o + 29, o + 42))
           elseif type(used) == 'number' then call('HINCRBY', KEYS[i], sub(spec, o + 29, o + 42), -qc) end
           for x = 1, i - 1 do                         -- (rare) the quotas taken before it: fields not new
-            if x ~= si and x ~= ci then
-              local ox = RULE_LEN * x - RULE_LEN + 1
+            local ox = RULE_LEN * x - RULE_LEN + 1
+            if byte(spec, ox) == 5 then
               call('HINCRBY', KEYS[x], sub(spec, ox + 29, ox + 42), -unpack('>I7', spec, ox + 22))
             end
           end
@@ -341,6 +362,19 @@ if si then
     end
   end
   if tail then
+    if done then                                      -- the logs before li
+      for y = 1, #done do
+        local d = done[y]
+        if d[3] then call('LTRIM', d[2], d[3], -1) end
+        call('RPUSH', d[2], d[4])
+        if d[5] then call('PEXPIRE', d[2], 2 * d[6]) end
+        if n == 2 then ol, orem, oreset = d[7], d[8], d[9]   -- (rule 1: logs come in order)
+        else
+          local z = 4 * d[1]
+          out[z - 1], out[z], out[z + 1], out[z + 2] = 1, d[7], d[8], d[9]
+        end
+      end
+    end
     if trim then call('LTRIM', k, trim, -1) end
     call('RPUSH', k, tail)
     if expire then call('PEXPIRE', k, 2 * w) end
@@ -351,10 +385,11 @@ if si then
       if call('PTTL', ck) < cw then call('PEXPIRE', ck, fmt('%d', cw)) end
     end
     if n == 1 then return pack(ONE, now, 1, 1, c, rem, reset) end
-    if n == 2 and si == 1 then return pack(TWO, now, 1, 1, c, rem, reset, 1, ol, orem, oreset) end
+    if n == 2 and li == 1 then return pack(TWO, now, 1, 1, c, rem, reset, 1, ol, orem, oreset) end
     if n == 2 then return pack(TWO, now, 1, 1, ol, orem, oreset, 1, c, rem, reset) end
-    local x = 4 * si
-    out[x - 1], out[x], out[x + 1], out[x + 2] = 1, c, rem, reset
+    local z = 4 * li
+    out[z - 1], out[z], out[z + 1], out[z + 2] = 1, c, rem, reset
+    if n == 3 then return pack(THREE, tunpack(out)) end
     return pack('>i7B' .. string.rep('Bi7i7i7', n), tunpack(out))
   end
 end
@@ -639,7 +674,7 @@ for i = 1, n do
   rules[i] = s
   if g == 0 then
     local m
-    if i == si then m = m1 end
+    if mt then m = mt[i] elseif i == si then m = m1 end
     local L = sl_decide(k, w, m)
     s.sl, s.t = L, L.t
     s.ok = L.used + cost <= c

@@ -16,6 +16,8 @@ them (put_rules), a quota's period included. Rule sets (every rule admits every 
   sl+quota_cost2  both, each call costing 2
   sl+conc         the log and a concurrency rule of 10^6 slots (each call takes a lease,
                   none is given back: ZADD to a set that grows)
+  sl+conc+quota   the log, that concurrency rule and the quota
+  sl+sl           the log and a second one, 100000/hour (a burst and a sustained rate)
 
   etc/bench/check_cost.py [--script store/check.lua] [--calls 2000] [SET ...]
 """
@@ -39,6 +41,9 @@ RULE_SETS = {
     "sl+quota": [(SLIDING_LOG, 3000, 0, 60000, 1), (QUOTA, 10**9, 0, MONTH, 1)],
     "sl+quota_cost2": [(SLIDING_LOG, 3000, 0, 60000, 2), (QUOTA, 10**9, 0, MONTH, 2)],
     "sl+conc": [(SLIDING_LOG, 3000, 0, 60000, 1), (CONCURRENCY, 10**6, 0, 30000, 1)],
+    "sl+conc+quota": [(SLIDING_LOG, 3000, 0, 60000, 1), (CONCURRENCY, 10**6, 0, 30000, 1),
+                      (QUOTA, 10**9, 0, MONTH, 1)],
+    "sl+sl": [(SLIDING_LOG, 3000, 0, 60000, 1), (SLIDING_LOG, 100000, 0, 3600000, 1)],
 }
 SUBJECTS = 300
 

@@ -1711,21 +1711,28 @@ static void test_same_concurrency_exact(void **state)
  * longer than the walk's span, so that no lease expires in Redis. */
 /* log_beside: rule 2 a sliding log and rule 3 a daily quota (check.lua's short way for a
  * log with a concurrency rule and quotas beside it); else two rate rules of random kinds. */
-static void concurrency_walk(struct fixture *f, unsigned seed, bool log_beside)
+/* The rules beside the concurrency rule: two of any rate kind; a sliding log and a daily
+ * quota; or those and a second log, of a longer window (a burst and a sustained rate). */
+enum walk_rules { BESIDE_RATES, BESIDE_LOG_QUOTA, BESIDE_TWO_LOGS_QUOTA };
+
+static void concurrency_walk(struct fixture *f, unsigned seed, enum walk_rules beside)
 {
     srand(seed);
-    struct limit_rule rules[3][3];
+    struct limit_rule rules[3][4];
+    size_t nrules = beside == BESIDE_TWO_LOGS_QUOTA ? 4 : 3;
     for (int s = 0; s < 3; s++) {
         rules[s][0] = (struct limit_rule){.id = 210, .kind = LIMIT_CONCURRENCY, .rate = 1 + rand() % 4,
                                           .burst = 0, .window_ms = 86400000};
         for (int j = 1; j < 3; j++)
             rules[s][j] = (struct limit_rule){.id = 210 + j, .kind = (enum limit_kind)(rand() % 4),
                                               .rate = 2 + rand() % 6, .burst = rand() % 2, .window_ms = 60000};
-        if (log_beside) {
+        if (beside != BESIDE_RATES) {
             rules[s][1].kind = LIMIT_SLIDING_LOG;
             rules[s][2] = (struct limit_rule){.id = 212, .kind = LIMIT_QUOTA, .rate = 40 + rand() % 40,
                                               .period = LIMIT_PERIOD_DAY};
         }
+        rules[s][3] = (struct limit_rule){.id = 213, .kind = LIMIT_SLIDING_LOG, .rate = 6 + rand() % 10,
+                                          .burst = rand() % 2, .window_ms = 600000};
     }
     struct held {
         int s, mask;
@@ -1739,14 +1746,14 @@ static void concurrency_walk(struct fixture *f, unsigned seed, bool log_beside)
             int k = rand() % nheld;
             char subject[16];
             snprintf(subject, sizeof(subject), "w:%d", held[k].s);
-            release_both(f, subject, rules[held[k].s], 3, held[k].id);
+            release_both(f, subject, rules[held[k].s], nrules, held[k].id);
             held[k] = held[--nheld];
             continue;
         }
-        int s = rand() % 3, mask = 1 + rand() % 7;
-        struct limit_rule pick[3];
+        int s = rand() % 3, mask = 1 + rand() % ((1 << nrules) - 1);
+        struct limit_rule pick[4];
         size_t n = 0;
-        for (int j = 0; j < 3; j++)
+        for (size_t j = 0; j < nrules; j++)
             if (mask & (1 << j))
                 pick[n++] = rules[s][j];
         char subject[16], id[16];
@@ -1766,8 +1773,12 @@ static void concurrency_walk(struct fixture *f, unsigned seed, bool log_beside)
     assert_true(allowed > 50 && rejected_cc > 10);   /* the walk saw both outcomes */
 }
 
-static void test_same_concurrency_walk(void **state) { concurrency_walk(*state, 42, false); }
-static void test_same_concurrency_log_quota_walk(void **state) { concurrency_walk(*state, 43, true); }
+static void test_same_concurrency_walk(void **state) { concurrency_walk(*state, 42, BESIDE_RATES); }
+static void test_same_concurrency_log_quota_walk(void **state) { concurrency_walk(*state, 43, BESIDE_LOG_QUOTA); }
+static void test_same_concurrency_two_logs_quota_walk(void **state)
+{
+    concurrency_walk(*state, 44, BESIDE_TWO_LOGS_QUOTA);
+}
 
 /* A rejected leased check writes nothing to Redis. */
 static void test_concurrency_rejected_writes_nothing(void **state)
@@ -2151,6 +2162,7 @@ int main(void)
         T(test_same_concurrency_exact),
         T(test_same_concurrency_walk),
         T(test_same_concurrency_log_quota_walk),
+        T(test_same_concurrency_two_logs_quota_walk),
         T(test_concurrency_rejected_writes_nothing),
         T(test_release_frees_slot),
         T(test_release_notify_waits_for_redis),
