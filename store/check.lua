@@ -84,9 +84,10 @@
 -- tag = "<kind>:<window_ms>"; a hash of another tag, or a key of another type, is stale:
 --   treated as empty and replaced when the request is recorded.
 -- Concurrency: sorted set, member = lease id, score = its expiry in ms. It counts the
---   leases whose expiry is after now (live); it allows when live < N, and then drops the
---   expired ones, adds the lease with score now + TTL and makes sure the key lives at least
---   TTL longer. Verdict: remaining N - held, reset 1000 when rejected (when a lease ends is
+--   leases whose expiry is after now (live); it allows when live < N, and then adds the
+--   lease with score now + TTL and makes sure the key lives at least TTL longer: when it
+--   has less left, it gets 2 TTL and the expired leases are dropped (so once per TTL, not
+--   every check: leases end by ZREM or by their score; an expired one only takes room). Verdict: remaining N - held, reset 1000 when rejected (when a lease ends is
 --   unknowable). store/renew.lua keeps held leases alive.
 
 local floor, byte, sub, type, tonumber = math.floor, string.byte, string.sub, type, tonumber
@@ -380,9 +381,11 @@ if si then
     if expire then call('PEXPIRE', k, 2 * w) end
     if cw then                                        -- the lease, as the full check records it
       local ck = KEYS[ci]
-      call('ZREMRANGEBYSCORE', ck, '-inf', nows)
       call('ZADD', ck, fmt('%d', now + cw), ARGV[3])
-      if call('PTTL', ck) < cw then call('PEXPIRE', ck, fmt('%d', cw)) end
+      if call('PTTL', ck) < cw then
+        call('ZREMRANGEBYSCORE', ck, '-inf', nows)
+        call('PEXPIRE', ck, fmt('%d', 2 * cw))
+      end
     end
     if n == 1 then return pack(ONE, now, 1, 1, c, rem, reset) end
     if n == 2 and li == 1 then return pack(TWO, now, 1, 1, c, rem, reset, 1, ol, orem, oreset) end
@@ -855,9 +858,11 @@ for i = 1, n do
     elseif g == 4 then
       local held = s.a
       if record then
-        call('ZREMRANGEBYSCORE', k, '-inf', fmt('%d', t))
         call('ZADD', k, fmt('%d', t + w), ARGV[3])
-        if call('PTTL', k) < w then call('PEXPIRE', k, fmt('%d', w)) end
+        if call('PTTL', k) < w then
+          call('ZREMRANGEBYSCORE', k, '-inf', fmt('%d', t))
+          call('PEXPIRE', k, fmt('%d', 2 * w))
+        end
         held = held + 1
       end
       if s.ok then rem, reset = c - held, 0 else rem, reset = 0, 1000 end
