@@ -87,7 +87,9 @@
 --   leases whose expiry is after now (live); it allows when live < N, and then adds the
 --   lease with score now + TTL and makes sure the key lives at least TTL longer: when it
 --   has less left, it gets 2 TTL and the expired leases are dropped (so once per TTL, not
---   every check: leases end by ZREM or by their score; an expired one only takes room). Verdict: remaining N - held, reset 1000 when rejected (when a lease ends is
+--   every check: leases end by ZREM or by their score; an expired one only takes room). A
+--   key without a TTL was made by that ZADD (the last ZREM of a set deletes it): nothing
+--   to drop. Verdict: remaining N - held, reset 1000 when rejected (when a lease ends is
 --   unknowable). store/renew.lua keeps held leases alive.
 
 local floor, byte, sub, type, tonumber = math.floor, string.byte, string.sub, type, tonumber
@@ -382,8 +384,9 @@ if si then
     if cw then                                        -- the lease, as the full check records it
       local ck = KEYS[ci]
       call('ZADD', ck, fmt('%d', now + cw), ARGV[3])
-      if call('PTTL', ck) < cw then
-        call('ZREMRANGEBYSCORE', ck, '-inf', nows)
+      local pt = call('PTTL', ck)
+      if pt < cw then
+        if pt >= 0 then call('ZREMRANGEBYSCORE', ck, '-inf', nows) end
         call('PEXPIRE', ck, fmt('%d', 2 * cw))
       end
     end
@@ -859,8 +862,9 @@ for i = 1, n do
       local held = s.a
       if record then
         call('ZADD', k, fmt('%d', t + w), ARGV[3])
-        if call('PTTL', k) < w then
-          call('ZREMRANGEBYSCORE', k, '-inf', fmt('%d', t))
+        local pt = call('PTTL', k)
+        if pt < w then
+          if pt >= 0 then call('ZREMRANGEBYSCORE', k, '-inf', fmt('%d', t)) end
           call('PEXPIRE', k, fmt('%d', 2 * w))
         end
         held = held + 1

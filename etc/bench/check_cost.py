@@ -16,6 +16,9 @@ them (put_rules), a quota's period included. Rule sets (every rule admits every 
   sl+quota_cost2  both, each call costing 2
   sl+conc         the log and a concurrency rule of 10^6 slots (each call takes a lease,
                   none is given back: ZADD to a set that grows)
+  sl+conc_released  sl+conc, each lease given back (ZREM, counted) right after its check,
+                  as a proxy does when the request ends: the set empties, Redis deletes it,
+                  and the next check makes it again (a user without overlapping requests)
   sl+conc+quota   the log, that concurrency rule and the quota
   sl+sl           the log and a second one, 100000/hour (a burst and a sustained rate)
 
@@ -41,11 +44,13 @@ RULE_SETS = {
     "sl+quota": [(SLIDING_LOG, 3000, 0, 60000, 1), (QUOTA, 10**9, 0, MONTH, 1)],
     "sl+quota_cost2": [(SLIDING_LOG, 3000, 0, 60000, 2), (QUOTA, 10**9, 0, MONTH, 2)],
     "sl+conc": [(SLIDING_LOG, 3000, 0, 60000, 1), (CONCURRENCY, 10**6, 0, 30000, 1)],
+    "sl+conc_released": [(SLIDING_LOG, 3000, 0, 60000, 1), (CONCURRENCY, 10**6, 0, 30000, 1)],
     "sl+conc+quota": [(SLIDING_LOG, 3000, 0, 60000, 1), (CONCURRENCY, 10**6, 0, 30000, 1),
                       (QUOTA, 10**9, 0, MONTH, 1)],
     "sl+sl": [(SLIDING_LOG, 3000, 0, 60000, 1), (SLIDING_LOG, 100000, 0, 3600000, 1)],
 }
 SUBJECTS = 300
+RELEASED = {"sl+conc_released"}   # sets whose leases are given back after each check
 
 
 def resp(*args):
@@ -110,7 +115,7 @@ def free_port():
     return port
 
 
-def instructions_per_call(script, rules, calls):
+def instructions_per_call(script, rules, calls, release=False):
     port = free_port()
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "callgrind.out")
@@ -141,10 +146,16 @@ def instructions_per_call(script, rules, calls):
                         spec = packed_rules(rules, int(time.time() * 1000))
                         lease = ["lease-%d" % n] if any(r[0] == CONCURRENCY for r in rules) else []
                         batch.append(["EVALSHA", sha, len(keys)] + keys + [-1, spec] + lease)
-                    for reply in conn.pipeline(batch):
-                        if not isinstance(reply, bytes) or len(reply) != 8 + 22 * len(rules) or reply[7] != 1:
+                        if release:
+                            conc = next(i for i, r in enumerate(rules) if r[0] == CONCURRENCY)
+                            batch.append(["ZREM", keys[conc]] + lease)
+                    for cmd, reply in zip(batch, conn.pipeline(batch)):
+                        if cmd[0] == "ZREM":
+                            if reply != 1:
+                                raise RuntimeError("a lease not given back: %r" % (reply,))
+                        elif not isinstance(reply, bytes) or len(reply) != 8 + 22 * len(rules) or reply[7] != 1:
                             raise RuntimeError("unexpected answer %r" % (reply,))
-                    count -= len(batch)
+                    count -= len(batch) // (2 if release else 1)
 
             run(1500)   # every subject's log exists and has its tail
             subprocess.run(["callgrind_control", "-i", "on", str(server.pid)], check=True,
@@ -175,7 +186,8 @@ def main():
     for name in args.sets:
         if name not in RULE_SETS:
             sys.exit("check_cost.py: unknown rule set %r (known: %s)" % (name, ", ".join(RULE_SETS)))
-        print("%-16s %8.0f instructions per call" % (name, instructions_per_call(script, RULE_SETS[name], args.calls)),
+        print("%-16s %8.0f instructions per call" % (name, instructions_per_call(script, RULE_SETS[name], args.calls,
+                                                                                 name in RELEASED)),
               flush=True)
 
 
