@@ -542,21 +542,20 @@ local function sl_decide(k, w, m)
         for x = 2, #r, 2 do mig[x / 2] = tonumber(r[x]) end
       end
     end
-    return {v = 1, t = t, count = #mig, first = 0, used = #mig, base = 0, cn = #mig, oldest = mig[1], nk = 0,
+    return {v = 1, u = 1, t = t, count = #mig, first = 0, used = #mig, base = 0, cn = #mig, oldest = mig[1], nk = 0,
             lt = mig, lc = EMPTY, stale = true, expire = true, mig = mig}
   elseif not m then                                   -- no log yet
-    return {v = 1, t = t, count = 0, first = 0, used = 0, base = 0, cn = 0, nk = 0, lt = EMPTY, lc = EMPTY,
+    return {v = 1, u = 1, t = t, count = 0, first = 0, used = 0, base = 0, cn = 0, nk = 0, lt = EMPTY, lc = EMPTY,
             expire = true}
   end
-  return {v = 1, t = t, count = 0, first = 0, used = 0, base = 0, cn = 0, nk = 0, lt = EMPTY, lc = EMPTY,
+  return {v = 1, u = 1, t = t, count = 0, first = 0, used = 0, base = 0, cn = 0, nk = 0, lt = EMPTY, lc = EMPTY,
           stale = true, expire = true}                -- another type, or not a log of ours
 end
 
 -- Records the request (every rule allowed it): one entry of weight cost.
 local function sl_record(k, w, L, cost)
   local t, count, dead, expire = L.t, L.count, L.first, L.expire
-  local m, nk, lt, lc, mig, base, cn = L.m, L.nk, L.lt, L.lc, L.mig, L.base, L.cn
-  local u = L.u or 1
+  local m, nk, lt, lc, mig, base, cn, u = L.m, L.nk, L.lt, L.lc, L.mig, L.base, L.cn, L.u
   -- The unit of the log after it, when its entries all weigh the same (else weighted).
   local unit
   if count == 0 then unit = cost
@@ -787,7 +786,7 @@ for i = 1, n do
         local need, o = used + cost - c, nil
         local lt, lc, base, m, nk = L.lt, L.lc, L.base, L.m, L.nk
         if L.v == 1 then                              -- weight u each: the ceil(need / u)-th oldest
-          local u = L.u or 1
+          local u = L.u
           if u > 1 then need = (need + u - 1 - (need + u - 1) % u) / u end
           if m and need <= nk then o = unpack('>I7', m, 31 + 7 * (nk - need))
           elseif L.mig then o = L.mig[need]

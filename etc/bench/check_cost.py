@@ -134,6 +134,7 @@ def instructions_per_call(script, rules, calls, release=False):
                 raise RuntimeError("redis-server under valgrind did not start")
             sha = conn.pipeline([["SCRIPT", "LOAD", script]])[0]
             n = 0
+            conc = next((i for i, r in enumerate(rules) if r[0] == CONCURRENCY), None)
 
             def run(count):
                 nonlocal n
@@ -144,10 +145,9 @@ def instructions_per_call(script, rules, calls, release=False):
                         n += 1
                         keys = ["bench:{%s}:%d" % (subject, i + 1) for i in range(len(rules))]
                         spec = packed_rules(rules, int(time.time() * 1000))
-                        lease = ["lease-%d" % n] if any(r[0] == CONCURRENCY for r in rules) else []
+                        lease = ["lease-%d" % n] if conc is not None else []
                         batch.append(["EVALSHA", sha, len(keys)] + keys + [-1, spec] + lease)
                         if release:
-                            conc = next(i for i, r in enumerate(rules) if r[0] == CONCURRENCY)
                             batch.append(["ZREM", keys[conc]] + lease)
                     for cmd, reply in zip(batch, conn.pipeline(batch)):
                         if cmd[0] == "ZREM":

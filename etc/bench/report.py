@@ -334,10 +334,11 @@ def main():
         return ok, (f"{what} {q:.2f}× (target {'≥' if at_least else '≤'} {limit:g}×): "
                     f"{show(R.med(run, key))} vs {show(R.med(ref, key))}")
 
-    def s_verdict(name, text, parts):
+    def s_verdict(name, text, parts, notes=()):
+        """parts: the target's conditions, (ok or None, text); notes: texts shown after them"""
         oks = [ok for ok, _ in parts]
         ok = False if any(o is False for o in oks) else (None if any(o is None for o in oks) else True)
-        verdict(name, text, ok, "; ".join(d for _, d in parts))
+        verdict(name, text, ok, "; ".join([d for _, d in parts] + list(notes)))
 
     rps = lambda x: f"{x:.0f} req/s"
     cpu = lambda x: f"{x:.2f} µs"
@@ -382,12 +383,13 @@ def main():
                           f"{store}: goodput at -c{p7c} vs -c{conns}", gput))
         parts.append(part(f"{t}@429", t, "us_proxy", SPEED["S5_429"], False,
                           f"{store}: proxy CPU of a 429 vs a forward", cpu))
+    notes = []
     if p7_floor and R.has(f"{p7_floor}@c{p7c}"):
         g = R.ratio(f"{p7_floor}@c{p7c}", p7_floor, "goodput")
-        parts.append((True, f"for reference, {p7_floor}'s own goodput at -c{p7c} vs -c{conns}: "
-                            f"{g:.2f}×" if g is not None else f"{p7_floor} at -c{p7c}: no ratio"))
+        notes.append(f"for reference, {p7_floor}'s own goodput at -c{p7c} vs -c{conns}: "
+                     f"{g:.2f}×" if g is not None else f"{p7_floor} at -c{p7c}: no ratio")
     s_verdict("S5", f"offered 2× the connections, goodput ≥ {SPEED['S5_goodput']}× of -c{conns} on both stores; a 429 "
-              f"costs ≤ {SPEED['S5_429']}× a forward", parts)
+              f"costs ≤ {SPEED['S5_429']}× a forward", parts, notes)
     s6 = f"an idle WebSocket tunnel ≤ {SPEED['S6_rss_bytes'] // 1024} KiB ({SPEED['S6_rss_bytes']:,} bytes) of " \
          "proxy RSS at 9,900 tunnels, 0 CPU idle"
     opened, nbytes, idle = meta.get("ws_idle.opened", "").split(), meta.get("ws_idle.bytes", ""), \

@@ -9,7 +9,7 @@ import time
 from conftest import SLOW, wait_until
 from fleet_helpers import (WS, check_concurrency_429, parallel_ws, wait_stat, ws_connect, ws_try,
                            ws_upstream)  # noqa: F401
-from test_concurrency import race, start_held
+from test_concurrency import check_sigterm_cut_requests_give_back, race
 
 _prefix_n = itertools.count()
 
@@ -216,23 +216,5 @@ def test_sigterm_gives_back_the_slots_of_requests_cut_at_the_drain_deadline(cata
     catalog.plan("cdrain", "--rate", "100000/min", "--concurrency", "1")
     users = users_on_each_master(catalog, redis_cluster, "cdrain", "d")
     a, b = cluster_fleet(proxies, catalog, redis_cluster, ws_upstream, lease_ttl_ms=120000)
-    held = []
-    try:
-        for _, _, key in users:
-            held.append(start_held(a.port, "/hang", key))
-        for port, user, key in users:
-            assert wait_stat(ws_upstream, "open", user, 1) == 1, \
-                "the hanging request of %s (master :%d) never arrived" % (user, port)
-            check_concurrency_429(b.get("/slow/0", key=key))
-        t0 = time.monotonic()
-        a.signal(signal.SIGTERM)
-        a.proc.wait(40 * SLOW)
-        assert a.proc.returncode == 0, a.stderr()[-2000:]
-        for port, user, key in users:
-            r = b.get("/slow/0", key=key)
-            assert r.status == 200, "user %s (master :%d): the slot of the request cut at the drain deadline " \
-                "is not back %.1f s after SIGTERM (lease_ttl_ms 120000): %r" % (user, port, time.monotonic() - t0, r)
-    finally:
-        for s in held:
-            s.close()
-
+    check_sigterm_cut_requests_give_back(
+        a, b, [("user %s (master :%d): " % (user, port), user, key) for port, user, key in users], ws_upstream)

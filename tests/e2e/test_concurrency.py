@@ -5,6 +5,7 @@ back when the response ends, when the client goes away, on upstream error or tim
 
 The upstream (ws_upstream.py) counts what it has open per user itself, so "never more than N
 at once" is judged where it matters."""
+import signal
 import socket
 import time
 
@@ -24,6 +25,30 @@ def start_held(port, target, key):
     s = socket.create_connection(("127.0.0.1", port), timeout=30)
     http_send(s, "GET", target, key=key)
     return s
+
+
+def check_sigterm_cut_requests_give_back(a, b, users, ws_upstream):
+    """users: (who, user, key), each with concurrency 1. A request of each hangs at the upstream
+    through proxy a; a gets SIGTERM and exits after its drain; b must then admit each user
+    at once (the caller's lease TTL is far longer)."""
+    held = []
+    try:
+        for _, _, key in users:
+            held.append(start_held(a.port, "/hang", key))
+        for who, user, key in users:
+            assert wait_stat(ws_upstream, "open", user, 1) == 1, "%sthe hanging request never arrived" % who
+            check_concurrency_429(b.get("/slow/0", key=key))
+        t0 = time.monotonic()
+        a.signal(signal.SIGTERM)
+        a.proc.wait(40 * SLOW)
+        assert a.proc.returncode == 0, a.stderr()[-2000:]
+        for who, _, key in users:
+            r = b.get("/slow/0", key=key)
+            assert r.status == 200, "%sthe slot of the request cut at the drain deadline is not back %.1f s " \
+                "after SIGTERM (lease_ttl_ms 120000): %r" % (who, time.monotonic() - t0, r)
+    finally:
+        for s in held:
+            s.close()
 
 
 def test_third_parallel_request_gets_429_across_two_proxies(catalog, proxies, redis,
@@ -282,16 +307,4 @@ def test_sigterm_gives_back_the_slots_of_requests_cut_at_the_drain_deadline(cata
     lease TTL. Those requests are cut, not ended: no release of their own gives the slot back."""
     user, key = conc_plan(catalog, 1, "concdrain")
     a, b = fleet(proxies, catalog, redis, ws_upstream, limits={"lease_ttl_ms": 120000})
-    held = start_held(a.port, "/hang", key)
-    try:
-        assert wait_stat(ws_upstream, "open", user, 1) == 1, "the hanging request never arrived"
-        check_concurrency_429(b.get("/slow/0", key=key))
-        t0 = time.monotonic()
-        a.signal(__import__("signal").SIGTERM)
-        a.proc.wait(40 * SLOW)
-        assert a.proc.returncode == 0, a.stderr()[-2000:]
-        r = b.get("/slow/0", key=key)
-        assert r.status == 200, "the slot of the request cut at the drain deadline is not back %.1f s " \
-            "after SIGTERM (lease_ttl_ms 120000): %r" % (time.monotonic() - t0, r)
-    finally:
-        held.close()
+    check_sigterm_cut_requests_give_back(a, b, [("", user, key)], ws_upstream)
