@@ -194,22 +194,35 @@ void log_rejection(struct log_throttle *throttle, const char *user, const char *
         !log_throttle_hit(throttle, key, (size_t)keylen < sizeof(key) ? (size_t)keylen : sizeof(key) - 1,
                           store_mono_ms(), &rejections))
         return;
-    char when[40];
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    format_time((int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000, when, sizeof(when));
-    json_t *o = json_object();
+    json_t *o = log_line_start("warn", "limit exceeded");
     if (o == NULL)
         return;
-    json_object_set_new(o, "time", json_string(when));
-    json_object_set_new(o, "level", json_string("warn"));
-    json_object_set_new(o, "msg", json_string("limit exceeded"));
     json_object_set_new(o, "user_id", str_or_null(user));
     json_object_set_new(o, "plan", str_or_null(plan));
     json_object_set_new(o, "limit_type", json_string(limit_type));
     json_object_set_new(o, "current_count", json_integer(current_count));
     json_object_set_new(o, "limit", json_integer(limit));
     json_object_set_new(o, "rejections", json_integer((json_int_t)rejections));
-    write_line(STDERR_FILENO, o);
-    json_decref(o);
+    log_line_write(o);
+}
+
+json_t *log_line_start(const char *level, const char *msg)
+{
+    char when[40];
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    format_time((int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000, when, sizeof(when));
+    json_t *o = json_object();
+    if (o == NULL)
+        return NULL;
+    json_object_set_new(o, "time", json_string(when));
+    json_object_set_new(o, "level", json_string(level));
+    json_object_set_new(o, "msg", json_string(msg));
+    return o;
+}
+
+void log_line_write(json_t *line)
+{
+    write_line(STDERR_FILENO, line);
+    json_decref(line);
 }

@@ -6,6 +6,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <jansson.h>
+
 struct access_log;
 
 struct access_entry {
@@ -50,3 +52,9 @@ struct log_throttle;
  * counted in that key's next line. */
 void log_rejection(struct log_throttle *throttle, const char *user, const char *plan, const char *limit_type,
                    int64_t limit_id, int64_t current_count, int64_t limit);
+
+/* A diagnostic line for stderr, one JSON object: "time" (now, UTC), "level" and "msg"
+ * set; the caller adds its members, then log_line_write writes it and frees it. NULL when
+ * out of memory. */
+json_t *log_line_start(const char *level, const char *msg);
+void log_line_write(json_t *line);

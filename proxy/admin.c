@@ -32,14 +32,23 @@ static enum MHD_Result answer(struct MHD_Connection *conn, unsigned status, cons
     return ret;
 }
 
-static bool store_ok(const struct admin_sources *s)
+/* The store as the workers meet it: "error" when one's store answers with errors (the
+ * reason in reason), else "ok" when one's answers, else "unreachable". */
+static const char *store_state(const struct admin_sources *s, char *reason, size_t reason_len)
 {
+    reason[0] = '\0';
     if (!s->store_is_remote)
-        return true;
-    for (size_t i = 0; i < s->n_workers; i++)
-        if (limiter_available(s->limiters[i]))
-            return true;
-    return false;
+        return "ok";
+    bool up = false;
+    for (size_t i = 0; i < s->n_workers; i++) {
+        char why[256];
+        if (limiter_health(s->limiters[i], why, sizeof(why)) == LIMITER_HEALTH_ERROR) {
+            snprintf(reason, reason_len, "%s", why);
+            return "error";
+        }
+        up = up || limiter_available(s->limiters[i]);
+    }
+    return up ? "ok" : "unreachable";
 }
 
 /* ---- the nodes of a store made of several (Redis Cluster masters) ---- */
@@ -132,11 +141,12 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *conn, const char
         return answer(conn, MHD_HTTP_METHOD_NOT_ALLOWED, json, "{\"error_code\":\"method_not_allowed\"}",
                       MHD_RESPMEM_PERSISTENT);
     if (strcmp(url, "/health") == 0) {
-        bool store = store_ok(&a->sources);
+        char reason[256];
+        const char *store_word = store_state(&a->sources, reason, sizeof(reason));
+        bool store = strcmp(store_word, "ok") == 0;
         bool plans = snapshot_watch_healthy(a->sources.catalog);
         struct node_views nodes = gather_nodes(&a->sources);
-        const char *store_word = store ? "ok" : "unreachable";
-        if (nodes.v != NULL) {
+        if (nodes.v != NULL && reason[0] == '\0') {
             /* a cluster: ok with every master answering, degraded (still 200: the other
                masters' users are served) with some, unreachable with none */
             size_t up = 0;
@@ -148,6 +158,11 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *conn, const char
         struct text body = {0};
         text_printf(&body, "{\"status\":\"%s\",\"store\":\"%s\",\"plans\":\"%s\"",
                  store && plans ? "ok" : "unavailable", store_word, plans ? "ok" : "unreachable");
+        if (reason[0] != '\0') {
+            char quoted[2 * sizeof(reason)];
+            quoted_name(quoted, sizeof(quoted), reason);
+            text_printf(&body, ",\"store_error\":\"%s\"", quoted);
+        }
         if (nodes.v != NULL) {
             text_printf(&body, ",\"nodes\":{");
             for (size_t i = 0; i < nodes.n; i++) {

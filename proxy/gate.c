@@ -138,7 +138,7 @@ enum gate_action gate_admit(const struct gate_request *req, const struct snapsho
         char addr[64];
         gate_client_address(req, addr, sizeof(addr));
         c->user_id = "anonymous";
-        snprintf(c->subject, sizeof(c->subject), "ip:%s", addr);
+        snprintf(c->subject, sizeof(c->subject), GATE_ANONYMOUS_PREFIX "%s", addr);
     } else {
         return refuse(out, 401, "missing_api_key");
     }

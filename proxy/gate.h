@@ -20,6 +20,10 @@
 #include "tiers/snapshot.h"
 
 /* One header field as the client sent it; value "" when it had none. Neither needs a NUL. */
+/* The limiter subject of a keyless client begins with this: the memory store forgets such
+ * subjects before keyed users (memory_store_set_evict_first). */
+#define GATE_ANONYMOUS_PREFIX "ip:"
+
 struct gate_header {
     const char *name;
     size_t name_len;
@@ -58,7 +62,8 @@ struct gate_refusal {
 struct gate_check {
     const struct tier_plan *plan;  /* the user's view of it (tier_user_plan): own limits in place */
     const char *user_id;       /* the user's id, or "anonymous" */
-    char subject[160];         /* limiter subject: "u:<id>" (keys of one user share it) or "ip:<addr>" */
+    char subject[160];         /* limiter subject: "u:<id>" (keys of one user share it) or
+                                  GATE_ANONYMOUS_PREFIX "<addr>" */
     struct limit_rule rules[LIMITER_MAX_RULES];
     const struct tier_limit *checked[LIMITER_MAX_RULES]; /* the limit each rule came from */
     size_t n;

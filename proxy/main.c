@@ -20,13 +20,16 @@
 #include "proxy/access_log.h"
 #include "proxy/admin.h"
 #include "proxy/config.h"
+#include "proxy/gate.h"
 #include "proxy/log_throttle.h"
+#include "proxy/store_log.h"
 #include "proxy/netaddr.h"
 #include "proxy/upstream_cap.h"
 #include "proxy/upstream_tls.h"
 #include "proxy/worker.h"
 #include "store/clock.h"
 #include "store/cluster_probe.h"
+#include "store/redis_probe.h"
 #include "store/limiter.h"
 #include "tiers/snapshot.h"
 
@@ -68,6 +71,24 @@ static int check_listen_address(const struct proxy_config *cfg, const char *sect
 /* How long --check waits for each seed node of a cluster (to connect, then per command). */
 #define CLUSTER_PROBE_TIMEOUT_MS 2000
 
+/* What --check says of the store's answer (a probe's return and report): a store it cannot
+ * reach is a warning (a start survives it: on_store_error decides until it answers), one
+ * that refuses the login or is not what the configuration says is an error. Returns 0 or 1. */
+static int store_probe_said(const struct proxy_config *cfg, int probed, const char *report)
+{
+    if (probed == 0) {
+        fprintf(stderr, "tierproxy: [limits] redis: %s\n", report);
+        return 0;
+    }
+    if (probed == -EHOSTUNREACH) {
+        fprintf(stderr, "tierproxy: warning: [limits] redis: %s (until it answers, requests are decided "
+                        "by on_store_error)\n", report);
+        return 0;
+    }
+    start_error(cfg, "limits", "redis", "%s", report);
+    return 1;
+}
+
 /* [limits] redis as the store will read it: one URL, or in cluster mode the seed list;
  * with probe (--check), a cluster's state as its seeds tell it. */
 static int check_redis(const struct proxy_config *cfg, bool probe)
@@ -80,13 +101,9 @@ static int check_redis(const struct proxy_config *cfg, bool probe)
             start_error(cfg, "limits", "redis", "%s", err);
             return 1;
         }
-        if (probe) {
-            if (cluster_probe(cfg->redis_url, CLUSTER_PROBE_TIMEOUT_MS, err, sizeof(err)) != 0) {
-                start_error(cfg, "limits", "redis", "%s", err);
-                return 1;
-            }
-            fprintf(stderr, "tierproxy: [limits] redis: %s\n", err);
-        }
+        if (probe && store_probe_said(cfg, cluster_probe(cfg->redis_url, CLUSTER_PROBE_TIMEOUT_MS, err, sizeof(err)),
+                                      err) != 0)
+            return 1;
         if (limiter_redis_cluster_prefix_check(cfg->key_prefix, err, sizeof(err)) != 0) {
             start_error(cfg, "limits", "key_prefix", "%s", err);
             return 1;
@@ -98,6 +115,8 @@ static int check_redis(const struct proxy_config *cfg, bool probe)
                     strchr(cfg->redis_url, ',') != NULL ? " (several seed URLs need redis_mode = cluster)" : "");
         return 1;
     }
+    if (probe && store_probe_said(cfg, redis_probe(cfg->redis_url, CLUSTER_PROBE_TIMEOUT_MS, err, sizeof(err)), err) != 0)
+        return 1;
     return 0;
 }
 
@@ -236,6 +255,7 @@ static int serve(struct proxy_config *cfg, int argc, char **argv, char **envp)
     struct worker *workers = NULL;
     struct access_log *access_log = NULL;
     struct log_throttle *rejection_warnings = NULL;
+    struct store_log *store_log = NULL;
     struct admin *admin = NULL;
     struct limiter **limiters = NULL;
     static struct upstream_cap upstream_cap;   /* every worker's; outlives them */
@@ -266,10 +286,12 @@ static int serve(struct proxy_config *cfg, int argc, char **argv, char **envp)
         fprintf(stderr, "tierproxy: out of memory\n");
         goto out;
     }
-    if (memory != NULL)
-        memory_store_set_max_subjects(memory, (size_t)cfg->memory_max_subjects);
+    memory_store_set_max_subjects(memory, (size_t)cfg->memory_max_subjects);
+    memory_store_set_evict_first(memory, GATE_ANONYMOUS_PREFIX);
     rejection_warnings = log_throttle_create(REJECTION_WARNING_KEYS, REJECTION_WARNING_INTERVAL_MS);
-    if (rejection_warnings == NULL) {
+    store_log = store_log_create((size_t)cfg->workers,
+                                 strcmp(cfg->log_level, "info") == 0 || strcmp(cfg->log_level, "debug") == 0);
+    if (rejection_warnings == NULL || store_log == NULL) {
         fprintf(stderr, "tierproxy: out of memory\n");
         goto out;
     }
@@ -281,6 +303,7 @@ static int serve(struct proxy_config *cfg, int argc, char **argv, char **envp)
         .upstream_cap = &upstream_cap,
         .access_log = access_log,
         .rejection_warnings = rejection_warnings,
+        .store_log = store_log,
         .log_warnings = strcmp(cfg->log_level, "error") != 0,
     };
     make_instance_id(shared.instance_id, sizeof(shared.instance_id));
@@ -384,6 +407,7 @@ out:
     free(metrics);
     access_log_close(access_log);
     log_throttle_destroy(rejection_warnings);
+    store_log_destroy(store_log);
     if (memory != NULL)
         memory_store_destroy(memory);
     if (catalog != NULL)

@@ -19,6 +19,7 @@
 #include "proxy/metrics.h"
 #include "proxy/pool_trim.h"
 #include "proxy/request.h"
+#include "proxy/store_log.h"
 #include "proxy/websocket.h"
 #include "store/clock.h"
 #include "store/limiter.h"
@@ -455,6 +456,7 @@ int worker_init(struct worker *w, int index, const struct proxy_shared *shared, 
     }
     if (w->limiter == NULL)
         return -EINVAL;
+    limiter_set_event_hook(w->limiter, store_log_event, store_log_hook_arg(shared->store_log, (size_t)w->index));
 
     struct request_context *rc = &w->requests;
     rc->base = w->base;

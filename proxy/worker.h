@@ -29,6 +29,7 @@ struct forwarder;
 struct ws_context;
 struct access_log;
 struct log_throttle;
+struct store_log;
 struct pool_trim;
 struct upstream_cap;
 
@@ -40,6 +41,7 @@ struct proxy_shared {
     struct upstream_cap *upstream_cap; /* [proxy] upstream_max_inflight, one count per process */
     struct access_log *access_log;   /* NULL when off */
     struct log_throttle *rejection_warnings; /* one line per user and limit per 10 s */
+    struct store_log *store_log;     /* the store's faults on stderr */
     char instance_id[24];            /* names this process's concurrency leases */
     bool log_warnings;               /* [log] level is debug, info or warn */
 };

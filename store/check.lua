@@ -13,11 +13,15 @@
 --                    3 month), cost (>= 1: the units this request counts; concurrency: 1),
 --                    from, to (a quota: the period holding now on the proxy's clock, which
 --                    spares the calendar arithmetic when it holds the script's now; else 0)
---                    (concurrency: rate = N slots, burst 0, window_ms = the lease TTL).
+--                    (concurrency: rate = N slots, burst 0, window_ms = the lease TTL, from =
+--                    the leases of this subject and rule the calling proxy holds: a set that
+--                    counts fewer lost some (flushed, restarted empty), and the check counts
+--                    the proxy's instead).
 --                    One string, not 5 arguments a rule: each argument costs Redis a
 --                    string and a table slot per call.
 -- ARGV[3]            the lease id; present only when some rule is a concurrency rule
--- Returns one string, struct '>i7B' .. n x 'Bi7i7i7': now, all_allowed, then per rule:
+-- Returns one string, struct '>i7B' .. n x 'Bi7i7i7': now, all_allowed (plus 2 when a
+-- concurrency set held fewer leases than the proxy said it holds), then per rule:
 -- allowed, limit, remaining, reset_ms (a string, not an array of integers: Redis makes a
 -- reply of each integer, a cost paid per check).
 -- Reads first; writes (with a TTL on every key written) only when every rule allows; the
@@ -98,6 +102,7 @@ local tunpack = unpack
 local pack, unpack = struct.pack, struct.unpack
 
 local now, peek = -1, false
+local lost = 0                                        -- 2: a concurrency set held fewer leases than the proxy's
 if ARGV[1] ~= '-1' then                               -- (the proxies' usual "-1" needs no strtod)
   now = tonumber(ARGV[1])
   if not now then peek, now = true, tonumber(sub(ARGV[1], 6)) end
@@ -320,15 +325,17 @@ if si then
     -- The leases live now (ZCOUNT), as the full check counts them. A refusal by them with no
     -- quota beside is answered here (nothing recorded); beside quotas, by the full check.
     local co = RULE_LEN * ci - RULE_LEN + 1
-    local cr, cb, cttl = unpack('>xI7I7I7', spec, co)
+    local cr, cb, cttl, _, held = unpack('>xI7I7I7I7I7', spec, co)
     local cn = cr + cb
     nows = fmt('%d', now)
     local live = rpcall('ZCOUNT', KEYS[ci], '(' .. nows, '+inf')
+    -- fewer than the proxy holds: the set lost them (flushed, restarted empty); count the proxy's
+    if type(live) == 'number' and live < held then live, lost = held, 2 end
     if type(live) ~= 'number' then
       tail = nil                                      -- not a set of ours: the full check replaces it
     elseif live >= cn then
-      if n == 2 and si == 1 then return pack(TWO, now, 0, 1, c, nrem, nreset, 0, cn, 0, 1000) end
-      if n == 2 then return pack(TWO, now, 0, 0, cn, 0, 1000, 1, c, nrem, nreset) end
+      if n == 2 and si == 1 then return pack(TWO, now, lost, 1, c, nrem, nreset, 0, cn, 0, 1000) end
+      if n == 2 then return pack(TWO, now, lost, 0, cn, 0, 1000, 1, c, nrem, nreset) end
       tail = nil
     else
       cw = cttl
@@ -391,10 +398,11 @@ if si then
       end
     end
     if n == 1 then return pack(ONE, now, 1, 1, c, rem, reset) end
-    if n == 2 and li == 1 then return pack(TWO, now, 1, 1, c, rem, reset, 1, ol, orem, oreset) end
-    if n == 2 then return pack(TWO, now, 1, 1, ol, orem, oreset, 1, c, rem, reset) end
+    if n == 2 and li == 1 then return pack(TWO, now, 1 + lost, 1, c, rem, reset, 1, ol, orem, oreset) end
+    if n == 2 then return pack(TWO, now, 1 + lost, 1, ol, orem, oreset, 1, c, rem, reset) end
     local z = 4 * li
     out[z - 1], out[z], out[z + 1], out[z + 2] = 1, c, rem, reset
+    out[2] = 1 + lost
     if n == 3 then return pack(THREE, tunpack(out)) end
     return pack('>i7B' .. string.rep('Bi7i7i7', n), tunpack(out))
   end
@@ -689,6 +697,8 @@ for i = 1, n do
       s.stale = true
       live = 0
     end
+    local held = unpack('>I7', spec, RULE_LEN * i - RULE_LEN + 30)
+    if live < held then live, lost = held, 2 end
     s.t, s.a = now, live
     s.ok = live < c
   else
@@ -765,7 +775,7 @@ end
 
 -- Record (only when all allow, and not for a peek) and answer.
 local record = all == 1 and not peek
-local out = {now, all}
+local out = {now, all + lost}
 for i = 1, n do
   local k, s = KEYS[i], rules[i]
   local g, c, w, r, t, cost = s.g, s.c, s.w, s.r, s.t, s.k

@@ -11,6 +11,7 @@
 #include <hiredis.h>
 
 #include "store/cluster_map.h"
+#include "store/redis_probe.h"
 #include "store/redis_url.h"
 
 /* Appends to report (always NUL-terminated, cut when full). */
@@ -58,36 +59,21 @@ static void cluster_state_of(const redisReply *info, char *out, size_t outlen)
     }
 }
 
-enum seed_outcome { SEED_UNREACHABLE, SEED_NOT_CLUSTER, SEED_ANSWERED };
+enum seed_outcome { SEED_UNREACHABLE, SEED_REFUSED, SEED_NOT_CLUSTER, SEED_ANSWERED };
 
 /* Asks one seed; on SEED_ANSWERED *pr is set to 0 or -EAGAIN and report holds the line. */
 static enum seed_outcome ask_seed(const struct redis_url *u, int64_t timeout_ms, char *why, size_t whylen,
                                   char *report, size_t reportlen, int *pr)
 {
-    struct timeval tv = {.tv_sec = (time_t)(timeout_ms / 1000), .tv_usec = (suseconds_t)(timeout_ms % 1000) * 1000};
     enum seed_outcome outcome = SEED_UNREACHABLE;
     redisReply *info = NULL, *slots = NULL;
     struct cluster_map *map = NULL;
-    redisContext *c = redisConnectWithTimeout(u->host, u->port, tv);
-    if (c == NULL || c->err) {
-        snprintf(why, whylen, "%s", c ? c->errstr : "out of memory");
+    int login = 0;
+    redisContext *c = redis_probe_login(u, timeout_ms, why, whylen, &login);
+    if (c == NULL) {
+        if (login == -EACCES)
+            outcome = SEED_REFUSED;
         goto out;
-    }
-    if (redisSetTimeout(c, tv) != REDIS_OK) {
-        snprintf(why, whylen, "cannot set a timeout");
-        goto out;
-    }
-    if (u->has_password) {
-        const char *argv[3] = {"AUTH", u->username[0] ? u->username : u->password, u->password};
-        redisReply *r = command(c, why, whylen, u->username[0] ? 3 : 2, argv);
-        if (r == NULL)
-            goto out;
-        bool ok = r->type != REDIS_REPLY_ERROR;
-        if (!ok)
-            snprintf(why, whylen, "AUTH: %.120s", r->str);
-        freeReplyObject(r);
-        if (!ok)
-            goto out;
     }
     const char *info_argv[] = {"CLUSTER", "INFO"}, *slots_argv[] = {"CLUSTER", "SLOTS"};
     if ((info = command(c, why, whylen, 2, info_argv)) == NULL)
@@ -163,6 +149,11 @@ int cluster_probe(const char *seeds, int64_t timeout_ms, char *report, size_t re
         enum seed_outcome o = ask_seed(&parsed[i], timeout_ms, why, sizeof(why), report, reportlen, &r);
         if (o == SEED_ANSWERED)
             goto out;
+        if (o == SEED_REFUSED) {
+            snprintf(report, reportlen, "%s:%d refuses the login: %s", parsed[i].host, parsed[i].port, why);
+            r = -EACCES;
+            goto out;
+        }
         if (o == SEED_NOT_CLUSTER) {
             snprintf(report, reportlen, "%s:%d is not a cluster node (%s)", parsed[i].host, parsed[i].port, why);
             r = -EINVAL;

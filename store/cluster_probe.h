@@ -11,7 +11,8 @@
  *   "cluster_state ok: 3 masters serve all 16384 slots (asked 127.0.0.1:7000)"
  * followed by a warning when the node asked has cluster-require-full-coverage yes.
  * Returns 0 when the cluster is ok and every slot has a master; -EINVAL for a bad seed
- * list, or a seed that is not a cluster node; -EHOSTUNREACH when no seed answered (the
+ * list, or a seed that is not a cluster node; -EACCES when a seed refused the login
+ * (a wrong or missing password); -EHOSTUNREACH when no seed answered (the
  * report names each seed and why); -EAGAIN when the cluster answered but is not ok
  * (cluster_state fail, or slots without a master). */
 int cluster_probe(const char *seeds, int64_t timeout_ms, char *report, size_t reportlen);

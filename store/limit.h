@@ -57,6 +57,9 @@ struct limit_rule {
     int64_t window_ms;   /* >= 1; ignored by a quota */
     enum limit_period period;   /* a quota's period; LIMIT_PERIOD_NONE for every other kind */
     int64_t cost;        /* units this request counts against this rule: 0 means 1 */
+    int64_t held;        /* a concurrency rule checked in a shared store: the leases of this
+                          * subject and rule the caller's process holds there now; a store
+                          * that counts fewer lost them and counts these instead (0: none) */
 };
 
 /* A concurrency rule: rate = N slots, burst = 0, window_ms = the lease TTL (a lease that

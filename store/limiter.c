@@ -193,14 +193,6 @@ void limiter_destroy(struct limiter *limiter)
     denial_cache_destroy(denials);
 }
 
-size_t limiter_lease_group_count(const struct limiter *limiter, const char *subject, size_t subject_len,
-                                 int64_t rule_id)
-{
-    if (limiter->ops->lease_group_count != NULL)
-        return limiter->ops->lease_group_count(limiter, subject, subject_len, rule_id);
-    return lease_table_group_count(&limiter->leases, subject, subject_len, rule_id);
-}
-
 size_t limiter_nodes(const struct limiter *limiter, void (*fn)(void *arg, const struct limiter_node_info *node),
                      void *arg)
 {
@@ -212,4 +204,33 @@ size_t limiter_nodes(const struct limiter *limiter, void (*fn)(void *arg, const 
 bool limiter_available(const struct limiter *limiter)
 {
     return limiter != NULL && limiter->ops->available(limiter);
+}
+
+enum limiter_health limiter_health(const struct limiter *limiter, char *reason, size_t reason_len)
+{
+    if (reason_len > 0)
+        reason[0] = '\0';
+    if (limiter == NULL || limiter->ops->health == NULL)
+        return LIMITER_HEALTH_OK;
+    return limiter->ops->health(limiter, reason, reason_len);
+}
+
+void limiter_set_event_hook(struct limiter *limiter, limiter_event_fn *fn, void *arg)
+{
+    if (limiter != NULL && limiter->ops->set_event_hook != NULL)
+        limiter->ops->set_event_hook(limiter, fn, arg);
+}
+
+int limiter_lease_adopt(struct limiter *limiter, const char *subject, size_t subject_len, int64_t rule_id,
+                        int64_t ttl_ms, const char *id, size_t id_len)
+{
+    if (limiter->ops->adopt == NULL)
+        return -ENOTSUP;
+    return limiter->ops->adopt(limiter, subject, subject_len, rule_id, ttl_ms, id, id_len);
+}
+
+void limiter_set_ready_hook(struct limiter *limiter, void (*fn)(void *arg), void *arg)
+{
+    if (limiter->ops->set_ready_hook != NULL)
+        limiter->ops->set_ready_hook(limiter, fn, arg);
 }

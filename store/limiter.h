@@ -29,9 +29,15 @@ void memory_store_destroy(struct memory_store *store);
 
 /* The most subjects the store holds ([limits] memory_max_subjects; 1000000 until set, 0
  * counts as 1). Past it, a check that adds a subject evicts the least recently checked
- * subject that holds no concurrency lease (its counts are forgotten). Set it before the
- * store is shared. */
+ * subject that holds no concurrency lease (its counts are forgotten), those of
+ * memory_store_set_evict_first before any other. Set it before the store is shared. */
 void memory_store_set_max_subjects(struct memory_store *store, size_t max_subjects);
+
+/* Subjects that begin with `prefix` (at most 15 bytes; NULL or "": none) are evicted before
+ * any other, and only they lose a quota's count of the current period to eviction: the
+ * proxy's anonymous clients ("ip:..."), of which one /64 holds more than any cap, never
+ * make a keyed user's month start over. Set it before the store is shared. */
+void memory_store_set_evict_first(struct memory_store *store, const char *prefix);
 
 /* A limiter over a shared memory store; done is called before limiter_check returns.
  * Does not take ownership of `store`, which must outlive the limiter. */
@@ -149,6 +155,32 @@ size_t limiter_lease_count(const struct limiter *limiter);
 /* True while the store answers (for /health). A Redis Cluster limiter: while every master
  * of its slot map is connected. */
 bool limiter_available(const struct limiter *limiter);
+
+/* What a limiter last met of its store. */
+enum limiter_health {
+    LIMITER_HEALTH_OK = 0,           /* it answers (a memory limiter always) */
+    LIMITER_HEALTH_UNREACHABLE,      /* not connected, or a command timed out */
+    LIMITER_HEALTH_ERROR,            /* it answers with errors: a wrong password (WRONGPASS,
+                                        NOAUTH), OOM, a script error, ... */
+};
+
+/* The store's health as this limiter last met it, and when not OK the reason in reason
+ * ("127.0.0.1:6379: check: OOM command not allowed ...": where, the step, what Redis or
+ * the connection said; never a password). A composite reports its primary's; a Redis
+ * Cluster limiter ERROR when a master answers with errors, UNREACHABLE when it has no
+ * master connected, else OK. Back to OK once the store answers a check. May be called
+ * from any thread. */
+enum limiter_health limiter_health(const struct limiter *limiter, char *reason, size_t reason_len);
+
+/* Told, on the limiter's thread, each time the store could not decide a check or lost its
+ * connection (health and reason as limiter_health says), and once when it answers again
+ * (LIMITER_HEALTH_OK, reason ""). reason is valid during the call only. */
+typedef void limiter_event_fn(void *arg, enum limiter_health health, const char *reason);
+
+/* Sets the hook (NULL: none) before the limiter is used; a composite passes it to its
+ * primary, a cluster limiter to every master's connection. A memory limiter never calls
+ * it. */
+void limiter_set_event_hook(struct limiter *limiter, limiter_event_fn *fn, void *arg);
 
 /* One node of a store made of several (a Redis Cluster's masters), for /health and
  * /metrics. */

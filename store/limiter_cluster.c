@@ -47,6 +47,7 @@
 #include "store/cluster_slot.h"
 #include "store/limiter_redis_node.h"
 #include "store/redis_url.h"
+#include "store/store_status.h"
 
 #define REFRESH_MS 10000        /* the map is asked for again this often */
 #define REFRESH_FAST_MS 250     /* ... while a master of the map is not connected, or no map */
@@ -117,6 +118,10 @@ struct cluster_limiter {
     bool destroying;
     struct cluster_check *spare;
     size_t n_spare;
+    limiter_event_fn *event_fn;  /* limiter_set_event_hook: given to every node */
+    void *event_arg;
+    void (*ready_fn)(void *arg); /* limiter_set_ready_hook: given to every node */
+    void *ready_arg;
 };
 
 static const struct limiter_ops cluster_ops;
@@ -168,6 +173,9 @@ static int node_find_or_add(struct cluster_limiter *cl, const char *host, int po
     node->port = port;
     snprintf(node->name, sizeof(node->name), "%s:%d", host, port);
     node->redis = redis;
+    limiter_set_event_hook(redis, cl->event_fn, cl->event_arg);
+    if (cl->ready_fn != NULL)
+        limiter_set_ready_hook(redis, cl->ready_fn, cl->ready_arg);
     size_t index = cl->n_nodes;
     cl->nodes[index] = node;
     cl->n_nodes = index + 1;   /* after the entry: seq_cst */
@@ -298,6 +306,8 @@ static void probe_drop(struct cluster_limiter *cl, bool graceful)
 /* The candidate failed: the next one, from the loop (not from inside hiredis). */
 static void probe_failed(struct cluster_limiter *cl, const char *why)
 {
+    if (cl->event_fn != NULL && !cl->have_map)
+        cl->event_fn(cl->event_arg, LIMITER_HEALTH_UNREACHABLE, why);
     note_error(cl, cl->probe_host, why);
     struct timeval now = {0, 0};
     evtimer_add(cl->probe_timer, &now);
@@ -765,14 +775,60 @@ static size_t cluster_lease_count(const struct limiter *limiter)
     return sum;
 }
 
-static size_t cluster_lease_group_count(const struct limiter *limiter, const char *subject, size_t subject_len,
-                                        int64_t rule_id)
+/* A lease goes to the master of its key's slot (none known yet: -EAGAIN, still the caller's). */
+static int cluster_adopt(struct limiter *limiter, const char *subject, size_t subject_len, int64_t rule_id,
+                         int64_t ttl_ms, const char *id, size_t id_len)
+{
+    struct cluster_limiter *cl = (struct cluster_limiter *)limiter;
+    unsigned slot = cluster_limiter_key_slot(cl->prefix, cl->prefix_len, subject, subject_len, rule_id);
+    int owner = (int)cl->owner[slot] - 1;
+    if (owner < 0)
+        return -EAGAIN;
+    return limiter_redis_node_adopt(cl->nodes[owner]->redis, subject, subject_len, rule_id, ttl_ms, id, id_len);
+}
+
+static void cluster_set_ready_hook(struct limiter *limiter, void (*fn)(void *arg), void *arg)
+{
+    struct cluster_limiter *cl = (struct cluster_limiter *)limiter;
+    cl->ready_fn = fn;
+    cl->ready_arg = arg;
+    for (size_t i = 0; i < cl->n_nodes; i++)
+        limiter_set_ready_hook(cl->nodes[i]->redis, fn, arg);
+}
+
+static void cluster_set_event_hook(struct limiter *limiter, limiter_event_fn *fn, void *arg)
+{
+    struct cluster_limiter *cl = (struct cluster_limiter *)limiter;
+    cl->event_fn = fn;
+    cl->event_arg = arg;
+    for (size_t i = 0; i < cl->n_nodes; i++)
+        limiter_set_event_hook(cl->nodes[i]->redis, fn, arg);
+}
+
+/* A master that answers with errors makes the store's health ERROR; with no master
+ * answering (or no map yet) it is UNREACHABLE; some down is OK here (/health lists the
+ * masters and says degraded). From any thread, as cluster_nodes. */
+static enum limiter_health cluster_health(const struct limiter *limiter, char *reason, size_t reason_len)
 {
     const struct cluster_limiter *cl = (const struct cluster_limiter *)limiter;
-    size_t sum = 0;
-    for (size_t i = 0; i < cl->n_nodes; i++)
-        sum += lease_table_group_count(&cl->nodes[i]->redis->leases, subject, subject_len, rule_id);
-    return sum;
+    size_t n = cl->n_nodes, up = 0;
+    enum limiter_health worst = LIMITER_HEALTH_UNREACHABLE;
+    if (reason_len > 0)
+        snprintf(reason, reason_len, "no master answers: %.*s", (int)sizeof(cl->last_error), cl->last_error);
+    for (size_t i = 0; i < n; i++) {
+        if (!cl->nodes[i]->master)
+            continue;
+        char why[STORE_REASON_MAX];
+        enum limiter_health h = limiter_health(cl->nodes[i]->redis, why, sizeof(why));
+        if (h == LIMITER_HEALTH_ERROR) {
+            snprintf(reason, reason_len, "%s", why);
+            return h;
+        }
+        up += h == LIMITER_HEALTH_OK;
+    }
+    if (cl->have_map && up > 0)
+        worst = LIMITER_HEALTH_OK;
+    return worst;
 }
 
 /* ---- the rest ---- */
@@ -846,7 +902,10 @@ static const struct limiter_ops cluster_ops = {
     .composite = false,
     .release_request = cluster_release_request,
     .lease_count = cluster_lease_count,
-    .lease_group_count = cluster_lease_group_count,
+    .health = cluster_health,
+    .set_event_hook = cluster_set_event_hook,
+    .adopt = cluster_adopt,
+    .set_ready_hook = cluster_set_ready_hook,
     .nodes = cluster_nodes,
 };
 

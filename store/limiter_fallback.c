@@ -3,13 +3,22 @@
  * could not. Redis up, a check is primary's own, its denial cache included: one EVALSHA,
  * nothing more but a copy of the arguments kept for the fallback (a hung Redis answers
  * late, when the caller's arguments may be gone). Redis down (refused at once, or cut by
- * its command timeout), the kinds set to local are checked in the memory store, on rules
- * scaled by local_share. When Redis answers again, checks are primary's again.
+ * its command timeout, or answering errors), the kinds set to local are checked in the
+ * memory store, on rules scaled by local_share. When Redis answers again, checks are
+ * primary's again.
  *
- * Leases: a check allowed by primary holds its lease there, one allowed locally holds it in
- * the memory store; a release goes to both (only the holder finds the lease id). A local
- * concurrency rule counts the leases still held in primary for that subject and rule, so
- * requests admitted before the outage and still running keep their slots in the count. */
+ * Leases (SPEC "Faults keep their promises"): the memory store, one per process, counts
+ * every lease of the process, wherever it was taken. A check allowed by primary holds its
+ * lease there and a copy of it in the memory store (taken without a limit); one allowed
+ * locally holds it in the memory store only. So a local concurrency rule counts the
+ * process's running requests, whichever worker admitted them and whether Redis did or the
+ * fallback: one proxy never admits more than its share, however many workers it has. A
+ * check sent to Redis tells it (rule.held) how many leases of that subject and rule the
+ * process holds: a Redis that lost them (flushed, restarted empty) counts those, and the
+ * limiter puts them back. When primary's connection is ready again, the leases taken
+ * locally become primary's (limiter_lease_adopt) before it renews what it holds, and it
+ * decides no concurrency rule before that renewal is answered: Redis counts them from the
+ * first check it decides. A release goes to both (only a holder finds the lease id). */
 #include "store/limiter_impl.h"
 
 #include <errno.h>
@@ -26,9 +35,8 @@ struct fallback_check {
     void *arg;
     size_t n, subject_len, lease_id_len;
     struct limit_rule rules[LIMITER_MAX_RULES];
-    /* the local check: which rule each local rule is, and the primary's leases it counted */
-    size_t local_of[LIMITER_MAX_RULES];
-    int64_t held[LIMITER_MAX_RULES];
+    uint32_t concurrency;    /* bit i: rules[i] is a concurrency rule */
+    size_t local_of[LIMITER_MAX_RULES];   /* the local check: which rule each local rule is */
     char lease_id[LEASE_ID_MAX];
     char subject[LIMITER_MAX_SUBJECT];
 };
@@ -92,6 +100,31 @@ static enum limiter_store_error mode_of(const struct fallback_limiter *fl, const
     return rule->kind == LIMIT_CONCURRENCY ? fl->options.concurrency : fl->options.rate;
 }
 
+static void ignore_result(void *arg, const struct limiter_result *result)
+{
+}
+
+/* A slot count no process reaches: the copy of a lease Redis gave is taken whatever the count. */
+#define MIRROR_SLOTS ((int64_t)1 << 40)
+
+/* Primary admitted a leased check: its leases are counted in the memory store too. */
+static void mirror_leases(struct fallback_check *c)
+{
+    struct limit_rule conc[LIMITER_MAX_RULES];
+    size_t m = 0;
+    for (size_t i = 0; i < c->n; i++) {
+        if ((c->concurrency >> i & 1) == 0)
+            continue;
+        conc[m] = c->rules[i];
+        conc[m].rate = MIRROR_SLOTS;
+        conc[m++].held = 0;
+    }
+    uint32_t all = m >= 32 ? UINT32_MAX : ((uint32_t)1 << m) - 1;
+    /* a failure (no memory) leaves the lease uncounted here: the fallback undercounts by one */
+    (void)limiter_check_checked(c->fl->local, c->subject, c->subject_len, conc, m, -1, c->lease_id,
+                                c->lease_id_len, all, ignore_result, NULL);
+}
+
 /* The memory store's answer, for the local rules, made into one for every rule. */
 static void on_local(void *arg, const struct limiter_result *local)
 {
@@ -108,11 +141,8 @@ static void on_local(void *arg, const struct limiter_result *local)
     for (size_t i = 0; i < c->n; i++)
         res.verdicts[i] = (struct limit_verdict){ .allowed = true, .limit = c->rules[i].rate + c->rules[i].burst,
                                                   .remaining = c->rules[i].rate + c->rules[i].burst };
-    for (size_t j = 0; j < local->n; j++) {
-        size_t i = c->local_of[j];
-        res.verdicts[i] = local->verdicts[j];
-        res.verdicts[i].limit += c->held[j];   /* the local limit as scaled, primary's leases within it */
-    }
+    for (size_t j = 0; j < local->n; j++)
+        res.verdicts[c->local_of[j]] = local->verdicts[j];
     if (local->status != LIMITER_DECIDED)
         limiter_result_unavailable(&res, c->n);
     finish(c, &res);
@@ -135,28 +165,9 @@ static void decide_locally(struct fallback_check *c, const struct limiter_result
         if (mode != LIMITER_STORE_ERROR_LOCAL)
             continue;
         struct limit_rule r = c->rules[i];
-        int64_t held = 0;
         if (r.kind == LIMIT_CONCURRENCY) {
-            int64_t slots = scaled(r.rate, share, 1);
-            held = (int64_t)limiter_lease_group_count(fl->primary, c->subject, c->subject_len, r.id);
-            if (held >= slots) {
-                /* primary's own running requests fill the local share: refused here */
-                struct limiter_result res;
-                memset(&res, 0, sizeof(res));
-                res.status = LIMITER_DECIDED;
-                res.local = true;
-                res.now_ms = -1;
-                res.n = c->n;
-                for (size_t k = 0; k < c->n; k++)
-                    res.verdicts[k] = (struct limit_verdict){ .allowed = true,
-                                                              .limit = c->rules[k].rate + c->rules[k].burst,
-                                                              .remaining = c->rules[k].rate + c->rules[k].burst };
-                res.verdicts[i] = (struct limit_verdict){ .allowed = false, .limit = slots, .remaining = 0,
-                                                          .reset_ms = 1000 };
-                finish(c, &res);
-                return;
-            }
-            r.rate = slots - held;
+            /* the memory store holds every lease of the process, Redis's copies included */
+            r.rate = scaled(r.rate, share, 1);
             concurrency |= (uint32_t)1 << m;
         } else {
             r.burst = scaled(r.burst, share, 0);
@@ -165,7 +176,6 @@ static void decide_locally(struct fallback_check *c, const struct limiter_result
             r.rate = scaled(r.rate, share, need > 1 ? need : 1);
         }
         c->local_of[m] = i;
-        c->held[m] = held;
         local_rules[m++] = r;
     }
     if (m == 0) {
@@ -182,7 +192,9 @@ static void decide_locally(struct fallback_check *c, const struct limiter_result
 static void on_primary(void *arg, const struct limiter_result *result)
 {
     struct fallback_check *c = arg;
-    if (result->status == LIMITER_DECIDED || c->fl->destroying)
+    if (result->status == LIMITER_DECIDED && result->allowed && c->concurrency != 0 && !c->fl->destroying)
+        mirror_leases(c);
+    if (result->status == LIMITER_DECIDED || c->fl->destroying || !any_local(&c->fl->options))
         finish(c, result);
     else
         decide_locally(c, result);
@@ -204,7 +216,7 @@ static int fallback_check(struct limiter *limiter, const char *subject, size_t s
             lease_table_find(&fl->local->leases, subject, subject_len, rules[i].id, lease_id, lease_id_len))
             return -EINVAL;
     }
-    if (!any_local(&fl->options))
+    if (!any_local(&fl->options) && concurrency == 0)
         return limiter_check_checked(fl->primary, subject, subject_len, rules, n, now_ms, lease_id, lease_id_len,
                                      concurrency, done, arg);
     struct fallback_check *c = check_get(fl);
@@ -214,13 +226,17 @@ static int fallback_check(struct limiter *limiter, const char *subject, size_t s
     c->done = done;
     c->arg = arg;
     c->n = n;
+    c->concurrency = concurrency;
     memcpy(c->rules, rules, n * sizeof(*rules));
+    for (size_t i = 0; i < n; i++)   /* what Redis must count at least */
+        if (concurrency >> i & 1)
+            c->rules[i].held = (int64_t)limiter_memory_held(fl->local, subject, subject_len, rules[i].id);
     c->subject_len = subject_len;
     memcpy(c->subject, subject, subject_len);
     c->lease_id_len = lease_id != NULL ? lease_id_len : 0;
     if (lease_id != NULL)
         memcpy(c->lease_id, lease_id, lease_id_len);
-    int r = limiter_check_checked(fl->primary, subject, subject_len, rules, n, now_ms, lease_id, lease_id_len,
+    int r = limiter_check_checked(fl->primary, subject, subject_len, c->rules, n, now_ms, lease_id, lease_id_len,
                                   concurrency, on_primary, c);
     if (r != 0)
         check_put(fl, c);
@@ -258,6 +274,27 @@ static void fallback_sync(struct limiter *limiter, void (*done)(void *arg), void
         done(arg);
 }
 
+/* primary's connection is ready again: the leases taken locally while it was away become
+ * its own, so that the renewal it sends now registers them in Redis. */
+static void on_primary_ready(void *arg)
+{
+    struct fallback_limiter *fl = arg;
+    for (struct lease_group *g = fl->local->leases.groups; g != NULL; g = g->next)
+        for (struct lease *l = g->first; l != NULL; l = l->next)
+            (void)limiter_lease_adopt(fl->primary, g->subject, g->subject_len, g->rule_id, g->ttl_ms, l->id,
+                                      l->id_len);   /* -EEXIST: a copy of one of primary's */
+}
+
+static enum limiter_health fallback_health(const struct limiter *limiter, char *reason, size_t reason_len)
+{
+    return limiter_health(((const struct fallback_limiter *)limiter)->primary, reason, reason_len);
+}
+
+static void fallback_set_event_hook(struct limiter *limiter, limiter_event_fn *fn, void *arg)
+{
+    limiter_set_event_hook(((struct fallback_limiter *)limiter)->primary, fn, arg);
+}
+
 static bool fallback_available(const struct limiter *limiter)
 {
     const struct fallback_limiter *fl = (const struct fallback_limiter *)limiter;
@@ -267,7 +304,9 @@ static bool fallback_available(const struct limiter *limiter)
 static size_t fallback_lease_count(const struct limiter *limiter)
 {
     const struct fallback_limiter *fl = (const struct fallback_limiter *)limiter;
-    return limiter_lease_count(fl->primary) + limiter_lease_count(fl->local);
+    /* local holds a copy of each of primary's (unless it had no memory for one) */
+    size_t primary = limiter_lease_count(fl->primary), local = limiter_lease_count(fl->local);
+    return local > primary ? local : primary;
 }
 
 static void fallback_destroy(struct limiter *limiter)
@@ -309,6 +348,8 @@ static const struct limiter_ops fallback_ops = {
     .composite = true,
     .release_request = fallback_release_request,
     .lease_count = fallback_lease_count,
+    .health = fallback_health,
+    .set_event_hook = fallback_set_event_hook,
     .nodes = fallback_nodes,
 };
 
@@ -333,6 +374,7 @@ struct limiter *limiter_local_fallback_create(struct limiter *primary, struct li
     fl->primary = primary;
     fl->local = local;
     fl->options = *options;
+    limiter_set_ready_hook(primary, on_primary_ready, fl);
     return &fl->base;
 }
 

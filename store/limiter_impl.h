@@ -39,9 +39,13 @@ struct limiter_ops {
     void (*release_request)(struct limiter *limiter, const char *subject, size_t subject_len,
                             const struct limit_rule *rules, size_t n, const char *lease_id);
     size_t (*lease_count)(const struct limiter *limiter);
-    /* A composite's leases for (subject, rule id), its parts' together (NULL: its table's). */
-    size_t (*lease_group_count)(const struct limiter *limiter, const char *subject, size_t subject_len,
-                                int64_t rule_id);
+    /* limiter_health and limiter_set_event_hook (NULL: a store that is always OK). */
+    enum limiter_health (*health)(const struct limiter *limiter, char *reason, size_t reason_len);
+    void (*set_event_hook)(struct limiter *limiter, limiter_event_fn *fn, void *arg);
+    /* limiter_lease_adopt and limiter_set_ready_hook (NULL: not a shared store). */
+    int (*adopt)(struct limiter *limiter, const char *subject, size_t subject_len, int64_t rule_id,
+                 int64_t ttl_ms, const char *id, size_t id_len);
+    void (*set_ready_hook)(struct limiter *limiter, void (*fn)(void *arg), void *arg);
     /* limiter_nodes (NULL: no nodes). */
     size_t (*nodes)(const struct limiter *limiter, void (*fn)(void *arg, const struct limiter_node_info *node),
                     void *arg);
@@ -63,9 +67,22 @@ int limiter_check_checked(struct limiter *limiter, const char *subject, size_t s
                           const struct limit_rule *rules, size_t n, int64_t now_ms, const char *lease_id,
                           size_t id_len, uint32_t concurrency, limiter_done_fn *done, void *arg);
 
-/* Leases the limiter holds for (subject, rule id), a composite's parts' included. */
-size_t limiter_lease_group_count(const struct limiter *limiter, const char *subject, size_t subject_len,
-                                 int64_t rule_id);
+/* Takes over a lease the caller holds without the store knowing of it (one taken locally
+ * while the store was away): the limiter tracks it as its own from now on, so its next
+ * renewal registers it in the store, and a release gives it back there. Returns 0,
+ * -EEXIST when the limiter holds it already, -ENOMEM, or -ENOTSUP (a store that keeps no
+ * leases of its own: memory). */
+int limiter_lease_adopt(struct limiter *limiter, const char *subject, size_t subject_len, int64_t rule_id,
+                        int64_t ttl_ms, const char *id, size_t id_len);
+
+/* fn(arg) is called on the limiter's thread each time its connection to the store is ready
+ * again, before the leases it holds are renewed (and before any check is sent on it), so
+ * that leases adopted from inside fn are registered first. No-op for a memory limiter. */
+void limiter_set_ready_hook(struct limiter *limiter, void (*fn)(void *arg), void *arg);
+
+/* The leases of (subject, rule id) the memory store behind a memory limiter holds for the
+ * whole process (every limiter over that store, every thread). 0 for other limiters. */
+size_t limiter_memory_held(const struct limiter *limiter, const char *subject, size_t subject_len, int64_t rule_id);
 
 /* Fills result as LIMITER_UNAVAILABLE for n rules. */
 void limiter_result_unavailable(struct limiter_result *result, size_t n);

@@ -49,6 +49,7 @@ struct mem_entry {
     struct mem_entry *next;
     struct mem_entry *older, *newer;   /* the stripe's last-use order */
     uint64_t used;                     /* store-wide use counter at the last check */
+    bool first;                        /* evicted first (memory_store_set_evict_first) */
     uint64_t hash;
     int64_t evict_ms;         /* max over slots */
     uint32_t nslots, cap;
@@ -63,12 +64,15 @@ struct mem_stripe {
     size_t nbuckets;
     size_t count;
     size_t sweep;             /* next bucket the incremental sweep visits */
-    struct mem_entry *oldest, *newest;
+    /* last-use order, one list for the subjects evicted first and one for the others */
+    struct mem_entry *oldest[2], *newest[2];
 } __attribute__((aligned(64)));
 
 struct memory_store {
     struct mem_stripe stripes[STRIPES];
     size_t max_subjects;
+    char first_prefix[16];    /* subjects evicted first begin with it ("" : none) */
+    size_t first_prefix_len;
     atomic_size_t subjects;   /* sum of the stripes' counts */
     atomic_uint_fast64_t uses;
 };
@@ -77,6 +81,8 @@ struct memory_limiter {
     struct limiter base;
     struct memory_store *store;
 };
+
+static const struct limiter_ops memory_ops;
 
 static uint64_t hash_subject(const char *s, size_t len)
 {
@@ -88,27 +94,33 @@ static void lru_unlink(struct mem_stripe *st, struct mem_entry *e)
     if (e->older)
         e->older->newer = e->newer;
     else
-        st->oldest = e->newer;
+        st->oldest[e->first] = e->newer;
     if (e->newer)
         e->newer->older = e->older;
     else
-        st->newest = e->older;
+        st->newest[e->first] = e->older;
     e->older = e->newer = NULL;
+}
+
+/* Puts e at the newest end of its list. */
+static void lru_to_newest(struct mem_stripe *st, struct mem_entry *e)
+{
+    if (st->newest[e->first] == e)
+        return;
+    if (e->older || e->newer || st->oldest[e->first] == e)
+        lru_unlink(st, e);
+    e->older = st->newest[e->first];
+    if (e->older)
+        e->older->newer = e;
+    else
+        st->oldest[e->first] = e;
+    st->newest[e->first] = e;
 }
 
 /* Makes e the stripe's most recently used entry. */
 static void lru_touch(struct memory_store *store, struct mem_stripe *st, struct mem_entry *e)
 {
-    if (st->newest != e) {
-        if (e->older || e->newer || st->oldest == e)
-            lru_unlink(st, e);
-        e->older = st->newest;
-        if (st->newest)
-            st->newest->newer = e;
-        else
-            st->oldest = e;
-        st->newest = e;
-    }
+    lru_to_newest(st, e);
     e->used = atomic_fetch_add_explicit(&store->uses, 1, memory_order_relaxed);
 }
 
@@ -209,6 +221,16 @@ void memory_store_set_max_subjects(struct memory_store *store, size_t max_subjec
     store->max_subjects = max_subjects > 0 ? max_subjects : 1;
 }
 
+void memory_store_set_evict_first(struct memory_store *store, const char *prefix)
+{
+    size_t len = prefix != NULL ? strlen(prefix) : 0;
+    if (len >= sizeof(store->first_prefix))
+        len = 0;
+    memcpy(store->first_prefix, prefix != NULL ? prefix : "", len);
+    store->first_prefix_len = len;
+}
+
+
 void memory_store_destroy(struct memory_store *store)
 {
     if (store == NULL)
@@ -274,6 +296,20 @@ static struct mem_slot *find_slot(struct mem_entry *e, int64_t id)
     return NULL;
 }
 
+size_t limiter_memory_held(const struct limiter *limiter, const char *subject, size_t subject_len, int64_t rule_id)
+{
+    if (limiter->ops != &memory_ops)
+        return 0;
+    struct memory_store *store = ((const struct memory_limiter *)limiter)->store;
+    uint64_t hash = hash_subject(subject, subject_len);
+    struct mem_stripe *st = &store->stripes[hash & (STRIPES - 1)];
+    pthread_mutex_lock(&st->lock);
+    struct mem_slot *slot = find_slot(find_entry(st, bucket_of(st, hash), hash, subject, subject_len), rule_id);
+    int64_t held = slot != NULL && slot->st.kind == LIMIT_CONCURRENCY ? slot->st.u.cc.held : 0;
+    pthread_mutex_unlock(&st->lock);
+    return held > 0 ? (size_t)held : 0;
+}
+
 /* Drops the entry's long-dead rule states (they are equivalent to none). */
 static void prune_slots(struct mem_entry *e, int64_t now)
 {
@@ -301,6 +337,8 @@ static struct mem_entry *ensure_slots(struct memory_store *store, struct mem_str
             return NULL;
         e->hash = hash;
         e->evict_ms = INT64_MIN;
+        e->first = store->first_prefix_len > 0 && subject_len >= store->first_prefix_len &&
+                   memcmp(subject, store->first_prefix, store->first_prefix_len) == 0;
         e->subject_len = subject_len;
         memcpy(e->subject, subject, subject_len);
         size_t b = bucket_of(st, hash);
@@ -344,46 +382,74 @@ static void keep_grown_log(struct mem_entry *e, struct mem_slot *slot, const str
         e->evict_ms = evict;
 }
 
-static bool entry_holds_leases(const struct mem_entry *e)
+/* Whether forgetting e would hand out what it holds: a lease (its slot again), or, for a
+ * subject not evicted first, a quota's count in its period (a keyed user's month must not
+ * start over because many anonymous clients came). */
+static bool entry_kept(const struct mem_entry *e, int64_t now)
 {
-    for (uint32_t i = 0; i < e->nslots; i++)
-        if (e->slots[i].st.kind == LIMIT_CONCURRENCY && e->slots[i].st.u.cc.held > 0)
+    for (uint32_t i = 0; i < e->nslots; i++) {
+        const struct mem_slot *slot = &e->slots[i];
+        if (slot->st.kind == LIMIT_CONCURRENCY && slot->st.u.cc.held > 0)
             return true;
+        if (!e->first && slot->st.kind == LIMIT_QUOTA && slot->evict_ms > now)
+            return true;
+    }
     return false;
 }
 
-/* The stripe's least recently used entry that holds no lease, or NULL. */
-static struct mem_entry *oldest_evictable(const struct mem_stripe *st)
+/* Entries kept that an eviction walks past before giving up on a list: each is moved to
+ * the list's newest end, so the next walk meets others (a store full of quota holders
+ * costs each insert a few steps, not a walk of every subject). */
+#define EVICT_WALK 8
+
+/* The least recently used entry of one list of the stripe that may be forgotten, or NULL. */
+static struct mem_entry *oldest_evictable(struct mem_stripe *st, int list, int64_t now)
 {
-    struct mem_entry *e = st->oldest;
-    while (e != NULL && entry_holds_leases(e))
-        e = e->newer;
-    return e;
+    for (int steps = 0; steps < EVICT_WALK; steps++) {
+        struct mem_entry *e = st->oldest[list];
+        if (e == NULL || !entry_kept(e, now))
+            return e;
+        if (e == st->newest[list])
+            return NULL;
+        lru_to_newest(st, e);
+    }
+    return NULL;
+}
+
+/* The stripe whose evictable entry of `list` was used least recently, or STRIPES. */
+static size_t pick_stripe(struct memory_store *store, int list, int64_t now)
+{
+    size_t pick = STRIPES;
+    uint64_t pick_used = UINT64_MAX;
+    for (size_t i = 0; i < STRIPES; i++) {
+        struct mem_stripe *st = &store->stripes[i];
+        pthread_mutex_lock(&st->lock);
+        const struct mem_entry *e = oldest_evictable(st, list, now);
+        if (e != NULL && e->used < pick_used) {
+            pick = i;
+            pick_used = e->used;
+        }
+        pthread_mutex_unlock(&st->lock);
+    }
+    return pick;
 }
 
 /* While the store holds more than max_subjects subjects, forgets the least recently used
- * one without leases: the oldest of the stripes' oldest. One stripe lock at a time, so it
- * runs after the check let go of its own. Stops when only lease holders are left. */
-static void evict_over_cap(struct memory_store *store)
+ * one that holds nothing kept (entry_kept), those evicted first before any other: the
+ * oldest of the stripes' oldest. One stripe lock at a time, so it runs after the check let
+ * go of its own. Stops when only subjects that are kept are left. */
+static void evict_over_cap(struct memory_store *store, int64_t now)
 {
     while (atomic_load_explicit(&store->subjects, memory_order_relaxed) > store->max_subjects) {
-        size_t pick = STRIPES;
-        uint64_t pick_used = UINT64_MAX;
-        for (size_t i = 0; i < STRIPES; i++) {
-            struct mem_stripe *st = &store->stripes[i];
-            pthread_mutex_lock(&st->lock);
-            const struct mem_entry *e = oldest_evictable(st);
-            if (e != NULL && e->used < pick_used) {
-                pick = i;
-                pick_used = e->used;
-            }
-            pthread_mutex_unlock(&st->lock);
-        }
+        int list = 1;
+        size_t pick = pick_stripe(store, list, now);
         if (pick == STRIPES)
-            return;   /* every subject holds leases: they go when released */
+            pick = pick_stripe(store, list = 0, now);
+        if (pick == STRIPES)
+            return;   /* every subject is kept: leases go when released, quotas with their period */
         struct mem_stripe *st = &store->stripes[pick];
         pthread_mutex_lock(&st->lock);
-        struct mem_entry *e = oldest_evictable(st);
+        struct mem_entry *e = oldest_evictable(st, list, now);
         if (e != NULL && atomic_load_explicit(&store->subjects, memory_order_relaxed) > store->max_subjects) {
             struct mem_entry **pp = &st->buckets[bucket_of(st, e->hash)];
             while (*pp != e)
@@ -535,7 +601,7 @@ static int memory_check(struct limiter *limiter, const char *subject, size_t sub
     pthread_mutex_unlock(&st->lock);
     if (!all && lease_id != NULL)
         untrack(limiter, subject, subject_len, rules, n, lease_id, lease_id_len);
-    evict_over_cap(ml->store);
+    evict_over_cap(ml->store, now);
 
     result.allowed = all;
     done(arg, &result);

@@ -52,6 +52,7 @@
 #include "store/clock.h"
 #include "store/limiter_redis_node.h"
 #include "store/redis_url.h"
+#include "store/store_status.h"
 
 #define BACKOFF_MIN_MS 50
 #define BACKOFF_MAX_MS 250   /* enforcement is back well within 1 s of Redis returning */
@@ -142,16 +143,33 @@ struct redis_limiter {
     bool destroying;
     bool cluster_node;        /* limiter_redis_node_create: renew.lua with keys in ARGV */
     bool parked;              /* a cluster node out of the map: no reconnecting while down */
-    char last_error[160];     /* for a debugger */
+    struct store_status status;      /* what /health and the log say of this connection */
     struct pending *deferred;        /* ZREMs of leases released while Redis was away (LIFO) */
     size_t n_deferred;
     bool was_ready;                  /* connected before: a reconnect starts a grace */
     int64_t lease_grace_until_ms;    /* mono ms; concurrency checks unavailable until then */
+    bool registering;                /* the renewal sent when READY is not answered yet:
+                                        concurrency checks unavailable until it is */
+    void (*ready_fn)(void *arg);     /* limiter_set_ready_hook */
+    void *ready_arg;
+    uint64_t lost_epoch_seen;        /* leases_lost_epoch when this limiter last renewed for it */
 };
+
+/* Raised by any limiter of the process whose check found that Redis had lost leases this
+ * process holds (a FLUSHALL, a Redis restarted empty under a live connection): each
+ * limiter renews its own leases at its next check, so they are all back at once rather
+ * than at each one's next timer. */
+static _Atomic uint64_t leases_lost_epoch;
+
+/* Records why the store failed: unreachable (the connection) or an error reply. */
+static void note_down(struct redis_limiter *rl, const char *what, const char *detail)
+{
+    store_status_fail(&rl->status, LIMITER_HEALTH_UNREACHABLE, what, detail);
+}
 
 static void note_error(struct redis_limiter *rl, const char *what, const char *detail)
 {
-    snprintf(rl->last_error, sizeof(rl->last_error), "%s: %s", what, detail ? detail : "?");
+    store_status_fail(&rl->status, LIMITER_HEALTH_ERROR, what, detail);
 }
 
 /* ---- in-flight list ---- */
@@ -243,10 +261,10 @@ static void on_watchdog(evutil_socket_t fd, short what, void *arg)
     struct redis_limiter *rl = arg;
     int64_t now = store_mono_ms();
     if (rl->ac != NULL && rl->state != CONN_READY && now >= rl->attempt_ms + rl->connect_timeout_ms) {
-        note_error(rl, "connect", "timed out");
+        note_down(rl, "connect", "timed out");
         drop_connection(rl);
     } else if (rl->head != NULL && now >= rl->head->sent_ms + rl->timeout_ms) {
-        note_error(rl, "command", "timed out");
+        note_down(rl, "command", "timed out");
         drop_connection(rl);
     }
     watchdog_arm(rl);
@@ -311,11 +329,18 @@ static void on_setup_reply(redisAsyncContext *ac, void *r, void *privdata)
         rl->backoff_ms = BACKOFF_MIN_MS;
         evtimer_del(rl->watchdog);   /* the connect deadline no longer applies */
         watchdog_arm(rl);
+        store_status_ok(&rl->status);
+        /* Leases taken elsewhere while Redis was away (the local fallback's) become ours,
+           so that the renewal below registers them. */
+        if (rl->ready_fn != NULL)
+            rl->ready_fn(rl->ready_arg);
         /* Leases given back while Redis was away must not count there any longer: the
            ZREMs go first, before any check of this connection. */
         flush_deferred(rl);
-        /* Leases held across an outage (or a Redis that restarted empty): renew them now. */
+        /* Leases held across an outage (or a Redis that restarted empty): renew them now,
+           and decide no concurrency rule here before Redis has them. */
         renew_now(rl);
+        rl->registering = rl->renewing > 0;
     }
 }
 
@@ -341,7 +366,7 @@ static void on_connect(const redisAsyncContext *cac, int status)
         return;
     if (status != REDIS_OK) {
         /* hiredis frees the context when this returns */
-        note_error(rl, "connect", cac->errstr);
+        note_down(rl, "connect", cac->errstr);
         rl->ac->data = NULL;
         lost_connection(rl);
         return;
@@ -378,7 +403,7 @@ static void on_disconnect(const redisAsyncContext *cac, int status)
     struct redis_limiter *rl = cac->data;
     if (rl == NULL || rl->ac != cac)
         return;
-    note_error(rl, "disconnected", cac->errstr);
+    note_down(rl, "disconnected", cac->errstr[0] != '\0' ? cac->errstr : "connection closed");
     lost_connection(rl);
 }
 
@@ -387,7 +412,7 @@ static void start_connect(struct redis_limiter *rl)
     redisAsyncContext *ac = rl->url.is_unix ? redisAsyncConnectUnix(rl->url.path)
                                             : redisAsyncConnect(rl->url.host, rl->url.port);
     if (ac == NULL || ac->err || redisLibeventAttach(ac, rl->evbase) != REDIS_OK) {
-        note_error(rl, "connect", ac ? ac->errstr : "out of memory");
+        note_down(rl, "connect", ac ? ac->errstr : "out of memory");
         if (ac != NULL)
             redisAsyncFree(ac);
         schedule_reconnect(rl);
@@ -467,11 +492,10 @@ static int send_pending(struct redis_limiter *rl, struct pending *p)
 /* The script cache was flushed (or a failover): send the script itself, once. Returns
  * true when p was sent again (its callback will run again). */
 static bool retry_noscript(struct redis_limiter *rl, redisAsyncContext *ac, struct pending *p,
-                           const redisReply *reply, const char *what)
+                           const redisReply *reply)
 {
     if (reply == NULL || reply->type != REDIS_REPLY_ERROR)
         return false;
-    note_error(rl, what, reply->str);
     if (p->script == NULL || p->retried || strncmp(reply->str, "NOSCRIPT", 8) != 0 || rl->ac != ac ||
         rl->state != CONN_READY)
         return false;
@@ -505,7 +529,8 @@ static void put_int(struct pending *p, size_t *off, int64_t v)
 
 /* The rules as check.lua's ARGV[2], one argument: per rule its kind (a byte), then rate,
  * burst, window (a quota: its period), cost, and a quota's period [from, to) holding now
- * on this clock (0, 0 for other rules), each 7 bytes big-endian (every one is below 2^52:
+ * on this clock (a concurrency rule: the leases held, 0; others 0, 0), each 7 bytes
+ * big-endian (every one is below 2^52:
  * limit_rule_validate). One string instead of 5 arguments a rule, because Redis makes a
  * Lua string and a table slot of every argument on every call; the period spares the
  * script its calendar arithmetic whenever the clocks agree on it. */
@@ -523,7 +548,7 @@ static void put_rules(struct pending *p, size_t *off, const struct limit_rule *r
             r->burst,
             quota ? (int64_t)r->period : r->window_ms,
             r->kind == LIMIT_CONCURRENCY ? 1 : limit_rule_cost(r),
-            quota ? limit_period_start_ms(r->period, clock_ms) : 0,
+            quota ? limit_period_start_ms(r->period, clock_ms) : r->kind == LIMIT_CONCURRENCY ? r->held : 0,
             quota ? limit_period_end_ms(r->period, clock_ms) : 0,
         };
         *out++ = (unsigned char)r->kind;
@@ -682,13 +707,13 @@ static void on_lease_reply(redisAsyncContext *ac, void *r, void *privdata)
     struct redis_limiter *rl = p->rl;
     redisReply *reply = r;
     inflight_remove(rl, p);
-    if (retry_noscript(rl, ac, p, reply, p->kind == P_RENEW ? "renew" : "release all"))
+    if (retry_noscript(rl, ac, p, reply))
         return;
     if (reply != NULL && reply->type == REDIS_REPLY_ERROR)
         note_error(rl, p->kind == P_RENEW ? "renew" : "release all", reply->str);
     struct release_all *all = p->all;
-    if (p->kind == P_RENEW)
-        rl->renewing--;
+    if (p->kind == P_RENEW && --rl->renewing == 0 && reply != NULL)
+        rl->registering = false;
     pending_free(p);
     if (all != NULL && --all->outstanding == 0) {
         void (*done)(void *) = all->done;
@@ -866,7 +891,7 @@ static int64_t read_i7(const unsigned char *b)
 
 /* check.lua's answer: one string, now (i7) and all allowed (a byte), then per rule allowed
  * (a byte), limit, remaining and reset (i7 each). */
-static int parse_reply(const redisReply *reply, size_t n, struct limiter_result *res)
+static int parse_reply(const redisReply *reply, size_t n, struct limiter_result *res, bool *plost)
 {
     if (reply->type != REDIS_REPLY_STRING || reply->len != 8 + 22 * n)
         return -1;
@@ -875,7 +900,8 @@ static int parse_reply(const redisReply *reply, size_t n, struct limiter_result 
     res->status = LIMITER_DECIDED;
     res->n = n;
     res->now_ms = read_i7(b);
-    res->allowed = b[7] == 1;
+    res->allowed = (b[7] & 1) != 0;
+    *plost = (b[7] & 2) != 0;
     for (size_t i = 0; i < n; i++) {
         const unsigned char *v = b + 8 + 22 * i;
         res->verdicts[i].allowed = v[0] == 1;
@@ -892,7 +918,7 @@ static void on_check_reply(redisAsyncContext *ac, void *r, void *privdata)
     struct redis_limiter *rl = p->rl;
     redisReply *reply = r;
     inflight_remove(rl, p);
-    if (retry_noscript(rl, ac, p, reply, "check"))
+    if (retry_noscript(rl, ac, p, reply))
         return;
     struct cluster_redirect redirect;
     if (p->redirected != NULL && reply != NULL && reply->type == REDIS_REPLY_ERROR) {
@@ -922,10 +948,21 @@ static void on_check_reply(redisAsyncContext *ac, void *r, void *privdata)
             send_zrem(rl, p->lease->subject, p->lease->subject_len, p->lease->rule_id[i], p->lease->id,
                       p->lease->id_len);
     }
-    if (reply == NULL || parse_reply(reply, p->n, &res) != 0)
+    bool lost = false;
+    if (reply == NULL || parse_reply(reply, p->n, &res, &lost) != 0) {
+        if (reply != NULL)
+            note_error(rl, "check", reply->type == REDIS_REPLY_ERROR ? reply->str : "unexpected reply");
         limiter_result_unavailable(&res, p->n);
-    else if (res.allowed && p->lease != NULL && track(rl, p->lease) != 0)
+    } else if (res.allowed && p->lease != NULL && track(rl, p->lease) != 0) {
         limiter_result_unavailable(&res, p->n);
+    } else if (res.allowed) {
+        store_status_ok(&rl->status);
+    }
+    if (lost) {
+        /* Redis holds fewer of this process's leases than it has: put them all back */
+        rl->lost_epoch_seen = atomic_fetch_add(&leases_lost_epoch, 1) + 1;
+        renew_now(rl);
+    }
     limiter_done_fn *done = p->done;
     void *arg = p->arg;
     pending_free(p);
@@ -940,11 +977,22 @@ static int redis_call_check(struct limiter *limiter, const char *subject, size_t
 {
     struct redis_limiter *rl = (struct redis_limiter *)limiter;
     struct limiter_result res;
-    if (rl->state != CONN_READY || rl->ac == NULL ||
-        (lease_id != NULL && rl->lease_grace_until_ms > 0 && store_mono_ms() < rl->lease_grace_until_ms)) {
+    if (rl->state != CONN_READY || rl->ac == NULL) {
+        store_status_repeat(&rl->status);
         limiter_result_unavailable(&res, n);
         done(arg, &res);
         return 0;
+    }
+    if (lease_id != NULL && (rl->registering || (rl->lease_grace_until_ms > 0 &&
+                                                 store_mono_ms() < rl->lease_grace_until_ms))) {
+        limiter_result_unavailable(&res, n);
+        done(arg, &res);
+        return 0;
+    }
+    uint64_t lost = atomic_load_explicit(&leases_lost_epoch, memory_order_relaxed);
+    if (lost != rl->lost_epoch_seen) {
+        rl->lost_epoch_seen = lost;
+        renew_now(rl);
     }
 
     size_t kmax = key_max(rl, subject_len);
@@ -1032,6 +1080,7 @@ static void redis_destroy(struct limiter *limiter)
     event_free(rl->watchdog);
     event_free(rl->renew_timer);
     lease_table_clear(&limiter->leases);   /* not given back: they end at their TTL */
+    store_status_destroy(&rl->status);
     free(rl->prefix);
     memset(&rl->url, 0, sizeof(rl->url));
     free(rl);
@@ -1043,6 +1092,26 @@ static bool redis_available(const struct limiter *limiter)
     return rl->state == CONN_READY;
 }
 
+static enum limiter_health redis_health(const struct limiter *limiter, char *reason, size_t reason_len)
+{
+    struct redis_limiter *rl = (struct redis_limiter *)limiter;   /* the status' lock */
+    return store_status_get(&rl->status, reason, reason_len);
+}
+
+static void redis_set_event_hook(struct limiter *limiter, limiter_event_fn *fn, void *arg)
+{
+    struct redis_limiter *rl = (struct redis_limiter *)limiter;
+    rl->status.hook = fn;
+    rl->status.hook_arg = arg;
+}
+
+static void redis_set_ready_hook(struct limiter *limiter, void (*fn)(void *arg), void *arg)
+{
+    struct redis_limiter *rl = (struct redis_limiter *)limiter;
+    rl->ready_fn = fn;
+    rl->ready_arg = arg;
+}
+
 static const struct limiter_ops redis_ops = {
     .check = redis_check,
     .peek = redis_peek,
@@ -1051,6 +1120,10 @@ static const struct limiter_ops redis_ops = {
     .release = redis_release,
     .release_all = redis_release_all,
     .sync = redis_sync,
+    .health = redis_health,
+    .set_event_hook = redis_set_event_hook,
+    .adopt = limiter_redis_node_adopt,
+    .set_ready_hook = redis_set_ready_hook,
 };
 
 static int script_init(struct script *s, const char *text)
@@ -1116,6 +1189,12 @@ static struct limiter *redis_create(struct event_base *base, const struct redis_
             return NULL;
         }
     }
+    char where[sizeof(rl->status.where)];
+    if (rl->url.is_unix)
+        snprintf(where, sizeof(where), "%.63s", rl->url.path);
+    else
+        snprintf(where, sizeof(where), "%.48s:%d", rl->url.host, rl->url.port);
+    store_status_init(&rl->status, where);
     const char *prefix = options->key_prefix ? options->key_prefix : "tierproxy:";
     rl->base.ops = &redis_ops;
     lease_table_init(&rl->base.leases);
@@ -1141,6 +1220,7 @@ static struct limiter *redis_create(struct event_base *base, const struct redis_
         if (rl->renew_timer)
             event_free(rl->renew_timer);
         free(rl->prefix);
+        store_status_destroy(&rl->status);
         explicit_bzero(&rl->url, sizeof(rl->url));
         free(rl);
         return NULL;

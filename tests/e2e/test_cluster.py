@@ -120,14 +120,15 @@ def test_check_warns_about_cluster_require_full_coverage(proxies, catalog, tmp_p
     assert "warning: cluster-require-full-coverage is yes" in out and "set it to no" in out, out
 
 
-def test_check_says_when_no_seed_answers(proxies, catalog, tmp_path):
+def test_check_warns_when_no_seed_answers(proxies, catalog, tmp_path):
+    # SPEC "Faults keep their promises": a store --check cannot reach is a warning (a start
+    # survives it: on_store_error decides until it answers)
     dead = [free_port(), free_port()]
     seeds = "redis://:s3cretpw@127.0.0.1:%d/0,redis://127.0.0.1:%d/0" % tuple(dead)
     path = redis_ini(proxies, catalog, tmp_path, "check-dead.ini", redis_mode="cluster", redis=seeds)
     cp, out = run_check(path)
-    assert cp.returncode == 1, out
-    assert "%s:%d" % (path, line_of(path, "redis =")) in out, out
-    assert "no seed answered" in out, out
+    assert cp.returncode == 0, out
+    assert "warning: [limits] redis: no seed answered" in out, out
     for port in dead:
         assert "127.0.0.1:%d" % port in out, out
     assert "s3cretpw" not in out, out
