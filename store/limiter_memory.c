@@ -11,11 +11,16 @@
  * its chain is walked; each check also sweeps one more bucket of its stripe, so idle
  * subjects go away as traffic flows. On top of that the store holds at most max_subjects
  * subjects ([limits] memory_max_subjects): a check that adds one past it evicts the least
- * recently checked subject that holds no concurrency lease (forgetting its counts, as
- * Redis's allkeys-lru would; evicting a lease holder would hand out its slots again).
- * Each stripe keeps its subjects in last-use order; the eviction compares the stripes'
- * oldest ones by a store-wide use counter, taking one stripe lock at a time. With several
- * threads the store may hold a few more subjects than the cap for a moment (one per
+ * recently checked subject that holds nothing kept (forgetting its counts, as Redis's
+ * allkeys-lru would): never a subject holding a concurrency lease (its slots would be
+ * handed out again), nor a keyed one holding a quota's count of its current period; the
+ * subjects memory_store_set_evict_first names (the proxy's anonymous clients) go before
+ * any other (one IPv6 /64 holds more clients than any cap: a keyed user's month must not
+ * start over because of them). Each stripe keeps two last-use
+ * orders, those evicted first and the others; the eviction compares the stripes' oldest
+ * evictable ones by a store-wide use counter, taking one stripe lock at a time, and moves
+ * the kept entries it meets to their order's newest end, at most EVICT_WALK a stripe. With
+ * several threads the store may hold a few more subjects than the cap for a moment (one per
  * concurrent insert) and the one evicted may be not quite the oldest.
  *
  * Concurrency rules (LIMIT_CONCURRENCY) are a count of leases per (subject, rule) in the
