@@ -15,10 +15,12 @@
  * fallback: one proxy never admits more than its share, however many workers it has. A
  * check sent to Redis tells it (rule.held) how many leases of that subject and rule the
  * process holds: a Redis that lost them (flushed, restarted empty) counts those, and the
- * limiter puts them back. When primary's connection is ready again, the leases taken
- * locally become primary's (limiter_lease_adopt) before it renews what it holds, and it
- * decides no concurrency rule before that renewal is answered: Redis counts them from the
- * first check it decides. A release goes to both (only a holder finds the lease id). */
+ * limiter puts them back. A lease taken locally becomes primary's (limiter_lease_adopt):
+ * at once when primary's connection is up (Redis answered an error, or its concurrency
+ * checks wait after a reconnect), else when it is ready again, before it renews what it
+ * holds; either way its registration goes out before any check primary sends after it, so
+ * Redis counts it from the first check it decides. A release goes to both (only a holder
+ * finds the lease id). */
 #include "store/limiter_impl.h"
 
 #include <errno.h>
@@ -125,6 +127,18 @@ static void mirror_leases(struct fallback_check *c)
                                 c->lease_id_len, all, ignore_result, NULL);
 }
 
+/* Leases taken locally while primary's connection is up (it answered with an error, or its
+ * concurrency checks wait after a reconnect) become primary's at once: it registers them
+ * in Redis before any check it sends after. Those taken while it was down, when it is
+ * ready again (on_primary_ready). */
+static void register_local_leases(const struct fallback_check *c)
+{
+    for (size_t i = 0; i < c->n; i++)
+        if (c->concurrency >> i & 1)
+            (void)limiter_lease_adopt(c->fl->primary, c->subject, c->subject_len, c->rules[i].id,
+                                      c->rules[i].window_ms, c->lease_id, c->lease_id_len);
+}
+
 /* The memory store's answer, for the local rules, made into one for every rule. */
 static void on_local(void *arg, const struct limiter_result *local)
 {
@@ -145,6 +159,8 @@ static void on_local(void *arg, const struct limiter_result *local)
         res.verdicts[c->local_of[j]] = local->verdicts[j];
     if (local->status != LIMITER_DECIDED)
         limiter_result_unavailable(&res, c->n);
+    else if (local->allowed && c->concurrency != 0 && limiter_available(c->fl->primary))
+        register_local_leases(c);
     finish(c, &res);
 }
 

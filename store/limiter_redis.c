@@ -234,10 +234,9 @@ static void on_setup_reply(redisAsyncContext *ac, void *r, void *privdata)
         /* Leases given back while Redis was away must not count there any longer: the
            ZREMs go first, before any check of this connection. */
         redis_flush_deferred(rl);
-        /* Leases held across an outage (or a Redis that restarted empty): renew them now,
-           and decide no concurrency rule here before Redis has them. */
+        /* Leases held across an outage (or a Redis that restarted empty), and those taken
+           locally meanwhile: renewed now, so Redis has them before any check sent after. */
         redis_renew_now(rl);
-        rl->registering = rl->renewing > 0;
     }
 }
 

@@ -158,14 +158,14 @@ int redis_call_check(struct limiter *limiter, const char *subject, size_t subjec
         done(arg, &res);
         return 0;
     }
-    if (lease_id != NULL && (rl->registering || (rl->lease_grace_until_ms > 0 &&
-                                                 store_mono_ms() < rl->lease_grace_until_ms))) {
+    if (lease_id != NULL && rl->lease_grace_until_ms > 0 && store_mono_ms() < rl->lease_grace_until_ms) {
         limiter_result_unavailable(&res, n);
         done(arg, &res);
         return 0;
     }
+    /* A renewal sent now runs before this check: one connection's commands run in order. */
     uint64_t lost = atomic_load_explicit(&leases_lost_epoch, memory_order_relaxed);
-    if (lost != rl->lost_epoch_seen) {
+    if (lost != rl->lost_epoch_seen || rl->unregistered) {
         rl->lost_epoch_seen = lost;
         redis_renew_now(rl);
     }

@@ -140,11 +140,16 @@ void redis_on_lease_reply(redisAsyncContext *ac, void *r, void *privdata)
     redis_inflight_remove(rl, p);
     if (redis_retry_noscript(rl, ac, p, reply))
         return;
+    bool failed = reply == NULL || reply->type == REDIS_REPLY_ERROR;
     if (reply != NULL && reply->type == REDIS_REPLY_ERROR)
-        redis_note_error(rl, p->kind == P_RENEW ? "renew" : "release all", reply->str);
+        redis_note_error(rl, p->kind == P_RELEASE_ALL ? "release all" : "renew", reply->str);
     struct release_all *all = p->all;
-    if (p->kind == P_RENEW && --rl->renewing == 0 && reply != NULL)
-        rl->registering = false;
+    if (p->kind == P_RENEW)
+        rl->renewing--;
+    if (failed && p->kind != P_RELEASE_ALL)
+        rl->unregistered = true;     /* some leases may be missing: renewed before the next check */
+    else if (p->kind == P_RENEW && rl->renewing == 0)
+        rl->unregistered = false;
     redis_pending_free(p);
     if (all != NULL && --all->outstanding == 0) {
         void (*done)(void *) = all->done;
@@ -327,12 +332,47 @@ void limiter_redis_node_hand_over(struct limiter *from,
     }
 }
 
+/* renew.lua for one lease: registers it (ZADD with the server's clock, the key kept alive),
+ * ahead of any check sent after it on this connection. */
+static void send_register(struct redis_limiter *rl, const char *subject, size_t subject_len, int64_t rule_id,
+                          int64_t ttl_ms, const char *id, size_t id_len)
+{
+    struct pending *p = redis_pending_new(rl, P_REGISTER, 10, 128 + redis_key_max(rl, subject_len) + id_len);
+    if (p == NULL) {
+        rl->unregistered = true;
+        return;
+    }
+    p->script = &rl->renew;
+    p->argc = 2;
+    size_t off = 0;
+    /* EVALSHA sha 1 key renew now ttl 1 id; a cluster node: EVALSHA sha 0 renew now 1 key ttl 1 id */
+    redis_put_int(p, &off, rl->cluster_node ? 0 : 1);
+    if (!rl->cluster_node)
+        redis_put_key(rl, p, &off, subject, subject_len, rule_id);
+    redis_put_arg(p, &off, "renew", 5);
+    redis_put_int(p, &off, -1);
+    if (rl->cluster_node) {
+        redis_put_int(p, &off, 1);
+        redis_put_key(rl, p, &off, subject, subject_len, rule_id);
+    }
+    redis_put_int(p, &off, ttl_ms);
+    redis_put_int(p, &off, 1);
+    redis_put_arg(p, &off, id, id_len);
+    if (redis_send_pending(rl, p) != 0) {
+        redis_pending_free(p);
+        rl->unregistered = true;
+    }
+}
+
 int limiter_redis_node_adopt(struct limiter *node, const char *subject, size_t subject_len, int64_t rule_id,
                              int64_t ttl_ms, const char *id, size_t id_len)
 {
     struct redis_limiter *rl = (struct redis_limiter *)node;
     int r = lease_add(rl, subject, subject_len, rule_id, ttl_ms, id, id_len);
-    if (r == 0)
-        redis_renew_arm(rl);
-    return r;
+    if (r != 0)
+        return r;
+    redis_renew_arm(rl);
+    if (rl->state == CONN_READY && rl->ac != NULL)
+        send_register(rl, subject, subject_len, rule_id, ttl_ms, id, id_len);
+    return 0;
 }

@@ -19,7 +19,9 @@
 
 enum conn_state { CONN_IDLE, CONN_CONNECTING, CONN_HANDSHAKE, CONN_READY };
 
-enum pending_kind { P_CHECK, P_AUTH, P_SELECT, P_LOAD, P_LOAD_RENEW, P_RENEW, P_RELEASE_ALL, P_ZREM, P_ASKING };
+enum pending_kind {
+    P_CHECK, P_AUTH, P_SELECT, P_LOAD, P_LOAD_RENEW, P_RENEW, P_REGISTER, P_RELEASE_ALL, P_ZREM, P_ASKING
+};
 
 struct script {
     const char *text;
@@ -94,8 +96,9 @@ struct redis_limiter {
     size_t n_deferred;
     bool was_ready;                  /* connected before: a reconnect starts a grace */
     int64_t lease_grace_until_ms;    /* mono ms; concurrency checks unavailable until then */
-    bool registering;                /* the renewal sent when READY is not answered yet:
-                                        concurrency checks unavailable until it is */
+    bool unregistered;               /* a lease held here may be missing in Redis (its
+                                        registration or renewal failed): renewed again
+                                        before the next check */
     void (*ready_fn)(void *arg);     /* limiter_set_ready_hook */
     void *ready_arg;
     uint64_t lost_epoch_seen;        /* leases_lost_epoch when this limiter last renewed for it */

@@ -16,9 +16,11 @@
 -- renew:   ZADD every lease with score now + ttl (so a lease lost with a Redis that
 --          restarted empty is there again) and makes sure the key lives at least ttl.
 -- release: ZREM every lease.
--- Returns the number of keys walked. A key of another type is skipped.
+-- Returns the number of keys walked. A key of another type is skipped. A renewal whose
+-- ZADD Redis refused for want of memory or of writes (OOM, READONLY, MISCONF) answers that
+-- error: its leases may be missing, and the proxy renews again before its next check.
 
-local fmt = string.format
+local fmt, sub = string.format, string.sub
 local call, rpcall = redis.call, redis.pcall
 local unpack = unpack or table.unpack
 
@@ -30,6 +32,7 @@ if not release and now < 0 then
 end
 
 local CHUNK = 128   -- members per ZADD/ZREM: unpack() has a stack limit
+local failed        -- the first error of a ZADD, if any
 local keyed = #KEYS > 0
 local nkeys, pos = #KEYS, 3
 if not keyed then nkeys, pos = tonumber(ARGV[3]), 4 end
@@ -55,10 +58,16 @@ for i = 1, nkeys do
     end
     local r
     if release then r = rpcall('ZREM', k, unpack(args)) else r = rpcall('ZADD', k, unpack(args)) end
-    if type(r) == 'table' and r.err then bad = true end
+    if type(r) == 'table' and r.err then
+      bad = true
+      local e = r.err
+      if sub(e, 1, 3) == 'OOM' or sub(e, 1, 8) == 'READONLY' or sub(e, 1, 7) == 'MISCONF' then failed = failed or e end
+    end
     j = last
   end
   pos = pos + m
   if not release and not bad and call('PTTL', k) < ttl then call('PEXPIRE', k, fmt('%d', ttl)) end
 end
+-- a lease left out (OOM, say) is told, so the proxy renews again rather than count on it
+if failed and not release then return redis.error_reply(failed) end
 return nkeys
