@@ -20,7 +20,7 @@ with `rep stosb`, which callgrind counts byte by byte (about 49k of the floor's 
 tierproxy's instructions per request, for a 32 and a 36 KiB pool) and which costs far less
 time than that many instructions; it is listed on its own.
 
-  etc/bench/proxy_cost.py [--build build] [--seconds 10] [--top 25] [VARIANT ...]
+  etc/bench/proxy_cost.py [--build build] [--seconds 10] [--top 25] [--plan-flags FLAGS] [VARIANT ...]
 """
 import argparse
 import os
@@ -114,6 +114,8 @@ def main():
     ap.add_argument("--build", default=os.path.join(ROOT, "build"))
     ap.add_argument("--seconds", type=int, default=10)
     ap.add_argument("--top", type=int, default=25)
+    ap.add_argument("--plan-flags", default="",
+                    help="more tierctl limit flags for the bench's plan, e.g. \"--concurrency 100000\"")
     ap.add_argument("variants", nargs="*", default=list(VARIANTS))
     a = ap.parse_args()
     for v in a.variants:
@@ -147,7 +149,7 @@ def main():
         db, keyfile = os.path.join(tmp, "plans.db"), os.path.join(tmp, "keys.txt")
         subprocess.run([ctl, "--db", db, "init"], check=True, capture_output=True)
         subprocess.run([ctl, "--db", db, "plan", "add", "bench", "--rate", "1000000000/s", "--algorithm",
-                        "sliding-log"], check=True, capture_output=True)
+                        "sliding-log"] + a.plan_flags.split(), check=True, capture_output=True)
         with open(keyfile, "w") as f:
             for i in range(1, 101):
                 subprocess.run([ctl, "--db", db, "user", "add", f"bench-{i}", "--plan", "bench"], check=True,
