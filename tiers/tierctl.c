@@ -142,7 +142,8 @@ static const struct help_row help_table[] = {
     {"user remove", "ID", "remove a user; also revokes the user's keys",
      cmd_user_remove, 1, 1, 0, ACCESS_WRITE, 0, 0},
     {"user limit add", "USER LIMIT-FLAGS [--route \"METHOD /prefix\"]",
-     "the user's own limits; each replaces the plan's limits of its kind on the same route; prints the ids",
+     "the user's own limits; each replaces the plan's limits of its kind on the same route, "
+     "their count carried over; prints the ids",
      cmd_user_limit_add, 1, 1, LIMIT_FLAGS | F(ROUTE), ACCESS_WRITE, 0, 0},
     {"user limit remove", "USER LIMIT-ID", "remove one of the user's own limits",
      cmd_user_limit_remove, 2, 2, 0, ACCESS_WRITE, 0, 0},
@@ -1426,7 +1427,7 @@ static int cmd_user_show(struct cli *c)
         return catalog_failed(c);
     }
     if (own.nrows > 1) {
-        printf("own limits (each replaces the plan's of its kind on its route):\n");
+        printf("own limits (each replaces the plan's of its kind on its route, with its count):\n");
         table_print_free(&own);
     } else {
         table_print_free_silent(&own);
@@ -1929,7 +1930,7 @@ static int cmd_usage(struct cli *c)
         rows[n].limit = l;
         rows[n].rule = l->rule;
         if (l->kind == TIER_LIMIT_CONCURRENCY)
-            rows[n].rule = (struct limit_rule){.id = l->id, .kind = LIMIT_CONCURRENCY, .rate = l->rule.rate,
+            rows[n].rule = (struct limit_rule){.id = l->rule.id, .kind = LIMIT_CONCURRENCY, .rate = l->rule.rate,
                                                .window_ms = sc.lease_ttl_ms};
         n++;
     }
