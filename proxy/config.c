@@ -845,6 +845,7 @@ static int ini_source_handler(void *user, const char *section_raw, const char *k
         return 0;
     }
     s->cfg->origins[idx] = (struct config_origin){ORIGIN_FILE, s->lineno, NULL};
+    s->cfg->file_settings++;
     return 1;
 }
 

@@ -59,6 +59,8 @@ struct proxy_config {
     char *log_level;               /* "debug" | "info" | "warn" | "error" */
     /* where it came from, for reload */
     char *config_path;             /* NULL when no -c */
+    int file_settings;             /* key = value lines read from it: none in a file that is
+                                      empty, or only comments and [section] lines */
     struct config_origin *origins; /* where each value came from, for config_origin() */
 };
 

@@ -203,6 +203,15 @@ static struct proxy_config *reload(struct proxy_config *running, int argc, char 
         free(fresh);
         return NULL;
     }
+    if (fresh->file_settings == 0) {
+        /* a file caught truncated (an editor, a deploy half done) would put every default
+           back: the upstream, exempt paths, the key header */
+        fprintf(stderr, "tierproxy: SIGHUP: keeping the running configuration: %s sets nothing "
+                "(it is empty, or holds only comments and [section] lines)\n", running->config_path);
+        config_free(fresh);
+        free(fresh);
+        return NULL;
+    }
     char changed[512];
     config_keep_restart_only(running, fresh, changed, sizeof(changed));
     if (changed[0] != '\0')

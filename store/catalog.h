@@ -23,6 +23,7 @@
 #define CATALOG_SCHEMA_VERSION 2
 #define CATALOG_BUSY_TIMEOUT_MS 5000
 #define CATALOG_HASH_LEN 32              /* SHA-256 of the key text */
+#define CATALOG_ID_MAX (INT64_C(1) << 53) /* plan, limit and key ids: what JSON carries exactly */
 #define CATALOG_NAME_MAX 64              /* plan names */
 #define CATALOG_USER_ID_MAX 128
 #define CATALOG_LABEL_MAX 200

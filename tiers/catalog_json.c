@@ -7,10 +7,33 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "store/utf8.h"
 #include "tiers/apikey.h"
 #include "tiers/limit_bounds.h"
 
 /* ---- records ---- */
+
+json_t *catalog_json_text(const char *s)
+{
+    json_t *j = json_string(s);
+    if (j)
+        return j;
+    char *copy = strdup(s);
+    if (!copy)
+        return NULL;
+    utf8_repair(copy, strlen(copy));
+    j = json_string(copy);
+    free(copy);
+    return j;
+}
+
+/* "METHOD /prefix" */
+static json_t *route_text(const char *method, const char *prefix)
+{
+    char route[CATALOG_METHOD_MAX + CATALOG_PREFIX_MAX + 2];
+    snprintf(route, sizeof(route), "%s %s", method, prefix);
+    return catalog_json_text(route);
+}
 
 json_t *catalog_json_limit(const struct catalog_limit *limit)
 {
@@ -30,7 +53,7 @@ json_t *catalog_json_limit(const struct catalog_limit *limit)
         bad |= json_object_set_new(o, "algorithm", json_string(limit_kind_name(limit->algorithm)));
     }
     if (limit->route_method)
-        bad |= json_object_set_new(o, "route", json_sprintf("%s %s", limit->route_method, limit->route_prefix));
+        bad |= json_object_set_new(o, "route", route_text(limit->route_method, limit->route_prefix));
     if (bad) {
         json_decref(o);
         return NULL;
@@ -40,15 +63,15 @@ json_t *catalog_json_limit(const struct catalog_limit *limit)
 
 json_t *catalog_json_cost(const struct catalog_cost *cost)
 {
-    return json_pack("{s:s++, s:I}", "route", cost->route_method, " ", cost->route_prefix, "cost",
+    return json_pack("{s:o, s:I}", "route", route_text(cost->route_method, cost->route_prefix), "cost",
                      (json_int_t)cost->cost);
 }
 
 json_t *catalog_json_user(const struct catalog_user *user)
 {
-    json_t *o = json_pack("{s:s, s:s?, s:s?}", "id", user->id, "plan", user->plan_name,
-                          "created", user->created);
-    return o;
+    return json_pack("{s:o, s:o?, s:o?}", "id", catalog_json_text(user->id), "plan",
+                     user->plan_name ? catalog_json_text(user->plan_name) : NULL, "created",
+                     user->created ? catalog_json_text(user->created) : NULL);
 }
 
 json_t *catalog_json_key(const struct catalog_key *key, int with_hash)
@@ -59,12 +82,12 @@ json_t *catalog_json_key(const struct catalog_key *key, int with_hash)
         return NULL;
     int bad = 0;
     bad |= json_object_set_new(o, "id", json_integer(key->id));
-    bad |= json_object_set_new(o, "user", json_string(key->user_id));
-    bad |= json_object_set_new(o, "label", json_string(key->label ? key->label : ""));
+    bad |= json_object_set_new(o, "user", catalog_json_text(key->user_id));
+    bad |= json_object_set_new(o, "label", catalog_json_text(key->label ? key->label : ""));
     if (with_hash)
         bad |= json_object_set_new(o, "sha256", json_string(apikey_hash_to_hex(key->hash, hex)));
-    bad |= json_object_set_new(o, "created", key->created ? json_string(key->created) : json_null());
-    bad |= json_object_set_new(o, "revoked", key->revoked ? json_string(key->revoked) : json_null());
+    bad |= json_object_set_new(o, "created", key->created ? catalog_json_text(key->created) : json_null());
+    bad |= json_object_set_new(o, "revoked", key->revoked ? catalog_json_text(key->revoked) : json_null());
     if (bad) {
         json_decref(o);
         return NULL;
@@ -76,13 +99,29 @@ json_t *catalog_json_key(const struct catalog_key *key, int with_hash)
 
 struct export_ctx {
     json_t *array;
+    struct catalog_json_repairs *repairs;
 };
+
+/* Counts a name or label that is written repaired (catalog_json_text); the first is named
+ * by fmt. */
+__attribute__((format(printf, 3, 4)))
+static void check_text(struct export_ctx *x, const char *text, const char *fmt, ...)
+{
+    if (!text || utf8_valid(text, strlen(text)) || x->repairs->count++ > 0)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(x->repairs->first, sizeof(x->repairs->first), fmt, ap);
+    va_end(ap);
+}
 
 static int export_plan(void *ctx, const struct catalog_plan *plan)
 {
     struct export_ctx *x = ctx;
-    json_t *o = json_pack("{s:I, s:s, s:b, s:i, s:[], s:[]}", "id", (json_int_t)plan->id, "name", plan->name,
-                          "shadow", plan->shadow, "priority", plan->priority, "limits", "costs");
+    check_text(x, plan->name, "plan %lld's name", (long long)plan->id);
+    json_t *o = json_pack("{s:I, s:o, s:b, s:i, s:[], s:[]}", "id", (json_int_t)plan->id, "name",
+                          catalog_json_text(plan->name), "shadow", plan->shadow, "priority", plan->priority,
+                          "limits", "costs");
     if (!o || json_array_append_new(x->array, o) != 0)
         return -ENOMEM;
     return 0;
@@ -109,6 +148,7 @@ static int export_cost(void *ctx, const struct catalog_cost *cost)
 static int export_user(void *ctx, const struct catalog_user *user)
 {
     struct export_ctx *x = ctx;
+    check_text(x, user->id, "a user's id");
     json_t *o = catalog_json_user(user);
     if (!o || json_object_set_new(o, "limits", json_array()) != 0 || json_array_append_new(x->array, o) != 0)
         return -ENOMEM;
@@ -118,14 +158,19 @@ static int export_user(void *ctx, const struct catalog_user *user)
 static int export_key(void *ctx, const struct catalog_key *key)
 {
     struct export_ctx *x = ctx;
+    check_text(x, key->label, "key %lld's label", (long long)key->id);
+    check_text(x, key->user_id, "key %lld's user", (long long)key->id);
     json_t *o = catalog_json_key(key, 1);
     if (!o || json_array_append_new(x->array, o) != 0)
         return -ENOMEM;
     return 0;
 }
 
-int catalog_json_export(struct catalog *cat, json_t **pdoc, char *err, size_t errlen)
+int catalog_json_export(struct catalog *cat, json_t **pdoc, struct catalog_json_repairs *repairs, char *err,
+                        size_t errlen)
 {
+    struct catalog_json_repairs unused;
+    *(repairs ? repairs : &unused) = (struct catalog_json_repairs){0};
     static const char *const tables[] = {"plans", "limits", "api_keys"};
     json_t *doc = json_pack("{s:s, s:i, s:{}, s:[], s:[], s:[]}", "format", CATALOG_JSON_FORMAT,
                             "version", CATALOG_JSON_VERSION, "last_ids", "plans", "users", "api_keys");
@@ -136,7 +181,7 @@ int catalog_json_export(struct catalog *cat, json_t **pdoc, char *err, size_t er
         if (r == 0 && json_object_set_new(json_object_get(doc, "last_ids"), tables[i], json_integer(seq)))
             r = -ENOMEM;
     }
-    struct export_ctx x = {.array = json_object_get(doc, "plans")};
+    struct export_ctx x = {.array = json_object_get(doc, "plans"), .repairs = repairs ? repairs : &unused};
     if (r == 0)
         r = catalog_plan_each(cat, export_plan, &x);
     size_t i;
@@ -248,8 +293,8 @@ static int only_keys(struct import *im, json_t *o, const char *const *allowed)
 static int get_id(struct import *im, json_t *o, const char *name, int64_t *pv)
 {
     json_t *v = json_object_get(o, name);
-    if (!json_is_integer(v) || json_integer_value(v) < 1)
-        return bad(im, "\"%s\" must be a positive integer", name);
+    if (!json_is_integer(v) || json_integer_value(v) < 1 || json_integer_value(v) > CATALOG_ID_MAX)
+        return bad(im, "\"%s\" must be an integer from 1 to 2^53 (%lld)", name, (long long)CATALOG_ID_MAX);
     *pv = json_integer_value(v);
     return 0;
 }
@@ -442,9 +487,12 @@ static int parse_doc(struct import *im, json_t *doc)
             return bad(im, "an object");
         if ((r = only_keys(im, last, seq_names)))
             return r;
-        for (int i = 0; i < 3; i++)
+        for (int i = 0; i < 3; i++) {
             if ((r = get_int(im, last, seq_names[i], false, 0, &im->last_ids[i])))
                 return r;
+            if (im->last_ids[i] > CATALOG_ID_MAX)
+                return bad(im, "\"%s\" must be at most 2^53 (%lld)", seq_names[i], (long long)CATALOG_ID_MAX);
+        }
         im->where[0] = '\0';
     }
 

@@ -31,9 +31,17 @@
 #define CATALOG_JSON_FORMAT "tierproxy-catalog"
 #define CATALOG_JSON_VERSION 2   /* 2: priority, quotas, costs, users' own limits; 1 still imports */
 
+/* What an export wrote otherwise than the catalog holds it: names and labels that are not
+ * valid UTF-8 (an older tierctl took such labels), written as catalog_json_text does. */
+struct catalog_json_repairs {
+    size_t count;
+    char first[96];                    /* the first of them: "key 3's label" */
+};
+
 /* The whole catalog; the caller holds a transaction. Returns 0 and sets *pdoc (the caller
- * json_decrefs it), or non-zero with the reason in err. */
-int catalog_json_export(struct catalog *cat, json_t **pdoc, char *err, size_t errlen);
+ * json_decrefs it) and *repairs (may be NULL), or non-zero with the reason in err. */
+int catalog_json_export(struct catalog *cat, json_t **pdoc, struct catalog_json_repairs *repairs, char *err,
+                        size_t errlen);
 
 /* Checks all of doc, then replaces every plan, limit, user and key with its contents,
  * keeping their ids. The caller holds a write transaction and rolls it back on failure.
@@ -41,7 +49,13 @@ int catalog_json_export(struct catalog *cat, json_t **pdoc, char *err, size_t er
  * in err, with the catalog untouched; or another non-zero catalog code. */
 int catalog_json_import(struct catalog *cat, json_t *doc, char *err, size_t errlen);
 
-/* One record as JSON (export form). Return a new reference, NULL on allocation failure. */
+/* A catalog string as JSON text: as it is when it is valid UTF-8, else with '?' for each byte
+ * that is not (utf8_repair), so that whatever the catalog holds can be written. Returns a new
+ * reference, NULL on allocation failure. */
+json_t *catalog_json_text(const char *s);
+
+/* One record as JSON (export form); strings as catalog_json_text writes them. Return a new
+ * reference, NULL on allocation failure. */
 json_t *catalog_json_limit(const struct catalog_limit *limit);
 json_t *catalog_json_user(const struct catalog_user *user);
 json_t *catalog_json_cost(const struct catalog_cost *cost);   /* {"route": "POST /batch", "cost": 10} */

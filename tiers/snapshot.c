@@ -23,6 +23,7 @@
 #include "store/limiter.h"
 #include "tiers/apikey.h"
 #include "tiers/limit_bounds.h"
+#include "tiers/own_limits.h"
 #include "tiers/request_target.h"
 
 struct arena_block {
@@ -439,18 +440,11 @@ static int attach_limits(struct build *b)
     return 0;
 }
 
-static bool same_route(const struct tier_limit *a, const struct tier_limit *b)
-{
-    if (a->has_route != b->has_route)
-        return false;
-    return !a->has_route || (strcmp(a->route_method, b->route_method) == 0 && strcmp(a->route_prefix, b->route_prefix) == 0);
-}
-
-/* Whether one of own[0, n) replaces the plan's limit l: the same kind on the same route. */
+/* Whether one of own[0, n) replaces the plan's limit l. */
 static bool replaced(const struct tier_limit *l, const struct tier_limit *own, size_t n)
 {
     for (size_t i = 0; i < n; i++)
-        if (own[i].kind == l->kind && same_route(&own[i], l))
+        if (tier_own_limit_replaces(&own[i], l))
             return true;
     return false;
 }
@@ -495,6 +489,7 @@ static int attach_own_limits(struct build *b)
                 snap->merged[m++] = u->plan->limits[k];
         for (size_t k = 0; k < u->n_limits; k++)
             snap->merged[m++] = u->limits[k];
+        tier_own_limits_take_state(u->plan->limits, u->plan->n_limits, snap->merged + m - u->n_limits, u->n_limits);
         own->n_limits = m - start;
         int rc = name_plan_limits(snap, own, snap->merged + start, m - start);
         if (rc == 0)

@@ -7,34 +7,9 @@
 #include <stdint.h>
 
 #include "store/limit.h"
+#include "tiers/tier_limit.h"
 
 #define TIER_KEY_HASH_LEN 32   /* SHA-256 */
-
-/* The catalog's kind of a limit (enum catalog_limit_kind); its rule carries the store's
- * kind (rule.kind: a rate limit's algorithm, or LIMIT_CONCURRENCY). */
-enum tier_limit_kind {
-    TIER_LIMIT_RATE = 0,
-    TIER_LIMIT_CONCURRENCY,    /* amount = at most N in flight */
-    TIER_LIMIT_WS_MESSAGES,    /* rule = client-to-upstream messages per connection */
-    TIER_LIMIT_QUOTA,          /* rule.kind LIMIT_QUOTA: rule.rate per rule.period; rule.window_ms
-                                  holds the period's nominal length (day, week, 30 days) for the
-                                  RateLimit headers' window */
-};
-
-struct tier_limit {
-    int64_t id;                    /* catalog limit id */
-    enum tier_limit_kind kind;
-    struct limit_rule rule;        /* rate and ws-messages: the rule; concurrency: rule.rate = N */
-    bool has_route;
-    char route_method[16];         /* "*" = any method */
-    const char *route_prefix;      /* owned by the snapshot */
-    size_t route_prefix_len;
-    const char *name;              /* for the ietf RateLimit headers: plan, route and window,
-                                      "free-1min", "pro-POST /upload-10s", "free-concurrency",
-                                      "free-month" for a quota ("-2", "-3" on repeats within the
-                                      plan); owned by the snapshot */
-    bool own;                      /* a user's own limit (tierctl user limit add) */
-};
 
 /* A plan's cost for requests on one route (tierctl cost set). */
 struct tier_cost {
@@ -60,7 +35,8 @@ struct tier_plan {
 /* A user. own_plan, for a user with limits of its own, is the plan as it applies to that
  * user: the same id, name, shadow, priority and costs, with each of the plan's limits that
  * has a user limit of the same kind on the same route (or both route-less) replaced by the
- * user's (all of the user's of that kind and route); NULL when the user has none.
+ * user's (all of the user's of that kind and route), which go on with the replaced ones'
+ * counts (own_limits.h); NULL when the user has none.
  * tier_user_plan gives the one to select limits from. */
 struct tier_user {
     const char *id;

@@ -35,10 +35,12 @@
 #include "tiers/apikey.h"
 #include "tiers/catalog_json.h"
 #include "store/limiter.h"
+#include "store/utf8.h"
 #include "tiers/limit_bounds.h"
 #include "tiers/plan_rules.h"
 #include "tiers/simulate.h"
 #include "tiers/snapshot.h"
+#include "tiers/table.h"
 
 #define EXIT_REFUSED 1
 #define EXIT_USAGE 2
@@ -140,7 +142,8 @@ static const struct help_row help_table[] = {
     {"user remove", "ID", "remove a user; also revokes the user's keys",
      cmd_user_remove, 1, 1, 0, ACCESS_WRITE, 0, 0},
     {"user limit add", "USER LIMIT-FLAGS [--route \"METHOD /prefix\"]",
-     "the user's own limits; each replaces the plan's limits of its kind on the same route; prints the ids",
+     "the user's own limits; each replaces the plan's limits of its kind on the same route, "
+     "their count carried over; prints the ids",
      cmd_user_limit_add, 1, 1, LIMIT_FLAGS | F(ROUTE), ACCESS_WRITE, 0, 0},
     {"user limit remove", "USER LIMIT-ID", "remove one of the user's own limits",
      cmd_user_limit_remove, 2, 2, 0, ACCESS_WRITE, 0, 0},
@@ -198,16 +201,27 @@ static const struct help_row help_table[] = {
 
 /* ---- errors and help ---- */
 
+/* Writes "tierctl: REASON" as one line of UTF-8 text: what it quotes from the command line
+ * or the catalog may hold control characters or bytes that are not UTF-8 (each becomes '?'). */
+static void say(const char *fmt, va_list ap)
+{
+    char line[2048];
+    vsnprintf(line, sizeof(line), fmt, ap);
+    for (char *p = line; *p; p++)
+        if ((unsigned char)*p < 0x20 || *p == 0x7f)
+            *p = '?';
+    utf8_repair(line, strlen(line));
+    fprintf(stderr, "tierctl: %s\n", line);
+}
+
 /* The one error helper: one line on stderr; returns the refused exit status. */
 __attribute__((format(printf, 1, 2)))
 static int fail(const char *fmt, ...)
 {
     va_list ap;
-    fputs("tierctl: ", stderr);
     va_start(ap, fmt);
-    vfprintf(stderr, fmt, ap);
+    say(fmt, ap);
     va_end(ap);
-    fputc('\n', stderr);
     return EXIT_REFUSED;
 }
 
@@ -234,11 +248,9 @@ __attribute__((format(printf, 2, 3)))
 static int usage_error(const struct help_row *cmd, const char *fmt, ...)
 {
     va_list ap;
-    fputs("tierctl: ", stderr);
     va_start(ap, fmt);
-    vfprintf(stderr, fmt, ap);
+    say(fmt, ap);
     va_end(ap);
-    fputc('\n', stderr);
     print_usage_line(stderr, cmd);
     return EXIT_USAGE;
 }
@@ -463,8 +475,8 @@ static int parse_args(int argc, char **argv, struct cli *c, bool *phelp)
             if (help_table[k].run && strncmp(w, argv[i], n) == 0 && w[n] == ' ')
                 snprintf(list + strlen(list), sizeof(list) - strlen(list), "%s%s", list[0] ? "|" : "", w + n + 1);
         }
-        fprintf(stderr, "tierctl: %s %s\n", i + 1 < argc ? "unknown subcommand" : "missing subcommand for",
-                i + 1 < argc ? argv[i + 1] : argv[i]);
+        (void)fail("%s %s", i + 1 < argc ? "unknown subcommand" : "missing subcommand for",
+                   i + 1 < argc ? argv[i + 1] : argv[i]);   /* the reason; the status is usage's */
         fprintf(stderr, "usage: tierctl [--db PATH] %s %s ...\n", argv[i], list);
         return EXIT_USAGE;
     }
@@ -521,72 +533,6 @@ static int parse_args(int argc, char **argv, struct cli *c, bool *phelp)
 }
 
 /* ---- output helpers ---- */
-
-/* A text table: cells are copied; columns are padded to the widest cell. */
-struct table {
-    size_t ncols, nrows, cap;
-    char **cells;
-};
-
-static int table_row(struct table *t, ...)
-{
-    if (t->nrows == t->cap) {
-        size_t cap = t->cap ? t->cap * 2 : 16;
-        char **cells = realloc(t->cells, cap * t->ncols * sizeof(char *));
-        if (!cells)
-            return -ENOMEM;
-        t->cells = cells;
-        t->cap = cap;
-    }
-    va_list ap;
-    va_start(ap, t);
-    int r = 0;
-    for (size_t i = 0; i < t->ncols; i++) {
-        const char *s = va_arg(ap, const char *);
-        char *copy = strdup(s ? s : "-");
-        if (!copy)
-            r = -ENOMEM;
-        t->cells[t->nrows * t->ncols + i] = copy;
-    }
-    va_end(ap);
-    t->nrows++;
-    return r;
-}
-
-static void table_print_free(struct table *t)
-{
-    size_t width[8] = {0};
-    for (size_t r = 0; r < t->nrows; r++)
-        for (size_t i = 0; i < t->ncols && i < 8; i++) {
-            const char *s = t->cells[r * t->ncols + i];
-            if (s && strlen(s) > width[i])
-                width[i] = strlen(s);
-        }
-    for (size_t r = 0; r < t->nrows; r++) {
-        for (size_t i = 0; i < t->ncols; i++) {
-            const char *s = t->cells[r * t->ncols + i];
-            if (i + 1 < t->ncols)
-                printf("%-*s  ", (int)width[i], s ? s : "?");
-            else
-                printf("%s\n", s ? s : "?");
-        }
-    }
-    for (size_t i = 0; i < t->nrows * t->ncols; i++)
-        free(t->cells[i]);
-    free(t->cells);
-    t->cells = NULL;
-    t->nrows = t->cap = 0;
-}
-
-/* Frees a table without printing it. */
-static void table_print_free_silent(struct table *t)
-{
-    for (size_t i = 0; i < t->nrows * t->ncols; i++)
-        free(t->cells[i]);
-    free(t->cells);
-    t->cells = NULL;
-    t->nrows = t->cap = 0;
-}
 
 static int print_json(json_t *doc)
 {
@@ -1050,8 +996,8 @@ static int collect_cost_json(void *ctx, const struct catalog_cost *cost)
 static json_t *plan_json(struct catalog *cat, const struct catalog_plan *plan)
 {
     int64_t users = 0;
-    json_t *o = json_pack("{s:I, s:s, s:b, s:i, s:I, s:[], s:[]}", "id", (json_int_t)plan->id, "name", plan->name,
-                          "shadow", plan->shadow, "priority", plan->priority, "users", (json_int_t)0, "limits",
+    json_t *o = json_pack("{s:I, s:o, s:b, s:i, s:I, s:[], s:[]}", "id", (json_int_t)plan->id, "name",
+                          catalog_json_text(plan->name), "shadow", plan->shadow, "priority", plan->priority, "users", (json_int_t)0, "limits",
                           "costs");
     if (!o)
         return NULL;
@@ -1242,7 +1188,7 @@ static int cmd_limit_add(struct cli *c)
 static int find_limit(struct cli *c, int64_t *pplan_id, struct limit_copy *one)
 {
     int64_t limit_id;
-    if (parse_int(c->pos[1], 1, INT64_MAX, &limit_id))
+    if (parse_int(c->pos[1], 1, CATALOG_ID_MAX, &limit_id))
         return usage_error(c->cmd, "invalid LIMIT-ID \"%s\"", c->pos[1]);
     if (catalog_plan_find(c->cat, c->pos[0], pplan_id, NULL))
         return catalog_failed(c);
@@ -1481,7 +1427,7 @@ static int cmd_user_show(struct cli *c)
         return catalog_failed(c);
     }
     if (own.nrows > 1) {
-        printf("own limits (each replaces the plan's of its kind on its route):\n");
+        printf("own limits (each replaces the plan's of its kind on its route, with its count):\n");
         table_print_free(&own);
     } else {
         table_print_free_silent(&own);
@@ -1557,7 +1503,7 @@ static int cmd_user_limit_remove(struct cli *c)
     int r = check_user_id(c, user);
     if (r)
         return r;
-    if (parse_int(c->pos[1], 1, INT64_MAX, &limit_id))
+    if (parse_int(c->pos[1], 1, CATALOG_ID_MAX, &limit_id))
         return usage_error(c->cmd, "invalid LIMIT-ID \"%s\"", c->pos[1]);
     if (catalog_user_find(c->cat, user, NULL) || catalog_user_limit_remove(c->cat, user, limit_id))
         return catalog_failed(c);
@@ -1615,7 +1561,7 @@ static int print_new_key(struct cli *c, int64_t id, const char *user, const char
         printf("%s\n", key);
         return 0;
     }
-    json_t *juser = json_string(user), *jlabel = json_string(label);
+    json_t *juser = catalog_json_text(user), *jlabel = catalog_json_text(label);
     char *quser = juser ? json_dumps(juser, JSON_ENCODE_ANY) : NULL;
     char *qlabel = jlabel ? json_dumps(jlabel, JSON_ENCODE_ANY) : NULL;
     int r = 0;
@@ -1687,7 +1633,7 @@ static int cmd_key_list(struct cli *c)
 static int cmd_key_revoke(struct cli *c)
 {
     int64_t id;
-    if (parse_int(c->pos[0], 1, INT64_MAX, &id))
+    if (parse_int(c->pos[0], 1, CATALOG_ID_MAX, &id))
         return usage_error(c->cmd, "invalid KEY-ID \"%s\"", c->pos[0]);
     if (catalog_key_revoke(c->cat, id))
         return catalog_failed(c);
@@ -1744,12 +1690,19 @@ static int cmd_export(struct cli *c)
 {
     char err[512];
     json_t *doc = NULL;
-    if (catalog_json_export(c->cat, &doc, err, sizeof(err)))
+    struct catalog_json_repairs repairs;
+    if (catalog_json_export(c->cat, &doc, &repairs, err, sizeof(err)))
         return fail("export failed: %s", err);
-    if (c->npos == 0 || strcmp(c->pos[0], "-") == 0)
-        return print_json(doc);
-    int r = write_json_file(doc, c->pos[0]);
-    json_decref(doc);
+    int r;
+    if (c->npos == 0 || strcmp(c->pos[0], "-") == 0) {
+        r = print_json(doc);
+    } else {
+        r = write_json_file(doc, c->pos[0]);
+        json_decref(doc);
+    }
+    if (r == 0 && repairs.count)
+        fprintf(stderr, "tierctl: warning: %s%s is not valid UTF-8: exported with '?' for each byte that is not\n",
+                repairs.first, repairs.count > 1 ? " (and others)" : "");
     return r;
 }
 
@@ -1903,8 +1856,8 @@ static json_t *usage_row_json(const struct usage_row *u)
     const struct tier_limit *l = u->limit;
     const char *kind = l->kind == TIER_LIMIT_QUOTA ? "quota" : l->kind == TIER_LIMIT_CONCURRENCY ? "concurrency" : "rate";
     int64_t used = u->verdict.limit - u->verdict.remaining;
-    json_t *o = json_pack("{s:I, s:s, s:s, s:I, s:I, s:I, s:I, s:s}", "id", (json_int_t)l->id, "kind", kind, "name",
-                          l->name, "limit", (json_int_t)u->verdict.limit, "used", (json_int_t)(used < 0 ? 0 : used),
+    json_t *o = json_pack("{s:I, s:s, s:o, s:I, s:I, s:I, s:I, s:s}", "id", (json_int_t)l->id, "kind", kind, "name",
+                          catalog_json_text(l->name), "limit", (json_int_t)u->verdict.limit, "used", (json_int_t)(used < 0 ? 0 : used),
                           "remaining", (json_int_t)u->verdict.remaining, "reset_s",
                           (json_int_t)((u->verdict.reset_ms + 999) / 1000), "source", l->own ? "user" : "plan");
     if (!o)
@@ -1977,7 +1930,7 @@ static int cmd_usage(struct cli *c)
         rows[n].limit = l;
         rows[n].rule = l->rule;
         if (l->kind == TIER_LIMIT_CONCURRENCY)
-            rows[n].rule = (struct limit_rule){.id = l->id, .kind = LIMIT_CONCURRENCY, .rate = l->rule.rate,
+            rows[n].rule = (struct limit_rule){.id = l->rule.id, .kind = LIMIT_CONCURRENCY, .rate = l->rule.rate,
                                                .window_ms = sc.lease_ttl_ms};
         n++;
     }
@@ -2022,7 +1975,8 @@ static int cmd_usage(struct cli *c)
             rows[at + k].verdict = w.result.verdicts[k];
     }
     if (c->flag[FLAG_JSON]) {
-        json_t *doc = json_pack("{s:s, s:s, s:[]}", "user", user->id, "plan", plan->name, "limits");
+        json_t *doc = json_pack("{s:o, s:o, s:[]}", "user", catalog_json_text(user->id), "plan",
+                                catalog_json_text(plan->name), "limits");
         json_t *arr = doc ? json_object_get(doc, "limits") : NULL;
         for (size_t k = 0; arr && k < n; k++) {
             json_t *o = usage_row_json(&rows[k]);

@@ -71,7 +71,7 @@ static json_t *export_now(void)
 {
     char err[512];
     json_t *doc = NULL;
-    int r = catalog_json_export(cat, &doc, err, sizeof(err));
+    int r = catalog_json_export(cat, &doc, NULL, err, sizeof(err));
     if (r)
         fprintf(stderr, "export: %s\n", err);
     CHECK(r == 0 && doc != NULL);

@@ -803,6 +803,17 @@ static void test_reload(void **state)
     assert_string_equal(err, want);
     assert_null(fresh.listen_host);
     assert_int_equal(cur.workers, 2);
+
+    /* how many settings the file itself gave: none in an empty one (main.c keeps the
+       running configuration then), the flags and variables not counted */
+    assert_int_equal(cur.file_settings, 2);
+    const char *empty[] = {"", " \n\t\n", "; only\n# comments\n", "\xEF\xBB\xBF[proxy]\n[limits]\n"};
+    for (size_t i = 0; i < sizeof(empty) / sizeof(empty[0]); i++) {
+        rewrite(path, empty[i]);
+        assert_int_equal(config_reload(&cur, 5, argv, envp, &fresh, err, sizeof(err)), 0);
+        assert_int_equal(fresh.file_settings, 0);
+        config_free(&fresh);
+    }
     config_free(&cur);
 }
 

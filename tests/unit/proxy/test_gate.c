@@ -491,10 +491,11 @@ static void test_verdicts(void **state)
 
 /* ---- quotas, costs, users' own limits ---- */
 
+/* The rule checked for the catalog limit with that id. */
 static const struct limit_rule *rule_of(const struct gate_check *c, int64_t id)
 {
     for (size_t i = 0; i < c->n; i++)
-        if (c->rules[i].id == id)
+        if (c->checked[i]->id == id)
             return &c->rules[i];
     return NULL;
 }
@@ -575,12 +576,14 @@ static void test_user_limits_replace_the_plans_of_their_kind_and_route(void **st
     assert_string_equal(adm.check.user_id, "frank");
     assert_null(rule_of(&adm.check, metered_rate));          /* replaced by frank's own rate */
     assert_int_equal(rule_of(&adm.check, frank_rate)->rate, 500);
+    assert_int_equal(rule_of(&adm.check, frank_rate)->id, metered_rate);   /* and its count goes on */
     assert_non_null(rule_of(&adm.check, metered_quota));     /* other kinds stay the plan's */
     assert_non_null(rule_of(&adm.check, metered_concurrency));
     assert_null(rule_of(&adm.check, frank_batch));            /* a route limit, not this route */
     /* on his route: his route limit joins, with the plan's cost */
     admit_as(&f, "frank-key", "POST", "/batch", &adm);
     assert_int_equal(rule_of(&adm.check, frank_batch)->rate, 40);
+    assert_int_equal(rule_of(&adm.check, frank_batch)->id, frank_batch);   /* it replaces none */
     assert_int_equal(limit_rule_cost(rule_of(&adm.check, frank_batch)), 10);
     assert_int_equal(limit_rule_cost(rule_of(&adm.check, frank_rate)), 10);
     /* erin, on the same plan, keeps the plan's */

@@ -321,6 +321,16 @@ static void test_limit_ids_never_reused(void **state)
     assert_int_equal(catalog_sequence_get(cat, "limits", &seq), 0);
     assert_int_equal(seq, 101);
     tmpdb_commit(cat);
+    /* ids end at 2^53 (JSON's exact integers): no mark beyond it, no row past it */
+    cat = tmpdb_begin(t);
+    assert_int_equal(catalog_sequence_raise(cat, "limits", CATALOG_ID_MAX + 1), CATALOG_INVALID);
+    assert_int_equal(catalog_sequence_raise(cat, "limits", CATALOG_ID_MAX), 0);
+    struct catalog_limit more = {.plan_id = plan, .kind = CATALOG_LIMIT_CONCURRENCY, .amount = 1};
+    int64_t id = 0;
+    assert_int_equal(catalog_limit_add(cat, &more, &id), CATALOG_INVALID);
+    assert_non_null(strstr(catalog_errmsg(cat), "every limit id up to 2^53"));
+    assert_int_equal(id, 0);
+    catalog_close(cat);   /* rolls back */
 }
 
 /* A limit changed in place keeps its id (the stores' state is named by it); its kind,
@@ -463,6 +473,12 @@ static void test_checks(void **state)
     assert_int_equal(catalog_check_route("get", "/v1", err, sizeof(err)), CATALOG_INVALID);
     assert_int_equal(catalog_check_label("ci \xc3\xa9t\xc3\xa9", err, sizeof(err)), 0);
     assert_int_equal(catalog_check_label("a\nb", err, sizeof(err)), CATALOG_INVALID);
+    /* a label is UTF-8 text (export and --json write it); the message is, too */
+    assert_int_equal(catalog_check_label("lap\xfftop", err, sizeof(err)), CATALOG_INVALID);
+    assert_string_equal(err, "a label is UTF-8 text: \"lap?top\" is not");
+    assert_int_equal(catalog_check_label("\xed\xa0\x80", err, sizeof(err)), CATALOG_INVALID);
+    assert_int_equal(catalog_check_plan_name("caf\xe9", err, sizeof(err)), CATALOG_INVALID);
+    assert_string_equal(err, "invalid plan name \"caf?\": use letters, digits, '-', '_', '.'");
     assert_int_equal(catalog_check_time("2024-05-01T12:00:00Z", err, sizeof(err)), 0);
     assert_int_equal(catalog_check_time("2024-05-01 12:00:00", err, sizeof(err)), CATALOG_INVALID);
     /* The refused value is quoted in one line: control characters become '?' (found by
