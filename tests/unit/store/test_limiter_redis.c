@@ -2098,6 +2098,41 @@ static void test_restart_reestablishes(void **state)
     limiter_destroy(l);
 }
 
+/* A Redis that lost the leases of running requests (FLUSHALL, or restarted empty under a
+ * live connection) counts those the proxy says it holds (rule.held), on the script's short
+ * way (a log beside the concurrency rule) and its full one (a fixed window beside), and the
+ * limiter puts its own leases back at once, long before its next renewal. */
+static void test_lost_leases_count_and_come_back(void **state)
+{
+    struct fixture *f = *state;
+    struct limit_rule beside[2] = {
+        {.id = 290, .kind = LIMIT_SLIDING_LOG, .rate = 100, .window_ms = 60000},
+        {.id = 291, .kind = LIMIT_FIXED_WINDOW, .rate = 100, .window_ms = 60000},
+    };
+    for (int way = 0; way < 2; way++) {
+        struct limit_rule rules[2] = {
+            beside[way],
+            {.id = 292 + way, .kind = LIMIT_CONCURRENCY, .rate = 1, .burst = 0, .window_ms = 600000},
+        };
+        assert_true(run_leased(f, f->redis, "u:lost", rules, 2, -1, way ? "w1" : "w0").allowed);
+        freeReplyObject(cmd_ok(f->sync, "DEL %s{u:lost}:%lld", f->prefix, (long long)rules[1].id));
+        /* the proxy holds one: refused though the set is empty */
+        rules[1].held = 1;
+        struct limiter_result res = run_leased(f, f->redis, "u:lost", rules, 2, -1, "probe");
+        assert_false(res.allowed);
+        expect_verdict(&res.verdicts[1], false, 1, 0, 1000);
+        int64_t deadline = store_mono_ms() + 2000;   /* the renewal timer is 200 s away */
+        while (store_mono_ms() < deadline && zcard(f->sync, f->prefix, "u:lost", rules[1].id) != 1)
+            wait_ms(f, 20);
+        assert_int_equal(zcard(f->sync, f->prefix, "u:lost", rules[1].id), 1);
+        /* held within the set's count changes nothing */
+        res = run_leased(f, f->redis, "u:lost", rules, 2, -1, "probe2");
+        assert_false(res.allowed);
+        rules[1].held = 0;
+        release_both(f, "u:lost", rules, 2, way ? "w1" : "w0");
+    }
+}
+
 int main(void)
 {
     const char *bin = getenv("REDIS_SERVER");
@@ -2172,6 +2207,7 @@ int main(void)
         T(test_many_leases),
         T(test_concurrency_race),
         T(test_restart_reestablishes),
+        T(test_lost_leases_count_and_come_back),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }
