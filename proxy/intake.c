@@ -175,6 +175,17 @@ static void start_lingering(struct intake_conn *c)
     linger_read(c);
 }
 
+/* True when the client reset the connection. A reset wakes the edge-triggered event as
+ * EV_READ alone (libevent maps EPOLLERR|EPOLLHUP to EV_READ|EV_WRITE, never EV_CLOSED), and
+ * MSG_PEEK still returns the bytes that came before it: without asking, a half head
+ * followed by a reset waited out HEAD_WAIT_MS. */
+static bool reset_by_peer(int fd)
+{
+    int err = 0;
+    socklen_t len = sizeof(err);
+    return getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) == 0 && err != 0;
+}
+
 /* Peeks at what the client has sent and acts on it. peer_closed: the client has shut its
  * side, so an incomplete head will stay incomplete. */
 static void screen(struct intake_conn *c, bool peer_closed)
@@ -203,7 +214,7 @@ static void screen(struct intake_conn *c, bool peer_closed)
         start_lingering(c);
         break;
     case HEAD_INCOMPLETE:
-        if (peer_closed)
+        if (peer_closed || reset_by_peer(c->fd))
             close_conn(c);
         break;
     }

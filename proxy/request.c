@@ -7,12 +7,10 @@
 #include <strings.h>
 #include <sys/socket.h>
 
-#include <event2/event.h>
-#include <event2/event_struct.h>
-
 #include "proxy/access_log.h"
 #include "proxy/asan_poison.h"
 #include "proxy/bytebuf.h"
+#include "proxy/client_watch.h"
 #include "proxy/config.h"
 #include "proxy/forward.h"
 #include "proxy/gate.h"
@@ -30,10 +28,6 @@
 #include "store/limiter.h"
 #include "tiers/request_target.h"
 #include "tiers/snapshot.h"
-
-/* A suspension shorter than this ends before a departed client could matter; watching
- * every request's socket would cost two epoll_ctl calls each. */
-#define CLOSE_WATCH_DELAY_MS 50
 
 /* Freed requests kept per worker: a request is a 2 KiB calloc, and one that size goes
  * through malloc's slow path (consolidation) every time. */
@@ -80,6 +74,7 @@ struct request {
     int64_t started_ms;
 
     /* the body, read only once admitted, up to max_body_bytes */
+    bool expects_body;            /* a Content-Length above 0, or chunked */
     struct bytebuf body;
     bool admitted;                /* decided at head time: to be forwarded once the body is in */
     bool refused_in_body;         /* answered 413 on the socket in the middle of the body */
@@ -98,9 +93,8 @@ struct request {
     bool release_in_flight;       /* given back, the store's acknowledgement not yet in */
     void (*after_release)(struct request *r);
 
-    /* the client leaving while its connection is suspended */
-    struct event *close_watch;
-    struct event close_watch_delay; /* arms close_watch once a suspension lasts */
+    /* the client leaving while the request waits (client_watch.h) */
+    struct client_watch watch;
     bool client_gone;
 
     /* the response */
@@ -124,7 +118,7 @@ struct request {
     uint64_t bytes_sent;
 };
 
-static void arm_close_watch(evutil_socket_t fd, short what, void *arg);
+static void on_client_gone(void *arg);
 static void request_unref(struct request *r);
 
 /* ---- the context and the pool ------------------------------------------------------ */
@@ -224,7 +218,8 @@ void *request_begin(void *cls, const char *uri, struct MHD_Connection *conn)
     r->ctx = ctx;
     r->conn = conn;
     r->refs = 1;
-    evtimer_assign(&r->close_watch_delay, ctx->base, arm_close_watch, r);
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+    client_watch_init(&r->watch, ctx->base, ci != NULL ? ci->connect_fd : -1, on_client_gone, r);
     r->started_ms = store_mono_ms();
     ctx->active++;
     LIST_INSERT_HEAD(&ctx->live, r, live);
@@ -293,9 +288,7 @@ static void request_unref(struct request *r)
     struct request_context *ctx = r->ctx;
     request_release_slots(r);
     give_upstream_place(r);
-    evtimer_del(&r->close_watch_delay);
-    if (r->close_watch != NULL)
-        event_free(r->close_watch);
+    client_watch_stop(&r->watch);
     ws_free(r->ws);
     raw_response_free(r->raw);
     upstream_release(&r->up);
@@ -321,9 +314,7 @@ static void request_wake(struct request *r)
         return;
     if (r->suspended) {
         r->suspended = false;
-        evtimer_del(&r->close_watch_delay);
-        if (r->close_watch != NULL)
-            event_del(r->close_watch);
+        client_watch_stop(&r->watch);
         MHD_resume_connection(r->conn);
     }
     r->ctx->kick_mhd(r->ctx->kick_ctx);
@@ -351,24 +342,23 @@ static void deliver_stashed(struct request *r)
     request_set_pending(r, r->stashed_status, resp);
 }
 
-/* MHD does not notice a client that leaves while its connection is suspended: without
- * this, a slot would stay taken until the upstream answered. */
-static void on_client_closed(evutil_socket_t fd, short what, void *arg)
+/* The client left while r waited (client_watch.h): its slots go back at once, and so
+ * does its upstream transfer; without this, a slot stayed taken until the upstream
+ * answered, or for good when libmicrohttpd missed the close while reading the body. */
+static void on_client_gone(void *arg)
 {
     struct request *r = arg;
     if (r->mhd_done || r->client_gone)
         return;
-    if (!(what & EV_CLOSED)) {
-        /* Readable: a reset or an orderly close reads as gone; a pipelined request does
-         * not, and is left for MHD (this one-shot watch ends here, so it cannot spin). */
-        char c;
-        ssize_t n = recv(fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
-        if (n > 0 || (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)))
-            return;
-    }
     r->client_gone = true;
     r->decision = r->decision != NULL ? r->decision : "client_closed";
     request_release_slots(r);
+    if (!r->suspended) {
+        /* libmicrohttpd reads the body and will never read the end of the stream: a hung-up
+           socket is an error it does see (EPOLLHUP), and it ends the connection. */
+        shutdown(r->watch.fd, SHUT_RDWR);
+        return;
+    }
     if (r->forwarded)
         upstream_abort(&r->up);
     if (r->raw != NULL) {
@@ -380,22 +370,6 @@ static void on_client_closed(evutil_socket_t fd, short what, void *arg)
         request_set_pending(r, 499, respond_error("client_closed_request", &r->bytes_sent));
 }
 
-static void arm_close_watch(evutil_socket_t fd, short what, void *arg)
-{
-    struct request *r = arg;
-    (void)fd;
-    (void)what;
-    if (!r->suspended || r->mhd_done)
-        return;
-    if (r->close_watch == NULL) {
-        const union MHD_ConnectionInfo *ci = MHD_get_connection_info(r->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
-        if (ci != NULL)
-            r->close_watch = event_new(r->ctx->base, ci->connect_fd, EV_READ | EV_CLOSED, on_client_closed, r);
-    }
-    if (r->close_watch != NULL)
-        event_add(r->close_watch, NULL);
-}
-
 /* Suspends r's MHD connection until request_wake, watching for the client leaving. */
 static void request_suspend(struct request *r)
 {
@@ -403,8 +377,7 @@ static void request_suspend(struct request *r)
         return;
     r->suspended = true;
     MHD_suspend_connection(r->conn);
-    struct timeval delay = store_ms_to_timeval(CLOSE_WATCH_DELAY_MS);
-    evtimer_add(&r->close_watch_delay, &delay);
+    client_watch_start(&r->watch, CLIENT_WAIT_SUSPENDED);
 }
 
 static enum MHD_Result queue_pending(struct request *r)
@@ -804,6 +777,8 @@ static enum MHD_Result after_decision(struct request *r)
         return queue_pending(r); /* early: MHD closes the connection after it */
     if (r->admitted) {
         r->phase = PHASE_BODY;
+        if (r->expects_body)
+            client_watch_start(&r->watch, CLIENT_WAIT_BODY);
         return MHD_YES;
     }
     request_suspend(r);
@@ -1015,6 +990,7 @@ enum MHD_Result request_handle(void *cls, struct MHD_Connection *conn, const cha
             r->decision = "malformed";
             return queue_now(r, MHD_HTTP_NOT_IMPLEMENTED, respond_error("unsupported_transfer_coding", &r->bytes_sent));
         }
+        r->expects_body = length > 0 || hc.transfer_encoding;
         if (length_rc == -ERANGE || length > cfg->max_body_bytes)
             /* Answered before the body is read; MHD closes the connection after. */
             return queue_now(r, MHD_HTTP_CONTENT_TOO_LARGE, respond_error("request_too_large", &r->bytes_sent));
@@ -1042,6 +1018,7 @@ enum MHD_Result request_handle(void *cls, struct MHD_Connection *conn, const cha
             *upload_data_size = 0;
             return MHD_YES;
         }
+        client_watch_stop(&r->watch);
         if (r->refused_in_body)
             return MHD_NO; /* answered already: MHD closes the connection */
         start_upstream(r);
@@ -1110,16 +1087,26 @@ static void count_and_log(struct request *r)
     access_log_write(ctx->access_log, &e);
 }
 
+/* A request whose head was read and that ends with no answer is logged as nginx logs it:
+ * 408 when libmicrohttpd timed the client out, else 499, the client went away. */
+static void note_unanswered(struct request *r, enum MHD_RequestTerminationCode toe)
+{
+    bool timed_out = toe == MHD_REQUEST_TERMINATED_TIMEOUT_REACHED;
+    r->status = timed_out ? MHD_HTTP_REQUEST_TIMEOUT : 499;
+    if (r->decision == NULL)
+        r->decision = timed_out ? "client_timeout" : "client_closed";
+}
+
 void request_completed(void *cls, struct MHD_Connection *conn, void **req_cls, enum MHD_RequestTerminationCode toe)
 {
     struct request_context *ctx = cls;
     pool_trim_request_done(ctx->pool_trim, conn);
     struct request *r = *req_cls;
-    (void)toe;
     if (r == NULL)
         return;
     *req_cls = NULL;
     r->mhd_done = true;
+    client_watch_stop(&r->watch); /* MHD closes the socket */
     if (r->forwarded)
         upstream_abort(&r->up);
     if (r->raw != NULL)
@@ -1135,6 +1122,8 @@ void request_completed(void *cls, struct MHD_Connection *conn, void **req_cls, e
     }
     if (!tunnel_holds_slots)
         request_release_slots(r);
+    if (r->status == 0 && r->method != NULL && !ctx->closing)
+        note_unanswered(r, toe);
     if (r->status != 0)
         count_and_log(r);
     request_unref(r);
