@@ -66,9 +66,31 @@ static void note_down(struct redis_limiter *rl, const char *what, const char *de
     store_status_fail(&rl->status, LIMITER_HEALTH_UNREACHABLE, what, detail);
 }
 
+/* An error reply's state ends when the store has answered no command with an error for
+ * this long (or at once when it admits a check): a refusal writes nothing, so it proves
+ * nothing under OOM, and a worker that meets no traffic must not say error for good. */
+#define ERROR_SETTLE_MS 1000
+
 void redis_note_error(struct redis_limiter *rl, const char *what, const char *detail)
 {
+    rl->last_error_ms = store_mono_ms();
     store_status_fail(&rl->status, LIMITER_HEALTH_ERROR, what, detail);
+    if (!evtimer_pending(&rl->settle, NULL)) {
+        struct timeval tv = store_ms_to_timeval(ERROR_SETTLE_MS);
+        evtimer_add(&rl->settle, &tv);
+    }
+}
+
+static void on_settle(evutil_socket_t fd, short what, void *arg)
+{
+    struct redis_limiter *rl = arg;
+    int64_t quiet = store_mono_ms() - rl->last_error_ms;
+    if (quiet < ERROR_SETTLE_MS) {
+        struct timeval tv = store_ms_to_timeval(ERROR_SETTLE_MS - quiet);
+        evtimer_add(&rl->settle, &tv);
+    } else if (rl->state == CONN_READY) {
+        store_status_ok(&rl->status);   /* not READY: its own failure, or READY, says */
+    }
 }
 
 /* ---- in-flight list ---- */
@@ -456,6 +478,7 @@ static void redis_destroy(struct limiter *limiter)
     event_free(rl->retry);
     event_free(rl->watchdog);
     event_free(rl->renew_timer);
+    evtimer_del(&rl->settle);
     lease_table_clear(&limiter->leases);   /* not given back: they end at their TTL */
     store_status_destroy(&rl->status);
     free(rl->prefix);
@@ -586,6 +609,7 @@ static struct limiter *redis_create(struct event_base *base, const struct redis_
     rl->retry = evtimer_new(base, on_retry, rl);
     rl->watchdog = evtimer_new(base, on_watchdog, rl);
     rl->renew_timer = evtimer_new(base, redis_on_renew_timer, rl);
+    evtimer_assign(&rl->settle, base, on_settle, rl);
     if (rl->prefix == NULL || rl->retry == NULL || rl->watchdog == NULL || rl->renew_timer == NULL ||
         script_init(&rl->check, lua_check) != 0 || script_init(&rl->renew, lua_renew) != 0) {
         if (err != NULL && errlen > 0)

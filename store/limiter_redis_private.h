@@ -9,6 +9,7 @@
 #include <stdint.h>
 
 #include <event2/event.h>
+#include <event2/event_struct.h>
 #include <hiredis/hiredis.h>
 #include <hiredis/async.h>
 
@@ -92,6 +93,8 @@ struct redis_limiter {
     bool cluster_node;        /* limiter_redis_node_create: renew.lua with keys in ARGV */
     bool parked;              /* a cluster node out of the map: no reconnecting while down */
     struct store_status status;      /* what /health and the log say of this connection */
+    int64_t last_error_ms;           /* mono: the store's last error reply */
+    struct event settle;             /* a READY connection's error state ends after a quiet while */
     struct pending *deferred;        /* ZREMs of leases released while Redis was away (LIFO) */
     size_t n_deferred;
     bool was_ready;                  /* connected before: a reconnect starts a grace */
