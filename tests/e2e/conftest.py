@@ -601,6 +601,19 @@ class RedisServer:
 # --------------------------------------------------------------------------------------
 # upstream
 
+def stop_test_server(proc):
+    """Stops a server spawn_test_server started: SIGTERM, then SIGKILL after 10 s."""
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(10)
+    if proc.stdout:
+        proc.stdout.close()
+
+
 def spawn_test_server(script, err_path, port=0):
     """Starts one of the test servers here on port (0: one it picks; it prints the port
     it bound); returns (process, port)."""
@@ -630,15 +643,7 @@ class Upstream:
         http_request(self.port, "POST", "/__release/" + gate, body=b"")
 
     def close(self):
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(10)
-        if self.proc.stdout:
-            self.proc.stdout.close()
+        stop_test_server(self.proc)
 
 
 # --------------------------------------------------------------------------------------

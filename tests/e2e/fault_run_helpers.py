@@ -19,7 +19,7 @@ import threading
 import time
 
 from conftest import (SLOW, RedisServer, http_request, require_program, resp_encode,
-                      resp_read, spawn_test_server, wait_until, REDIS_SERVER, _children)
+                      resp_read, spawn_test_server, stop_test_server, wait_until, REDIS_SERVER, _children)
 from fleet_helpers import HandshakeRefused, ws_connect
 
 REQUEST_TIMEOUT_S = 5.0 * SLOW     # a request or handshake taking longer is an error
@@ -103,15 +103,7 @@ class TimelineUpstream:
         return http_request(self.port, "GET", "/__timeline", timeout=30).json()
 
     def close(self):
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(10)
-        if self.proc.stdout:
-            self.proc.stdout.close()
+        stop_test_server(self.proc)
 
 
 # --------------------------------------------------------------------------------------

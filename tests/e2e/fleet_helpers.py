@@ -14,12 +14,11 @@ import pathlib
 import re
 import socket
 import struct
-import subprocess
 import time
 
 import pytest
 
-from conftest import Resp, http_request, spawn_test_server, wait_until
+from conftest import Resp, http_request, spawn_test_server, stop_test_server, wait_until
 
 HERE = pathlib.Path(__file__).resolve().parent
 
@@ -45,15 +44,7 @@ class WsUpstream:
         return self.stats()[name].get(user, 0)
 
     def close(self):
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(10)
-        if self.proc.stdout:
-            self.proc.stdout.close()
+        stop_test_server(self.proc)
 
 
 @pytest.fixture

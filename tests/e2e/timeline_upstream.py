@@ -34,19 +34,14 @@ import struct
 import sys
 import time
 
+from ws_upstream import hget, http_answer, read_head   # the same parsing as the fleet tests' upstream
+
 GUID = b"258EAFA5-E914-47DA-95CA-C5AB0DC11B85"
 EVENTS = []
 
 
 def now():
     return time.monotonic()
-
-
-def hget(headers, name):
-    for k, v in headers:
-        if k.lower() == name:
-            return v
-    return None
 
 
 def new_event(kind, headers, path):
@@ -56,30 +51,8 @@ def new_event(kind, headers, path):
     return ev
 
 
-def http_answer(status, body):
-    return (b"HTTP/1.1 %d X\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n"
-            % (status, len(body))) + body
-
-
 def frame(opcode, payload):
     return struct.pack("!BB", 0x80 | opcode, len(payload)) + payload
-
-
-async def read_head(reader):
-    try:
-        head = await reader.readuntil(b"\r\n\r\n")
-    except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, ConnectionError):
-        return None
-    lines = head.decode("latin-1").split("\r\n")
-    parts = lines[0].split(" ")
-    if len(parts) != 3:
-        return None
-    headers = []
-    for ln in lines[1:]:
-        if ln:
-            k, _, v = ln.partition(":")
-            headers.append((k.strip(), v.strip()))
-    return parts[0], parts[1], headers
 
 
 async def read_frame(reader):
