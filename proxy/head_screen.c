@@ -161,7 +161,7 @@ static unsigned content_length_field(struct scan *s)
     return 0;
 }
 
-static bool host_field(const char *value, size_t len)
+bool head_screen_host_ok(const char *value, size_t len)
 {
     while (len > 0 && is_space(*value)) {
         value++;
@@ -178,7 +178,7 @@ static unsigned field_done(struct scan *s, enum head_fault *fault)
     *fault = HEAD_FAULT_SYNTAX;
     s->entry_bytes += HEAD_ENTRY_BYTES;
     if (head_screen_single_field(s->name, s->name_len)) {
-        if (s->have_single || !host_field(s->value, s->value_len))
+        if (s->have_single || !head_screen_host_ok(s->value, s->value_len))
             return 400;
         s->have_single = true;
     } else if (http1_name_is(s->name, s->name_len, "Cookie")) {

@@ -65,6 +65,8 @@ bool head_screen_method_ok(const char *method, size_t len); /* an upper-case tok
 bool head_screen_target_ok(const char *target, size_t len); /* no control character, no space */
 /* A field that may appear once only: a second one is refused (today: Host). */
 bool head_screen_single_field(const char *name, size_t len);
+/* A Host value, whitespace around it allowed, is an authority (http1_host_ok). */
+bool head_screen_host_ok(const char *value, size_t len);
 
 /* Screens the first `len` bytes a client sent on a connection (they may end anywhere, and
  * carry a body or further requests after the head). A head is refused when it is longer

@@ -61,11 +61,16 @@ static bool is_hex(char c)
     return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F');
 }
 
-/* RFC 3986 2.3 and 2.2: unreserved and sub-delims. */
+/* RFC 3986 2.3 and 2.2: unreserved and sub-delims. A table: every request's Host passes. */
 static bool host_char(unsigned char c)
 {
-    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-           (c != 0 && strchr("-._~!$&'()*+,;=", c) != NULL);
+    /* bit c%64 of word c/64: ALPHA DIGIT - . _ ~ ! $ & ' ( ) * + , ; = */
+    static const unsigned long long allowed[4] = {
+        0x2bff7fd200000000ULL, /* '!' '$' '&'-'.' '0'-'9' ';' '=' */
+        0x47fffffe87fffffeULL, /* 'A'-'Z' '_' 'a'-'z' '~' */
+        0, 0,
+    };
+    return (allowed[c >> 6] >> (c & 63)) & 1;
 }
 
 /* reg-name (RFC 3986 3.2.2): unreserved, pct-encoded and sub-delims; its length, or -1. */

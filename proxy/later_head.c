@@ -41,8 +41,10 @@ static bool find_method(const char *pool, const char *uri, struct later_head *lh
  * holds a NUL (libmicrohttpd's target then ends early). */
 static const char *after_version(const char *uri, size_t target_len, const char *pool_end, struct later_head *lh)
 {
+    if (pool_end - uri - (ptrdiff_t)target_len < 12)
+        return NULL;
     const char *v = uri + target_len + 1;
-    if (pool_end - v < 11 || memcmp(v, "HTTP/1.", 7) != 0 || v[7] < '0' || v[7] > '9' || v[8] != 0)
+    if (memcmp(v, "HTTP/1.", 7) != 0 || v[7] < '0' || v[7] > '9' || v[8] != 0)
         return NULL;
     if (v[9] != 0)
         return v + 9; /* an LF alone ended the line */

@@ -150,10 +150,11 @@ void pool_trim_request_head(struct pool_trim *t, struct MHD_Connection *conn, co
     }
 }
 
-const char *pool_trim_pool_start(struct MHD_Connection *conn)
+bool pool_trim_pool_start(struct MHD_Connection *conn, const char **pool)
 {
     const struct client_pool *cp = pool_of(conn);
-    return cp != NULL ? cp->pool : NULL;
+    *pool = cp != NULL ? cp->pool : NULL;
+    return cp != NULL;
 }
 
 void pool_trim_request_done(struct pool_trim *t, struct MHD_Connection *conn)

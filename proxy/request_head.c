@@ -66,7 +66,11 @@ enum request_head_step request_head_begin(struct request_head *h, struct MHD_Con
                                           struct event_base *base, struct scratch *scratch,
                                           void (*rest_in)(void *owner), void *owner)
 {
-    const char *pool = pool_trim_pool_start(conn);
+    const char *pool;
+    if (!pool_trim_pool_start(conn, &pool)) {
+        h->unscreened = true; /* not known to be a first head: request_head_check screens it */
+        return REQUEST_HEAD_GO;
+    }
     if (pool == NULL)
         return REQUEST_HEAD_GO; /* the connection's first head: the intake screened it */
     h->is_later = true;
@@ -103,11 +107,12 @@ void request_head_free(struct request_head *h)
 
 /* ---- every head, once libmicrohttpd parsed it ------------------------------------------- */
 
-/* What one pass over the fields libmicrohttpd parsed finds. The field rules themselves were
+/* What one pass over the fields libmicrohttpd parsed finds. The field rules themselves are
  * applied to the raw bytes (head_screen): a first head's by the intake, a later one's in
- * request_head_begin; the names and values are checked again, as libmicrohttpd hands them
- * over, at little cost. */
+ * request_head_begin; only a head neither could screen has its names and values checked
+ * here, as libmicrohttpd hands them over (a NUL has cut a value by then). */
 struct head_pass {
+    bool unscreened;
     size_t bytes;
     size_t entry_bytes;        /* the Cookie copies and entries in libmicrohttpd's pool */
     bool malformed;            /* a name that is no token, a control character in a value,
@@ -142,18 +147,15 @@ static enum MHD_Result pass_field(void *cls, enum MHD_ValueKind kind, const char
     (void)kind;
     hp->bytes += name_size + value_size + 4;
     hp->fields++;
-    if (!http1_name_ok(name, name_size))
-        hp->malformed = true;
-    if (head_screen_single_field(name, name_size)) {
-        hp->malformed |= hp->seen_single;
-        hp->seen_single = true;
+    if (hp->unscreened) {
+        hp->malformed |= !http1_name_ok(name, name_size) || (value != NULL && !http1_value_ok(value, value_size));
+        if (head_screen_single_field(name, name_size)) {
+            hp->malformed |= hp->seen_single || value == NULL || !head_screen_host_ok(value, value_size);
+            hp->seen_single = true;
+        }
     }
-    if (value != NULL) {
-        /* A NUL shows in value_size: http1_value_ok refuses it with CR and LF. */
-        if (!http1_value_ok(value, value_size))
-            hp->malformed = true;
+    if (value != NULL)
         pass_value(hp, name, name_size, value, value_size);
-    }
     if (http1_name_is(name, name_size, "Transfer-Encoding")) {
         hp->transfer_encoding = true;
         if (value == NULL || !http1_name_is(value, value_size, "chunked"))
@@ -183,7 +185,7 @@ void request_head_check(const struct request_head *h, struct MHD_Connection *con
                         const char *raw_uri, int64_t max_body_bytes, struct head_verdict *out)
 {
     size_t method_len = strlen(method), uri_len = strlen(raw_uri);
-    struct head_pass hp = { .bytes = uri_len + method_len };
+    struct head_pass hp = { .bytes = uri_len + method_len, .unscreened = h->unscreened };
     hp.malformed = !head_screen_method_ok(method, method_len) || !head_screen_target_ok(raw_uri, uri_len) ||
                    !parsed_as_screened(h, conn, method);
     MHD_get_connection_values_n(conn, MHD_HEADER_KIND, pass_field, &hp);

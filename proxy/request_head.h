@@ -27,6 +27,7 @@ struct request_head {
     struct later_head later;
     struct head_wait *wait;  /* the rest of a split later head, awaited */
     bool is_later;           /* not the first head of its connection */
+    bool unscreened;         /* not known to have been screened raw (out of memory) */
     unsigned refused_status; /* refused before libmicrohttpd parsed it, and answered */
     const char *method;      /* then: the method (in the request's scratch), NULL if unknown */
 };
