@@ -16,8 +16,6 @@
 #include "proxy/config.h"
 #include "proxy/forward.h"
 #include "proxy/gate.h"
-#include "proxy/head_screen.h"
-#include "proxy/http1.h"
 #include "proxy/metrics.h"
 #include "proxy/netaddr.h"
 #include "proxy/pool_trim.h"

@@ -33,6 +33,11 @@ static int connection_fd(struct MHD_Connection *conn)
 static void refuse(struct request_head *h, int fd, struct scratch *scratch)
 {
     const struct head_screen *hs = &h->later.screen;
+    h->refused_status = hs->status;
+    if (h->later.method != NULL)
+        h->method = scratch_strndup(scratch, h->later.method, h->later.method_len);
+    if (fd < 0)
+        return;
     int pending = 0;
     if (ioctl(fd, FIONREAD, &pending) < 0 || pending < 0)
         pending = 0;
@@ -40,9 +45,6 @@ static void refuse(struct request_head *h, int fd, struct scratch *scratch)
         respond_send_problem_closing(fd, hs->status, hs->error_code);
     else
         respond_send_closing(fd, hs->status, hs->error_code);
-    h->refused_status = hs->status;
-    if (h->later.method != NULL)
-        h->method = scratch_strndup(scratch, h->later.method, h->later.method_len);
 }
 
 static void on_rest(void *arg, const struct head_screen *fields)
@@ -62,41 +64,60 @@ static void on_rest(void *arg, const struct head_screen *fields)
     rw->rest_in(rw->owner);
 }
 
-enum request_head_step request_head_begin(struct request_head *h, struct MHD_Connection *conn, const char *uri,
-                                          struct event_base *base, struct scratch *scratch,
-                                          void (*rest_in)(void *owner), void *owner)
+/* The head's rest is to come: waits for it on the socket (head_wait.h). */
+static enum request_head_step wait_for_rest(struct request_head *h, int fd, struct event_base *base,
+                                            struct scratch *scratch, void (*rest_in)(void *owner), void *owner)
 {
-    const char *pool;
-    if (!pool_trim_pool_start(conn, &pool)) {
-        h->unscreened = true; /* not known to be a first head: request_head_check screens it */
-        return REQUEST_HEAD_GO;
-    }
-    if (pool == NULL)
-        return REQUEST_HEAD_GO; /* the connection's first head: the intake screened it */
-    h->is_later = true;
-    later_head_screen(pool, FORWARD_CLIENT_POOL_BYTES, uri, &h->later);
-    if (h->later.outcome == LATER_HEAD_ACCEPTABLE)
-        return REQUEST_HEAD_GO;
-    int fd = connection_fd(conn);
-    if (h->later.outcome == LATER_HEAD_REFUSED || h->later.entry_bytes > MAX_HEAD_ENTRY_BYTES)
-        later_head_drop_query(&h->later);
-    if (h->later.outcome == LATER_HEAD_REFUSED) {
-        if (fd >= 0)
-            refuse(h, fd, scratch);
-        return REQUEST_HEAD_REFUSED;
-    }
     struct rest_wait *rw = scratch_alloc(scratch, sizeof(*rw));
     if (rw != NULL && fd >= 0) {
         *rw = (struct rest_wait){ .h = h, .fd = fd, .scratch = scratch, .rest_in = rest_in, .owner = owner };
         h->wait = head_wait_start(base, fd, h->later.fields, h->later.received, h->later.max_fields,
                                   h->later.entry_bytes, on_rest, rw);
     }
-    if (h->wait == NULL) {
-        if (fd >= 0)
-            shutdown(fd, SHUT_RDWR); /* out of memory: the connection ends */
-        return REQUEST_HEAD_GO;
+    if (h->wait != NULL)
+        return REQUEST_HEAD_WAIT;
+    if (fd >= 0)
+        shutdown(fd, SHUT_RDWR); /* out of memory: the connection ends */
+    return REQUEST_HEAD_GO;
+}
+
+/* Where conn's later head is, for later_head_screen: false when it is the connection's
+ * first (the intake screened it), or not where a later head is read (h->unscreened then:
+ * request_head_check checks it). */
+static bool later_head_pool(struct request_head *h, struct MHD_Connection *conn, const char *uri,
+                            const char **pool)
+{
+    if (!pool_trim_pool_start(conn, pool)) {
+        h->unscreened = true; /* memory ran out at the connection's start */
+        return false;
     }
-    return REQUEST_HEAD_WAIT;
+    if (*pool == NULL)
+        return false;
+    if (uri < *pool || uri >= *pool + FORWARD_CLIENT_POOL_BYTES) {
+        h->unscreened = true;
+        return false;
+    }
+    return true;
+}
+
+enum request_head_step request_head_begin(struct request_head *h, struct MHD_Connection *conn, const char *uri,
+                                          struct event_base *base, struct scratch *scratch,
+                                          void (*rest_in)(void *owner), void *owner)
+{
+    const char *pool;
+    if (!later_head_pool(h, conn, uri, &pool))
+        return REQUEST_HEAD_GO;
+    h->is_later = true;
+    later_head_screen(pool, FORWARD_CLIENT_POOL_BYTES, uri, &h->later);
+    if (h->later.outcome == LATER_HEAD_ACCEPTABLE)
+        return REQUEST_HEAD_GO;
+    if (h->later.outcome == LATER_HEAD_REFUSED || h->later.entry_bytes > MAX_HEAD_ENTRY_BYTES)
+        later_head_drop_query(&h->later);
+    int fd = connection_fd(conn);
+    if (h->later.outcome == LATER_HEAD_INCOMPLETE)
+        return wait_for_rest(h, fd, base, scratch, rest_in, owner);
+    refuse(h, fd, scratch);
+    return REQUEST_HEAD_REFUSED;
 }
 
 void request_head_free(struct request_head *h)

@@ -20,6 +20,7 @@ import time
 import pytest
 
 from conftest import assert_json_error, parse_raw_response, raw_exchange, wait_until
+from fault_helpers import metric
 from fleet_helpers import WS, http_read, read_head, ws_handshake_bytes  # noqa: F401
 
 
@@ -147,6 +148,35 @@ def test_a_later_head_split_anywhere_is_screened(catalog, proxies, upstream_fact
         assert_json_error(r, 400, {"error_code": "malformed_request"})
         assert closed, (what, cut)
         assert requests_seen(up) == seen + 1, (what, cut, up.stats())
+
+
+def test_a_later_head_left_half_sent_is_let_go(catalog, proxies, upstream_factory):
+    """The connection waits for the rest of a later head: a client that sends half of it
+    and closes its side, or closes the connection, is let go at once; one that sends the
+    rest late is served."""
+    up = upstream_factory()
+    key = wide(catalog)
+    p = proxies.start(catalog, upstream=up)
+    time.sleep(0.2)     # the connections made while starting it are gone
+    base = metric(p, "tierproxy_connections")
+    socks = []
+    for i in range(3):
+        s = socket.create_connection(("127.0.0.1", p.port), timeout=5)
+        s.sendall(head(key, b"/first"))
+        assert http_read(s).status == 200
+        s.sendall(b"GET /half HTTP/1.1\r\nHost: t\r\nX-A:")
+        socks.append(s)
+    socks[0].shutdown(socket.SHUT_WR)       # half a head, then FIN: it will never end
+    socks[1].close()
+    assert closed_after(socks[0]), "a half head and a FIN: the connection stayed open"
+    assert wait_until(lambda: metric(p, "tierproxy_connections") == base + 1, 5), \
+        (base, metric(p, "tierproxy_connections"))
+    socks[2].sendall(b" b\r\nAuthorization: Bearer " + key.encode() + b"\r\n\r\n")
+    r = http_read(socks[2])
+    assert r.status == 200 and r.echo["path"] == "/half", r
+    assert requests_seen(up) == 4, up.stats()
+    for s in socks:
+        s.close()
 
 
 def test_nul_in_a_later_target_is_refused(catalog, proxies, upstream_factory):
