@@ -17,7 +17,6 @@ enum state {
     S_TARGET,
     S_AFTER_TARGET,
     S_VERSION,
-    S_AFTER_VERSION,
     S_LINE_CR,     /* a CR ending the request line or a field line */
     S_FIELD_START,
     S_NAME,
@@ -259,19 +258,12 @@ static struct head_screen run(struct scan *s, enum state st, const char *data, s
                     return refuse(s, 400, "malformed_request", HEAD_FAULT_SYNTAX);
                 if (kind == 0)
                     return refuse(s, 505, "http_version_not_supported", HEAD_FAULT_VERSION);
-                st = c == ' ' ? S_AFTER_VERSION : c == '\r' ? S_LINE_CR : S_FIELD_START;
+                if (c == ' ') /* libmicrohttpd reads it as part of the version, and refuses it */
+                    return refuse(s, 400, "malformed_request", HEAD_FAULT_AFTER_VERSION);
+                st = c == '\r' ? S_LINE_CR : S_FIELD_START;
                 if (c == '\n')
                     s->in_request_line = false;
             } else if (c < 0x20 || c == 0x7f || (size_t)(p - version) >= VERSION_MAX)
-                return refuse(s, 400, "malformed_request", HEAD_FAULT_SYNTAX);
-            break;
-        case S_AFTER_VERSION:
-            if (c == '\r')
-                st = S_LINE_CR;
-            else if (c == '\n') {
-                s->in_request_line = false;
-                st = S_FIELD_START;
-            } else if (c != ' ')
                 return refuse(s, 400, "malformed_request", HEAD_FAULT_SYNTAX);
             break;
         case S_LINE_CR:

@@ -40,6 +40,7 @@ enum head_fault {
     HEAD_FAULT_NO_COLON, /* a field line that ends without a colon */
     HEAD_FAULT_LENGTH,   /* a Content-Length that is no number, differs, or is over 64 bits */
     HEAD_FAULT_VERSION,  /* an HTTP version other than 1.x */
+    HEAD_FAULT_AFTER_VERSION, /* whitespace after the version (RFC 9112 3 has none) */
     HEAD_FAULT_SIZE,     /* longer than the limit given */
     HEAD_FAULT_ENTRIES,  /* more fields, query arguments and cookies than MAX_HEAD_ENTRY_BYTES */
 };
@@ -72,7 +73,8 @@ bool head_screen_host_ok(const char *value, size_t len);
  * carry a body or further requests after the head). A head is refused when it is longer
  * than max_head bytes (414 while still in the request line, else 431), when its request
  * line or a field line is malformed (400: RFC 9112 2-5, including obs-fold, a bare CR, a
- * NUL or other control character in a value, whitespace before the colon, a method with a
+ * NUL or other control character in a value, whitespace after the version or before a
+ * colon, a method with a
  * lower-case letter, a second Host, a Host that is not an authority (http1_host_ok)), for
  * an HTTP version other than 1.x (505; HTTP/1.2 and the like are HTTP/1.1), for a
  * Content-Length that is not a number (400), differs from an earlier one (400), or does not

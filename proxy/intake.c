@@ -149,11 +149,12 @@ static void account_refusal(struct intake *in, const struct sockaddr_storage *ad
     access_log_write(in->access_log, &e);
 }
 
-/* The refusal's answer. A head whose entries overflow libmicrohttpd's pool is one it used to
- * answer itself, in HTML: a problem body now; the intake's other refusals keep their JSON. */
+/* The refusal's answer. A head whose entries overflow libmicrohttpd's pool, or with a space
+ * after its version, is one that passed here before and libmicrohttpd answered itself, in
+ * HTML: a problem body now; the intake's other refusals keep their JSON. */
 static void send_refusal(int fd, const struct head_screen *hs)
 {
-    if (hs->fault == HEAD_FAULT_ENTRIES)
+    if (hs->fault == HEAD_FAULT_ENTRIES || hs->fault == HEAD_FAULT_AFTER_VERSION)
         respond_send_problem_closing(fd, hs->status, hs->error_code);
     else
         respond_send_closing(fd, hs->status, hs->error_code);

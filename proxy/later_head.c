@@ -124,6 +124,7 @@ bool later_head_problem(const struct later_head *lh, size_t pool_size, size_t pe
         return lh->line_bytes + lh->received + pending + lh->entry_bytes > pool_size;
     case HEAD_FAULT_SYNTAX:
     case HEAD_FAULT_VERSION:
+    case HEAD_FAULT_AFTER_VERSION: /* libmicrohttpd refuses a later one before the screen */
         break;
     }
     return false;

@@ -338,6 +338,20 @@ def test_later_heads_libmicrohttpd_cannot_parse_are_problem_json(catalog, proxie
             assert requests_seen(up) == seen + 1, (what, split, up.stats())
 
 
+def test_a_space_after_the_version_of_a_first_head_is_a_problem_400(catalog, proxies, upstream_factory):
+    """The intake took it and libmicrohttpd, reading the space as part of the version,
+    answered 400 in HTML; a later head's is refused by libmicrohttpd before the proxy sees
+    it (the known limit above)."""
+    up = upstream_factory()
+    key = wide(catalog)
+    p = proxies.start(catalog, upstream=up)
+    for version in (b"HTTP/1.1 ", b"HTTP/1.1  "):
+        r = first(p, head(key, b"/v", version=version))
+        assert_problem(r, 400, "malformed_request")
+        assert r.header("Connection") == "close", r
+    assert requests_seen(up) == 0, up.stats()
+
+
 def test_a_later_head_over_16_kib_that_fits_the_pool_stays_json(catalog, proxies):
     # the proxy's own limit, as on the first head (test_hostile.py holds the 20 KB case too)
     key = wide(catalog)
