@@ -6,8 +6,8 @@
 # when any harness found one; the reproducer is in build-fuzz/fuzz-artifacts/<name>/.
 #
 #   etc/fuzz.sh [RUNS] [HARNESS...]     RUNS defaults to 10000000; HARNESS: config, limit,
-#                                       headers, ws_frame, head_screen, request_target, gate,
-#                                       catalog_import
+#                                       headers, ws_frame, head_screen, later_head,
+#                                       request_target, gate, catalog_import
 #                                       (default: all)
 #   FUZZ_MAX_TIME=S etc/fuzz.sh ...     also stop each harness after S seconds
 #
@@ -27,7 +27,7 @@ case "${1:-}" in
     -h|--help) sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
 esac
 harnesses=("$@")
-[[ ${#harnesses[@]} -eq 0 ]] && harnesses=(config limit headers ws_frame head_screen request_target gate catalog_import)
+[[ ${#harnesses[@]} -eq 0 ]] && harnesses=(config limit headers ws_frame head_screen later_head request_target gate catalog_import)
 
 etc/setup.sh --fuzz || { echo "etc/fuzz.sh: etc/setup.sh --fuzz failed" >&2; exit 1; }
 if [[ ! -f build-fuzz/build.ninja ]]; then

@@ -43,7 +43,7 @@ import tempfile
 import time
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-GUID = b"258EAFA5-E914-47DA-95CA-C5AB0DC11B85"
+GUID = b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
 TARGET_BYTES = 12 * 1024      # 12 KiB of proxy RSS per connection (S6)
 # Descriptors a proxy keeps for itself (listeners, loops, MHD, store, catalog, logs) on
 # top of two per tunnel (client and upstream side); its connection limit keeps some more

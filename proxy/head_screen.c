@@ -17,7 +17,6 @@ enum state {
     S_TARGET,
     S_AFTER_TARGET,
     S_VERSION,
-    S_AFTER_VERSION,
     S_LINE_CR,     /* a CR ending the request line or a field line */
     S_FIELD_START,
     S_NAME,
@@ -74,7 +73,10 @@ struct scan {
     bool have_length;
     uint64_t content_length;
     bool have_single; /* a field head_screen_single_field names was seen */
+    size_t entry_bytes; /* what libmicrohttpd keeps of the head besides its bytes */
 };
+
+static struct head_screen refuse(struct scan *s, unsigned status, const char *error_code, enum head_fault fault);
 
 static struct head_screen finish(struct scan *s)
 {
@@ -85,12 +87,24 @@ static struct head_screen finish(struct scan *s)
     return s->result;
 }
 
-static struct head_screen refuse(struct scan *s, unsigned status, const char *error_code)
+static struct head_screen refuse(struct scan *s, unsigned status, const char *error_code, enum head_fault fault)
 {
     s->result.outcome = HEAD_REFUSED;
     s->result.status = status;
     s->result.error_code = error_code;
+    s->result.fault = fault;
     return finish(s);
+}
+
+/* The head has ended; too many entries for libmicrohttpd's pool are refused now, not as
+ * soon as they are over: a head that is also too long gets the answer for its length. */
+static struct head_screen accept_head(struct scan *s, size_t head_len)
+{
+    if (s->entry_bytes > MAX_HEAD_ENTRY_BYTES)
+        return refuse(s, 431, "request_header_too_large", HEAD_FAULT_ENTRIES);
+    s->result.outcome = HEAD_ACCEPTABLE;
+    s->result.head_len = head_len;
+    return s->result;
 }
 
 static bool is_digit(char c)
@@ -98,13 +112,38 @@ static bool is_digit(char c)
     return c >= '0' && c <= '9';
 }
 
-/* "HTTP/" DIGIT "." DIGIT: 1 for 1.0 and 1.1, 0 for another version, -1 for no version. */
+/* "HTTP/" DIGIT "." DIGIT: 1 for 1.x (RFC 9110 2.5: a 1.x minor version the server does not
+ * know is served as the highest it does, 1.1), 0 for another version, -1 for no version. */
 static int version_kind(const char *v, size_t n)
 {
     if (n != 8 || v[0] != 'H' || v[1] != 'T' || v[2] != 'T' || v[3] != 'P' || v[4] != '/' || !is_digit(v[5]) ||
         v[6] != '.' || !is_digit(v[7]))
         return -1;
-    return v[5] == '1' && (v[7] == '0' || v[7] == '1') ? 1 : 0;
+    return v[5] == '1' ? 1 : 0;
+}
+
+static bool is_space(char c)
+{
+    return c == ' ' || c == '\t';
+}
+
+size_t head_screen_query_entry_bytes(const char *target, size_t len)
+{
+    const char *query = memchr(target, '?', len);
+    if (query == NULL || query + 1 == target + len)
+        return 0;
+    size_t entries = 1;
+    for (const char *p = query + 1; (p = memchr(p, '&', (size_t)(target + len - p))) != NULL; p++)
+        entries++;
+    return entries * HEAD_ENTRY_BYTES;
+}
+
+size_t head_screen_cookie_entry_bytes(const char *value, size_t len)
+{
+    size_t entries = 1;
+    for (size_t i = 0; i < len; i++)
+        entries += value[i] == ';' || value[i] == ',';
+    return entries * HEAD_ENTRY_BYTES + ((len + 1 + 15) & ~(size_t)15);
 }
 
 /* Checks a Content-Length field value (OWS around it); 0, or the refusal's status. */
@@ -121,16 +160,34 @@ static unsigned content_length_field(struct scan *s)
     return 0;
 }
 
-/* A field line has ended: 0, or the refusal's status (field_error_code names it). */
-static unsigned field_done(struct scan *s)
+bool head_screen_host_ok(const char *value, size_t len)
 {
+    while (len > 0 && is_space(*value)) {
+        value++;
+        len--;
+    }
+    while (len > 0 && is_space(value[len - 1]))
+        len--;
+    return http1_host_ok(value, len);
+}
+
+/* A field line has ended: 0, or the refusal's status (its fault in *fault). */
+static unsigned field_done(struct scan *s, enum head_fault *fault)
+{
+    *fault = HEAD_FAULT_SYNTAX;
+    s->entry_bytes += HEAD_ENTRY_BYTES;
     if (head_screen_single_field(s->name, s->name_len)) {
-        if (s->have_single)
+        if (s->have_single || !head_screen_host_ok(s->value, s->value_len))
             return 400;
         s->have_single = true;
+    } else if (http1_name_is(s->name, s->name_len, "Cookie")) {
+        s->entry_bytes += head_screen_cookie_entry_bytes(s->value, s->value_len);
+    } else if (http1_name_is(s->name, s->name_len, "Content-Length")) {
+        *fault = HEAD_FAULT_LENGTH;
+        unsigned status = content_length_field(s);
+        if (status != 0)
+            return status;
     }
-    if (s->name_len == sizeof("Content-Length") - 1 && strncasecmp(s->name, "Content-Length", s->name_len) == 0)
-        return content_length_field(s);
     return 0;
 }
 
@@ -139,12 +196,11 @@ static const char *field_error_code(unsigned status)
     return status == 413 ? "request_too_large" : "malformed_request";
 }
 
-struct head_screen head_screen(const char *data, size_t len, size_t max_head)
+/* The scan from state st over data[0, len), at most max bytes of it. */
+static struct head_screen run(struct scan *s, enum state st, const char *data, size_t len, size_t max)
 {
-    struct scan s = { .result = { .outcome = HEAD_INCOMPLETE }, .in_request_line = true };
-    enum state st = S_LEADING;
     const char *version = NULL;
-    size_t n = len < max_head ? len : max_head;
+    size_t n = len < max ? len : max;
 
     for (size_t i = 0; i < n; i++) {
         const char *p = data + i;
@@ -156,37 +212,38 @@ struct head_screen head_screen(const char *data, size_t len, size_t max_head)
             else if (c == '\n')
                 ;
             else if (method_char(c)) {
-                s.result.method = p;
+                s->result.method = p;
                 st = S_METHOD;
             } else
-                return refuse(&s, 400, "malformed_request");
+                return refuse(s, 400, "malformed_request", HEAD_FAULT_SYNTAX);
             break;
         case S_LEADING_CR:
             if (c != '\n')
-                return refuse(&s, 400, "malformed_request");
+                return refuse(s, 400, "malformed_request", HEAD_FAULT_SYNTAX);
             st = S_LEADING;
             break;
         case S_METHOD:
             if (c == ' ') {
-                s.result.method_len = (size_t)(p - s.result.method);
+                s->result.method_len = (size_t)(p - s->result.method);
                 st = S_AFTER_METHOD;
             } else if (!method_char(c))
-                return refuse(&s, 400, "malformed_request");
+                return refuse(s, 400, "malformed_request", HEAD_FAULT_SYNTAX);
             break;
         case S_AFTER_METHOD:
             if (c == ' ')
                 break;
             if (!target_char(c))
-                return refuse(&s, 400, "malformed_request");
-            s.result.target = p;
+                return refuse(s, 400, "malformed_request", HEAD_FAULT_SYNTAX);
+            s->result.target = p;
             st = S_TARGET;
             break;
         case S_TARGET:
             if (c == ' ') {
-                s.result.target_len = (size_t)(p - s.result.target);
+                s->result.target_len = (size_t)(p - s->result.target);
+                s->entry_bytes = head_screen_query_entry_bytes(s->result.target, s->result.target_len);
                 st = S_AFTER_TARGET;
             } else if (!target_char(c)) /* CR or LF here: an HTTP/0.9 request */
-                return refuse(&s, 400, "malformed_request");
+                return refuse(s, 400, "malformed_request", HEAD_FAULT_SYNTAX);
             break;
         case S_AFTER_TARGET:
             if (c == ' ')
@@ -198,78 +255,97 @@ struct head_screen head_screen(const char *data, size_t len, size_t max_head)
             if (c == ' ' || c == '\r' || c == '\n') {
                 int kind = version_kind(version, (size_t)(p - version));
                 if (kind < 0)
-                    return refuse(&s, 400, "malformed_request");
+                    return refuse(s, 400, "malformed_request", HEAD_FAULT_SYNTAX);
                 if (kind == 0)
-                    return refuse(&s, 505, "http_version_not_supported");
-                st = c == ' ' ? S_AFTER_VERSION : c == '\r' ? S_LINE_CR : S_FIELD_START;
+                    return refuse(s, 505, "http_version_not_supported", HEAD_FAULT_VERSION);
+                if (c == ' ') /* libmicrohttpd reads it as part of the version, and refuses it */
+                    return refuse(s, 400, "malformed_request", HEAD_FAULT_AFTER_VERSION);
+                st = c == '\r' ? S_LINE_CR : S_FIELD_START;
                 if (c == '\n')
-                    s.in_request_line = false;
+                    s->in_request_line = false;
             } else if (c < 0x20 || c == 0x7f || (size_t)(p - version) >= VERSION_MAX)
-                return refuse(&s, 400, "malformed_request");
-            break;
-        case S_AFTER_VERSION:
-            if (c == '\r')
-                st = S_LINE_CR;
-            else if (c == '\n') {
-                s.in_request_line = false;
-                st = S_FIELD_START;
-            } else if (c != ' ')
-                return refuse(&s, 400, "malformed_request");
+                return refuse(s, 400, "malformed_request", HEAD_FAULT_SYNTAX);
             break;
         case S_LINE_CR:
             if (c != '\n')
-                return refuse(&s, 400, "malformed_request"); /* a bare CR */
-            if (s.in_request_line)
-                s.in_request_line = false;
+                return refuse(s, 400, "malformed_request", HEAD_FAULT_SYNTAX); /* a bare CR */
+            if (s->in_request_line)
+                s->in_request_line = false;
             else {
-                unsigned status = field_done(&s);
+                enum head_fault fault;
+                unsigned status = field_done(s, &fault);
                 if (status != 0)
-                    return refuse(&s, status, field_error_code(status));
+                    return refuse(s, status, field_error_code(status), fault);
             }
             st = S_FIELD_START;
             break;
         case S_FIELD_START:
             if (c == '\r')
                 st = S_END_CR;
-            else if (c == '\n') {
-                s.result.outcome = HEAD_ACCEPTABLE;
-                return s.result;
-            } else if (http_token_char(c)) {
-                s.name = p; /* SP or HT here would be obs-fold (RFC 9112 5.2): refused */
+            else if (c == '\n')
+                return accept_head(s, i + 1);
+            else if (http_token_char(c)) {
+                s->name = p; /* SP or HT here would be obs-fold (RFC 9112 5.2): refused */
                 st = S_NAME;
             } else
-                return refuse(&s, 400, "malformed_request");
+                return refuse(s, 400, "malformed_request", HEAD_FAULT_SYNTAX);
             break;
         case S_NAME:
+            while (i < n && http_token_char((unsigned char)data[i]))
+                i++;
+            if (i == n)
+                break;
+            p = data + i;
+            c = (unsigned char)*p;
             if (c == ':') {
-                s.name_len = (size_t)(p - s.name);
-                s.value = p + 1;
+                s->name_len = (size_t)(p - s->name);
+                s->value = p + 1;
                 st = S_VALUE;
-            } else if (!http_token_char(c))
-                return refuse(&s, 400, "malformed_request");
+            } else if (c == '\r' || c == '\n')
+                return refuse(s, 400, "malformed_request", HEAD_FAULT_NO_COLON);
+            else if (!http_token_char(c))
+                return refuse(s, 400, "malformed_request", HEAD_FAULT_SYNTAX);
             break;
         case S_VALUE:
+            i += http1_value_span(p, n - i);
+            if (i == n)
+                break;
+            p = data + i;
+            c = (unsigned char)*p;
             if (c == '\r' || c == '\n') {
-                s.value_len = (size_t)(p - s.value);
+                s->value_len = (size_t)(p - s->value);
                 if (c == '\r')
                     st = S_LINE_CR;
                 else {
-                    unsigned status = field_done(&s);
+                    enum head_fault fault;
+                    unsigned status = field_done(s, &fault);
                     if (status != 0)
-                        return refuse(&s, status, field_error_code(status));
+                        return refuse(s, status, field_error_code(status), fault);
                     st = S_FIELD_START;
                 }
-            } else if (!http1_value_ok((const char *)&c, 1))
-                return refuse(&s, 400, "malformed_request");
+            } else
+                return refuse(s, 400, "malformed_request", HEAD_FAULT_SYNTAX);
             break;
         case S_END_CR:
             if (c != '\n')
-                return refuse(&s, 400, "malformed_request");
-            s.result.outcome = HEAD_ACCEPTABLE;
-            return s.result;
+                return refuse(s, 400, "malformed_request", HEAD_FAULT_SYNTAX);
+            return accept_head(s, i + 1);
         }
     }
-    if (len >= max_head)
-        return s.in_request_line ? refuse(&s, 414, "uri_too_long") : refuse(&s, 431, "request_header_too_large");
-    return finish(&s);
+    if (len >= max)
+        return s->in_request_line ? refuse(s, 414, "uri_too_long", HEAD_FAULT_SIZE)
+                                  : refuse(s, 431, "request_header_too_large", HEAD_FAULT_SIZE);
+    return finish(s);
+}
+
+struct head_screen head_screen(const char *data, size_t len, size_t max_head)
+{
+    struct scan s = { .result = { .outcome = HEAD_INCOMPLETE }, .in_request_line = true };
+    return run(&s, S_LEADING, data, len, max_head);
+}
+
+struct head_screen head_screen_fields(const char *data, size_t len, size_t max_bytes, size_t entry_bytes)
+{
+    struct scan s = { .result = { .outcome = HEAD_INCOMPLETE }, .entry_bytes = entry_bytes };
+    return run(&s, S_FIELD_START, data, len, max_bytes);
 }

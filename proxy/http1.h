@@ -11,6 +11,15 @@
 
 bool http1_name_ok(const char *name, size_t len);   /* a token (RFC 9110 5.1) */
 bool http1_value_ok(const char *value, size_t len); /* no control character but HTAB (RFC 9110 5.5) */
+/* How many of the first len bytes meet http1_value_ok: the offset of the first that does
+ * not (a CR, an LF, a NUL, ...), or len. */
+size_t http1_value_span(const char *value, size_t len);
+
+/* A Host value without the whitespace around it is an authority without userinfo (RFC
+ * 3986 3.2: host [":" port], the host an IP-literal, an IPv4 address or a reg-name, the
+ * port digits up to 65535). An empty value is refused: an http URI's host is never empty
+ * (RFC 9110 4.2.1), so there is no authority to forward. */
+bool http1_host_ok(const char *value, size_t len);
 
 /* A Content-Length value with optional whitespace around it: digits only (RFC 9110 8.6).
  * Returns 0 with *length set, -EINVAL for anything else, -ERANGE past INT64_MAX. */

@@ -20,11 +20,6 @@
 #include "proxy/respond.h"
 #include "store/clock.h"
 
-/* How long a connection may take to send its whole first head (nginx's
- * client_header_timeout); libmicrohttpd's own timeout only counts idle time, so a head
- * trickled a line at a time was never cut. */
-#define HEAD_WAIT_MS 60000
-
 /* After a refusal, what the client still sends is read and dropped for this long before
  * the socket is closed: closing with unread data would send a reset, which can destroy
  * the answer before the client reads it. */
@@ -154,6 +149,17 @@ static void account_refusal(struct intake *in, const struct sockaddr_storage *ad
     access_log_write(in->access_log, &e);
 }
 
+/* The refusal's answer. A head whose entries overflow libmicrohttpd's pool, or with a space
+ * after its version, is one that passed here before and libmicrohttpd answered itself, in
+ * HTML: a problem body now; the intake's other refusals keep their JSON. */
+static void send_refusal(int fd, const struct head_screen *hs)
+{
+    if (hs->fault == HEAD_FAULT_ENTRIES || hs->fault == HEAD_FAULT_AFTER_VERSION)
+        respond_send_problem_closing(fd, hs->status, hs->error_code);
+    else
+        respond_send_closing(fd, hs->status, hs->error_code);
+}
+
 static void linger_read(struct intake_conn *c)
 {
     for (int i = 0; i < LINGER_READS; i++) {
@@ -210,7 +216,7 @@ static void screen(struct intake_conn *c, bool peer_closed)
         break;
     case HEAD_REFUSED:
         account_refusal(c->in, &c->addr, &hs);
-        respond_send_closing(c->fd, hs.status, hs.error_code);
+        send_refusal(c->fd, &hs);
         start_lingering(c);
         break;
     case HEAD_INCOMPLETE:
@@ -275,7 +281,7 @@ void intake_take(struct intake *in, int fd, const struct sockaddr_storage *addr,
     metrics_add_connections(in->metrics, 1);
     if (hs.outcome == HEAD_REFUSED) {
         account_refusal(in, addr, &hs);
-        respond_send_closing(fd, hs.status, hs.error_code);
+        send_refusal(fd, &hs);
         start_lingering(c);
     }
 }

@@ -18,6 +18,7 @@ struct client_pool {
     TAILQ_ENTRY(client_pool) dirty; /* in pool_trim.dirty while queued */
     bool queued;
     bool first_head_seen;           /* only the first head is at the pool's start for sure */
+    const char *pool;               /* the first head's method: the pool's start; NULL before */
     uintptr_t start;                /* the pool's first byte; 0: not known, left alone */
     int64_t idle_since_ms;
 };
@@ -143,9 +144,17 @@ void pool_trim_request_head(struct pool_trim *t, struct MHD_Connection *conn, co
     unqueue(t, cp); /* busy: nothing to trim until it is idle again */
     if (!cp->first_head_seen) {
         cp->first_head_seen = true;
+        cp->pool = method;
         if (((uintptr_t)method & (t->page - 1)) == 0)
             cp->start = (uintptr_t)method;
     }
+}
+
+bool pool_trim_pool_start(struct MHD_Connection *conn, const char **pool)
+{
+    const struct client_pool *cp = pool_of(conn);
+    *pool = cp != NULL ? cp->pool : NULL;
+    return cp != NULL;
 }
 
 void pool_trim_request_done(struct pool_trim *t, struct MHD_Connection *conn)

@@ -20,6 +20,8 @@
  * MHD_run calls, so no pool it looks at is being freed (MHD frees a pool, then notifies
  * CLOSED, within one MHD_run). */
 #pragma once
+#include <stdbool.h>
+
 #include <microhttpd.h>
 
 struct event_base;
@@ -44,6 +46,10 @@ void pool_trim_connection_closed(struct pool_trim *t, void **socket_context);
 
 /* A request head has arrived on conn; method is libmicrohttpd's pointer to it. */
 void pool_trim_request_head(struct pool_trim *t, struct MHD_Connection *conn, const char *method);
+/* Where conn's pool starts, learnt from its first head (whatever the page alignment), in
+ * *pool, or NULL before that: every later head of conn is read from there too
+ * (later_head.h). False when conn is not followed (memory ran out at its start). */
+bool pool_trim_pool_start(struct MHD_Connection *conn, const char **pool);
 /* A request on conn has ended (MHD's NOTIFY_COMPLETED). */
 void pool_trim_request_done(struct pool_trim *t, struct MHD_Connection *conn);
 /* conn became a tunnel, and what it needs of its pool is copied: all of the pool is given

@@ -14,12 +14,11 @@
 #include "proxy/config.h"
 #include "proxy/forward.h"
 #include "proxy/gate.h"
-#include "proxy/head_screen.h"
-#include "proxy/http1.h"
 #include "proxy/metrics.h"
 #include "proxy/netaddr.h"
 #include "proxy/pool_trim.h"
 #include "proxy/raw_response.h"
+#include "proxy/request_head.h"
 #include "proxy/respond.h"
 #include "proxy/scratch.h"
 #include "proxy/upstream_cap.h"
@@ -37,10 +36,6 @@
  * and dropped for this long, so that closing with unread data (a reset) does not destroy
  * the answer before the client reads it; then the connection is closed. */
 #define REFUSED_LINGER_MS 2000
-
-/* What libmicrohttpd keeps in the connection's pool for each request field besides its
- * bytes (its list entry), for r->head_bytes. */
-#define MHD_FIELD_OVERHEAD 64
 
 enum request_phase {
     PHASE_HEAD = 0,      /* the first call: headers are in, nothing decided */
@@ -64,6 +59,7 @@ struct request {
     bool mhd_done;                /* MHD's completion callback ran */
 
     /* the head */
+    struct request_head head;     /* its screen (request_head.h) */
     char *raw_uri;                /* exactly as the client sent it: path and query (scratch) */
     size_t head_bytes;            /* what the request head takes of MHD's connection pool */
     struct request_target target; /* raw_uri normalised: what is matched and forwarded */
@@ -120,6 +116,8 @@ struct request {
 
 static void on_client_gone(void *arg);
 static void request_unref(struct request *r);
+static void note_head_refusal(struct request *r);
+static void on_head_rest(void *owner);
 
 /* ---- the context and the pool ------------------------------------------------------ */
 
@@ -223,6 +221,17 @@ void *request_begin(void *cls, const char *uri, struct MHD_Connection *conn)
     r->started_ms = store_mono_ms();
     ctx->active++;
     LIST_INSERT_HEAD(&ctx->live, r, live);
+    switch (request_head_begin(&r->head, conn, uri, ctx->base, &r->scratch, on_head_rest, r)) {
+    case REQUEST_HEAD_GO:
+        break;
+    case REQUEST_HEAD_REFUSED:
+        note_head_refusal(r);
+        break;
+    case REQUEST_HEAD_WAIT: /* until on_head_rest: libmicrohttpd must not read the rest */
+        r->suspended = true;
+        MHD_suspend_connection(conn);
+        break;
+    }
     return r;
 }
 
@@ -289,6 +298,7 @@ static void request_unref(struct request *r)
     request_release_slots(r);
     give_upstream_place(r);
     client_watch_stop(&r->watch);
+    request_head_free(&r->head);
     ws_free(r->ws);
     raw_response_free(r->raw);
     upstream_release(&r->up);
@@ -318,6 +328,24 @@ static void request_wake(struct request *r)
         MHD_resume_connection(r->conn);
     }
     r->ctx->kick_mhd(r->ctx->kick_ctx);
+}
+
+/* A later head refused before libmicrohttpd parsed it (request_head.h), answered already:
+ * logged and counted as the intake does a first head's refusal. */
+static void note_head_refusal(struct request *r)
+{
+    r->status = r->head.refused_status;
+    r->decision = "malformed";
+    r->method = r->head.method;
+}
+
+/* The rest of a split later head came, or the client left: libmicrohttpd goes on. */
+static void on_head_rest(void *owner)
+{
+    struct request *r = owner;
+    if (r->head.refused_status != 0)
+        note_head_refusal(r);
+    request_wake(r);
 }
 
 /* Sets the response to queue (an error or rejection) and wakes the connection. Takes
@@ -905,51 +933,6 @@ static void refuse_in_body(struct request *r)
     request_release_slots(r); /* never forwarded */
 }
 
-/* What one pass over the request head finds wrong with it: the same field rules
- * head_screen applies to a connection's first head, here over the head MHD parsed, so
- * every head on a connection is screened alike. */
-struct head_check {
-    size_t bytes;
-    bool malformed;            /* a name that is no token, a control character in a value,
-                                  a second Host */
-    bool seen_single;          /* a field that may appear once (Host) was seen */
-    size_t fields;
-    const char *content_length;
-    bool conflicting_length;   /* two Content-Length values that differ */
-    bool transfer_encoding;
-    bool unknown_coding;       /* a transfer coding other than chunked */
-};
-
-static enum MHD_Result check_header(void *cls, enum MHD_ValueKind kind, const char *name, size_t name_size,
-                                    const char *value, size_t value_size)
-{
-    struct head_check *hc = cls;
-    hc->bytes += name_size + value_size + 4;
-    hc->fields++;
-    if (!http1_name_ok(name, name_size))
-        hc->malformed = true;
-    if (head_screen_single_field(name, name_size)) {
-        hc->malformed |= hc->seen_single;
-        hc->seen_single = true;
-    }
-    if (value != NULL) {
-        /* A NUL shows in value_size: http1_value_ok refuses it with CR and LF. */
-        if (!http1_value_ok(value, value_size))
-            hc->malformed = true;
-        if (strcasecmp(name, "Content-Length") == 0) {
-            if (hc->content_length != NULL && strcmp(hc->content_length, value) != 0)
-                hc->conflicting_length = true;
-            hc->content_length = value;
-        }
-    }
-    if (strcasecmp(name, "Transfer-Encoding") == 0) {
-        hc->transfer_encoding = true;
-        if (value == NULL || strcasecmp(value, "chunked") != 0)
-            hc->unknown_coding = true;
-    }
-    return MHD_YES;
-}
-
 enum MHD_Result request_handle(void *cls, struct MHD_Connection *conn, const char *url, const char *method,
                                const char *version, const char *upload_data, size_t *upload_data_size,
                                void **req_cls)
@@ -967,34 +950,19 @@ enum MHD_Result request_handle(void *cls, struct MHD_Connection *conn, const cha
         pool_trim_request_head(r->ctx->pool_trim, conn, method);
         r->method = method;
         r->phase = PHASE_BODY;
-        struct head_check hc = { .bytes = strlen(r->raw_uri) + strlen(method) };
-        hc.malformed = !head_screen_method_ok(method, strlen(method)) ||
-                       !head_screen_target_ok(r->raw_uri, strlen(r->raw_uri));
-        MHD_get_connection_values_n(conn, MHD_HEADER_KIND, check_header, &hc);
-        r->head_bytes = hc.bytes + hc.fields * MHD_FIELD_OVERHEAD;
-        if (hc.bytes > MAX_HEAD_BYTES)
-            return queue_now(r, MHD_HTTP_REQUEST_HEADER_FIELDS_TOO_LARGE,
-                             respond_error("request_header_too_large", &r->bytes_sent));
-        /* Answered on this first call, so MHD closes the connection after it: nothing the
-           client sent after a head like this is read as another request (RFC 9112 6.1). */
-        int64_t length = -1;
-        int length_rc = hc.content_length != NULL
-                            ? http1_content_length(hc.content_length, strlen(hc.content_length), &length)
-                            : 0;
-        if (hc.malformed || hc.conflicting_length || (hc.transfer_encoding && hc.content_length != NULL) ||
-            length_rc == -EINVAL) {
-            r->decision = "malformed";
-            return queue_now(r, MHD_HTTP_BAD_REQUEST, respond_error("malformed_request", &r->bytes_sent));
+        if (r->head.refused_status != 0)
+            return MHD_NO; /* answered on the socket already (request_head.h) */
+        struct head_verdict hv;
+        request_head_check(&r->head, conn, method, r->raw_uri, cfg->max_body_bytes, &hv);
+        r->head_bytes = hv.pool_bytes;
+        if (hv.status != 0) {
+            /* Answered on this first call, so MHD closes the connection after it: nothing the
+               client sent after a head like this is read as another request (RFC 9112 6.1). */
+            r->decision = hv.decision;
+            return queue_now(r, hv.status, respond_error(hv.error_code, &r->bytes_sent));
         }
-        if (hc.unknown_coding) {
-            r->decision = "malformed";
-            return queue_now(r, MHD_HTTP_NOT_IMPLEMENTED, respond_error("unsupported_transfer_coding", &r->bytes_sent));
-        }
-        r->expects_body = length > 0 || hc.transfer_encoding;
-        if (length_rc == -ERANGE || length > cfg->max_body_bytes)
-            /* Answered before the body is read; MHD closes the connection after. */
-            return queue_now(r, MHD_HTTP_CONTENT_TOO_LARGE, respond_error("request_too_large", &r->bytes_sent));
-        return admit_or_refuse_head(r, hc.fields);
+        r->expects_body = hv.expects_body;
+        return admit_or_refuse_head(r, hv.fields);
     }
     case PHASE_CHECKING:
         /* The first call again, after the store answered (or a spurious wake-up). */

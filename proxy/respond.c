@@ -6,16 +6,23 @@
 #include <time.h>
 
 #include "proxy/config.h"
+#include "proxy/problem.h"
 #include "proxy/ratelimit_headers.h"
 
-static struct MHD_Response *json_response(const char *body, size_t len, uint64_t *body_bytes)
+static struct MHD_Response *body_response(const char *body, size_t len, const char *content_type,
+                                          uint64_t *body_bytes)
 {
     if (body_bytes != NULL)
         *body_bytes = len;
     struct MHD_Response *resp = MHD_create_response_from_buffer(len, (void *)body, MHD_RESPMEM_MUST_COPY);
     if (resp != NULL)
-        MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "application/json");
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, content_type);
     return resp;
+}
+
+static struct MHD_Response *json_response(const char *body, size_t len, uint64_t *body_bytes)
+{
+    return body_response(body, len, "application/json", body_bytes);
 }
 
 int respond_error_body(char *buf, size_t cap, const char *error_code)
@@ -23,23 +30,41 @@ int respond_error_body(char *buf, size_t cap, const char *error_code)
     return snprintf(buf, cap, "{\"error_code\":\"%s\"}", error_code);
 }
 
-void respond_send_closing(int fd, unsigned status, const char *error_code)
+/* The answer with Connection: close in one send(), then the sending side shut. */
+static void send_closing(int fd, unsigned status, const char *content_type, const char *body, int body_len)
 {
     char date[64];
     struct tm tm;
     time_t now = time(NULL);
     gmtime_r(&now, &tm);
     strftime(date, sizeof(date), "%a, %d %b %Y %H:%M:%S GMT", &tm);
-    char body[128];
-    int body_len = respond_error_body(body, sizeof(body), error_code);
-    char msg[512];
+    char msg[1024];
     int len = snprintf(msg, sizeof(msg),
-                       "HTTP/1.1 %u %s\r\nDate: %s\r\nConnection: close\r\nContent-Type: application/json\r\n"
+                       "HTTP/1.1 %u %s\r\nDate: %s\r\nConnection: close\r\nContent-Type: %s\r\n"
                        "Content-Length: %d\r\n\r\n%s",
-                       status, MHD_get_reason_phrase_for(status), date, body_len, body);
-    if (len > 0 && (size_t)len < sizeof(msg))
+                       status, MHD_get_reason_phrase_for(status), date, content_type, body_len, body);
+    if (body_len >= 0 && len > 0 && (size_t)len < sizeof(msg))
         (void)send(fd, msg, (size_t)len, MSG_NOSIGNAL | MSG_DONTWAIT);
     shutdown(fd, SHUT_WR);
+}
+
+void respond_send_closing(int fd, unsigned status, const char *error_code)
+{
+    char body[128];
+    send_closing(fd, status, "application/json", body, respond_error_body(body, sizeof(body), error_code));
+}
+
+void respond_send_problem_closing(int fd, unsigned status, const char *error_code)
+{
+    char body[PROBLEM_BODY_MAX];
+    send_closing(fd, status, PROBLEM_CONTENT_TYPE, body, problem_body(body, sizeof(body), status, error_code, NULL));
+}
+
+struct MHD_Response *respond_problem(unsigned status, const char *error_code, uint64_t *body_bytes)
+{
+    char body[PROBLEM_BODY_MAX];
+    int n = problem_body(body, sizeof(body), status, error_code, NULL);
+    return n < 0 ? NULL : body_response(body, (size_t)n, PROBLEM_CONTENT_TYPE, body_bytes);
 }
 
 struct MHD_Response *respond_error(const char *error_code, uint64_t *body_bytes)

@@ -1,4 +1,5 @@
-/* The proxy's own answers: JSON error bodies and RateLimit headers. */
+/* The proxy's own answers: JSON error bodies, RFC 9457 problem bodies (problem.h) where
+ * libmicrohttpd used to answer in HTML, and RateLimit headers. */
 #pragma once
 #include <microhttpd.h>
 #include <stddef.h>
@@ -16,11 +17,17 @@ int respond_error_body(char *buf, size_t cap, const char *error_code);
  * libmicrohttpd cannot queue: before it has the connection (intake.c) and in the middle of a
  * request body (request.c). The socket's send buffer is empty, so one send() takes it. */
 void respond_send_closing(int fd, unsigned status, const char *error_code);
+/* The same with the problem body (problem.h) of `status` and error_code. */
+void respond_send_problem_closing(int fd, unsigned status, const char *error_code);
 
 /* Both store the body's length in *body_bytes (for the access log) unless it is NULL.
  * A JSON error response {"error_code": code} with Content-Type: application/json.
  * Returns NULL on allocation failure. */
 struct MHD_Response *respond_error(const char *error_code, uint64_t *body_bytes);
+
+/* The problem body (problem.h) of `status` and error_code, application/problem+json.
+ * Returns NULL on allocation failure. */
+struct MHD_Response *respond_problem(unsigned status, const char *error_code, uint64_t *body_bytes);
 
 /* A 429 body for code "rate_limit_exceeded" or "concurrency_limit_exceeded", with
  * Retry-After. */

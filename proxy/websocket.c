@@ -22,6 +22,7 @@
 #include "proxy/metrics.h"
 #include "proxy/pool_trim.h"
 #include "proxy/upstream_tls.h"
+#include "proxy/ws_101.h"
 #include "proxy/ws_frame.h"
 #include "store/clock.h"
 #include "store/local_limit.h"
@@ -90,6 +91,8 @@ struct ws_tunnel {
     struct ws_field *headers;
     size_t n_headers;
     int64_t body_need;               /* -1: until the upstream closes */
+
+    struct ws_101_expect expect;     /* what the upstream's 101 must carry */
 
     /* client-to-upstream message counting against the --ws-messages limit */
     struct ws_frame_reader frames;
@@ -585,31 +588,12 @@ static int add_header(struct ws_tunnel *t, const char *name, size_t nlen, const 
     return 0;
 }
 
-/* True when a Sec-WebSocket-Extensions value (RFC 6455 9.1: extensions separated by
- * commas, each a token and its ;parameters) names permessage-deflate. */
-static bool names_permessage_deflate(const char *v, size_t vlen)
-{
-    static const char name[] = "permessage-deflate";
-    const size_t nlen = sizeof(name) - 1;
-    const char *end = v + vlen;
-    for (const char *p = v; p < end;) {
-        while (p < end && (*p == ' ' || *p == '\t' || *p == ','))
-            p++;
-        const char *token = p;
-        while (p < end && *p != ';' && *p != ',' && *p != ' ' && *p != '\t')
-            p++;
-        if ((size_t)(p - token) == nlen && strncasecmp(token, name, nlen) == 0)
-            return true;
-        while (p < end && *p != ',') /* its parameters */
-            p++;
-    }
-    return false;
-}
-
 /* Parses "HTTP/1.1 101 ...\r\nName: value\r\n...\r\n\r\n" with the rules curl's heads meet
- * (http1.h). Returns 0, -EINVAL or -ENOMEM. */
+ * (http1.h). Returns 0, -EINVAL, -ENOMEM, or -EPROTO for a 101 that is no WebSocket's
+ * (ws_101.h). */
 static int parse_head(struct ws_tunnel *t, char *head, size_t len)
 {
+    struct ws_101 seen = { 0 };
     char *line = head, *end = head + len;
     char *eol = memmem(line, (size_t)(end - line), "\r\n", 2);
     long status = eol != NULL ? http1_status_line(line, (size_t)(eol - line)) : 0;
@@ -631,16 +615,16 @@ static int parse_head(struct ws_tunnel *t, char *head, size_t len)
             t->body_need = n;
             continue;
         }
-        /* The upstream accepted compression: the client's compressed frames carry RSV1. */
-        if (status == 101 && http1_name_is(f.name, f.name_len, "Sec-WebSocket-Extensions") &&
-            names_permessage_deflate(f.value, f.value_len))
-            t->frames.per_message_deflate = true;
+        if (status == 101)
+            ws_101_field(&seen, &t->expect, f.name, f.name_len, f.value, f.value_len);
         bool keep = status == 101 ? !http1_name_is(f.name, f.name_len, "Connection")
                                   : !http1_is_hop_by_hop(f.name, f.name_len);
         if (keep && add_header(t, f.name, f.name_len, f.value, f.value_len) < 0)
             return -ENOMEM;
     }
-    return 0;
+    /* The upstream accepted compression: the client's compressed frames carry RSV1. */
+    t->frames.per_message_deflate = seen.per_message_deflate;
+    return status == 101 && !ws_101_valid(&seen) ? -EPROTO : 0;
 }
 
 /* The upstream refused the upgrade: its answer goes to the client as it is. */
@@ -692,6 +676,10 @@ static void on_up_handshake_read(struct bufferevent *bev, void *arg)
     evbuffer_remove(in, head, head_len);
     int rc = parse_head(t, head, head_len);
     free(head);
+    if (rc == -EPROTO) {
+        fail_handshake(t, MHD_HTTP_BAD_GATEWAY, "bad_upstream_response");
+        return;
+    }
     if (rc < 0 || t->status < 101) {
         fail_handshake(t, MHD_HTTP_BAD_GATEWAY, "upstream_unavailable");
         return;
@@ -810,6 +798,7 @@ struct ws_tunnel *ws_start(struct ws_context *ctx, const struct ws_handshake *hs
     t->upstream_ms = -1;
     t->started_ns = store_mono_ns();
     ws_frame_reader_init(&t->frames);
+    ws_101_expect_from(&t->expect, hs->model->headers, hs->model->n_headers);
     t->timer = evtimer_new(ctx->base, on_timer, t);
     const struct gate_check *check = hs->check;
     if (check != NULL) {

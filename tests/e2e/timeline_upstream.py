@@ -34,9 +34,8 @@ import struct
 import sys
 import time
 
-from ws_upstream import hget, http_answer, read_head   # the same parsing as the fleet tests' upstream
+from ws_upstream import GUID, hget, http_answer, read_head   # the same as the fleet tests' upstream
 
-GUID = b"258EAFA5-E914-47DA-95CA-C5AB0DC11B85"
 EVENTS = []
 
 

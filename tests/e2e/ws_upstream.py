@@ -46,7 +46,7 @@ import socket
 import struct
 import sys
 
-GUID = b"258EAFA5-E914-47DA-95CA-C5AB0DC11B85"
+GUID = b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
 
 
 class Stats:

@@ -1,8 +1,10 @@
-/* Fuzzes the first-head screen. For any bytes: the outcome is one of three; a refusal
- * carries a status the proxy knows and an error code; the request line, when given, lies
- * inside the input. A head that is acceptable stays acceptable with more bytes after it,
- * and none of its prefixes is refused (a good head is never refused while it arrives). The
- * limit comes from the first input byte, so the size refusals are reached too.
+/* Fuzzes the head screen, whole (a first head) and its field lines alone (a later head's,
+ * head_screen_fields). For any bytes: the outcome is one of three; a refusal carries a
+ * status the proxy knows and an error code; the request line, when given, lies inside the
+ * input, and an acceptable head's length too. A head that is acceptable stays acceptable
+ * with more bytes after it, and none of its prefixes is refused (a good head is never
+ * refused while it arrives). The limit comes from the first input byte, so the size
+ * refusals are reached too.
  *
  * Input: 1 byte of limit (x64 bytes, 0 meaning MAX_HEAD_BYTES), then the bytes. */
 #include <stdint.h>
@@ -23,6 +25,7 @@ static void check_one(const char *p, size_t n, size_t max, struct head_screen hs
         break;
     case HEAD_ACCEPTABLE:
         CHECK(hs.method != NULL && hs.target != NULL);
+        CHECK(hs.head_len > 0 && hs.head_len <= n);
         break;
     case HEAD_REFUSED:
         CHECK(hs.status == 400 || hs.status == 413 || hs.status == 414 || hs.status == 431 || hs.status == 505);
@@ -66,6 +69,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         CHECK(longer.outcome == HEAD_REFUSED);
         free(more);
     }
+    struct head_screen fields = head_screen_fields(p, n, max, 0);
+    CHECK(fields.method == NULL);
+    if (fields.outcome == HEAD_ACCEPTABLE)
+        CHECK(fields.head_len > 0 && fields.head_len <= n);
+    else if (fields.outcome == HEAD_REFUSED)
+        CHECK(fields.status == 400 || fields.status == 413 || fields.status == 431);
+    else
+        CHECK(fields.outcome == HEAD_INCOMPLETE && n < max);
     free(p);
     return 0;
 }

@@ -39,7 +39,39 @@ static void test_value_scan_matches_the_byte_rule(void **state)
                 v[at] = (char)c;
                 bool byte_ok = (c >= 0x20 && c != 0x7f) || c == '\t';
                 assert_int_equal(http1_value_ok(v, len), byte_ok);
+                assert_int_equal(http1_value_span(v, len), byte_ok ? len : at);
             }
+}
+
+static void test_value_span_stops_at_the_first_bad_byte(void **state)
+{
+    assert_int_equal(http1_value_span("abc", 3), 3);
+    assert_int_equal(http1_value_span("abcdefghij\r\n", 12), 10);
+    assert_int_equal(http1_value_span("ab\tcdefgh\0ij", 12), 9);
+    assert_int_equal(http1_value_span("\x7f", 1), 0);
+    assert_int_equal(http1_value_span("", 0), 0);
+}
+
+static bool host_ok(const char *s)
+{
+    return http1_host_ok(s, strlen(s));
+}
+
+/* RFC 3986 3.2.2, 3.2.3: host [":" port], no userinfo; an http URI's host is never empty. */
+static void test_host_values(void **state)
+{
+    const char *good[] = { "a", "api.example.com", "a:8080", "a:", "a:0", "a:65535", "127.0.0.1:80",
+                           "[::1]", "[::1]:8443", "[2001:db8::7]", "[v1.fe80::a+en1]", "a%41b",
+                           "a-b_c~d", "a,b;c=d", "xn--bcher-kva.example" };
+    const char *bad[] = { "", ":80", "a b", "evil@a", "user:pw@a", "a:99999", "a:65536", "a:8x", "a:-1",
+                          "a:1:2", "[::1", "[::1]x", "[::1]:x", "[zz::1]", "[]", "[v1]", "[v.x]", "a/b",
+                          "a?b", "a#b", "a%zz", "a%4", "a\\b", "a\"b", "a\tb" };
+    for (size_t i = 0; i < sizeof(good) / sizeof(good[0]); i++)
+        if (!host_ok(good[i]))
+            fail_msg("refused: \"%s\"", good[i]);
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+        if (host_ok(bad[i]))
+            fail_msg("taken: \"%s\"", bad[i]);
 }
 
 static void test_content_length_values(void **state)
@@ -107,6 +139,8 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_field_characters),
         cmocka_unit_test(test_value_scan_matches_the_byte_rule),
+        cmocka_unit_test(test_value_span_stops_at_the_first_bad_byte),
+        cmocka_unit_test(test_host_values),
         cmocka_unit_test(test_content_length_values),
         cmocka_unit_test(test_field_lines),
         cmocka_unit_test(test_hop_by_hop_names),
