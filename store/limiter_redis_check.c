@@ -173,7 +173,7 @@ int redis_call_check(struct limiter *limiter, const char *subject, size_t subjec
     size_t kmax = redis_key_max(rl, subject_len);
     /* EVALSHA, sha, numkeys, n keys, now, rules, lease id: what the check's lens hold (not
        MAX_ARGS, the bound of any command: the pending is zeroed whole on every check). */
-    struct pending *p = redis_pending_new(rl, P_CHECK, n + 6, 24 + n * kmax + 32 + n * RULE_BYTES + lease_id_len);
+    struct pending *p = redis_pending_new(rl, P_CHECK, redis_on_check_reply, n + 6, 24 + n * kmax + 32 + n * RULE_BYTES + lease_id_len);
     if (p == NULL)
         return -ENOMEM;
     if (lease_id != NULL) {

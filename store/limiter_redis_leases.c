@@ -50,7 +50,7 @@ static struct pending *lease_batch(struct redis_limiter *rl, enum pending_kind k
     /* EVALSHA sha numkeys key... op now (ttl m id...)...; a cluster node:
        EVALSHA sha 0 op now nkeys (key ttl m id...)... */
     size_t max_args = 6 + 3 * keys + leases;
-    struct pending *p = redis_pending_new(rl, kind, max_args, bytes);
+    struct pending *p = redis_pending_new(rl, kind, redis_on_lease_reply, max_args, bytes);
     if (p == NULL)
         return NULL;
     p->script = &rl->renew;
@@ -211,7 +211,7 @@ void redis_on_zrem_reply(redisAsyncContext *ac, void *r, void *privdata)
 void redis_send_zrem(struct redis_limiter *rl, const char *subject, size_t subject_len, int64_t rule_id,
                       const char *id, size_t id_len)
 {
-    struct pending *p = redis_pending_new(rl, P_ZREM, 3, 4 + redis_key_max(rl, subject_len) + id_len);
+    struct pending *p = redis_pending_new(rl, P_ZREM, redis_on_zrem_reply, 3, 4 + redis_key_max(rl, subject_len) + id_len);
     if (p == NULL)
         return;
     p->is_release = true;
@@ -239,7 +239,7 @@ void redis_sync(struct limiter *limiter, void (*done)(void *arg), void *arg)
     struct redis_limiter *rl = (struct redis_limiter *)limiter;
     struct pending *p = NULL;
     if (rl->state == CONN_READY && rl->ac != NULL)
-        p = redis_pending_new(rl, P_ZREM, 1, 4);
+        p = redis_pending_new(rl, P_ZREM, redis_on_zrem_reply, 1, 4);
     if (p == NULL) {
         done(arg);
         return;
@@ -337,7 +337,7 @@ void limiter_redis_node_hand_over(struct limiter *from,
 static void send_register(struct redis_limiter *rl, const char *subject, size_t subject_len, int64_t rule_id,
                           int64_t ttl_ms, const char *id, size_t id_len)
 {
-    struct pending *p = redis_pending_new(rl, P_REGISTER, 10, 128 + redis_key_max(rl, subject_len) + id_len);
+    struct pending *p = redis_pending_new(rl, P_REGISTER, redis_on_lease_reply, 10, 128 + redis_key_max(rl, subject_len) + id_len);
     if (p == NULL) {
         rl->unregistered = true;
         return;

@@ -18,6 +18,9 @@
 #include "store/redis_url.h"
 #include "store/store_status.h"
 
+#define BACKOFF_MIN_MS 50    /* reconnecting: the first wait, doubled up to */
+#define BACKOFF_MAX_MS 250   /* this: enforcement is back well within 1 s of Redis returning */
+
 enum conn_state { CONN_IDLE, CONN_CONNECTING, CONN_HANDSHAKE, CONN_READY };
 
 enum pending_kind {
@@ -58,6 +61,7 @@ struct pending {
     bool asking;                    /* cluster: ASKING goes right before it (again on a resend) */
     bool is_release;                /* P_ZREM of a lease (not the PING of a sync): replayed if lost */
     const struct script *script;
+    redisCallbackFn *on_reply;      /* where its reply goes (redis_send_pending) */
     limiter_done_fn *done;          /* P_CHECK */
     limiter_redirect_fn *redirected; /* P_CHECK of a cluster node: MOVED/ASK/TRYAGAIN go here */
     void *arg;
@@ -102,17 +106,28 @@ struct redis_limiter {
     bool unregistered;               /* a lease held here may be missing in Redis (its
                                         registration or renewal failed): renewed again
                                         before the next check */
+    void (*connected)(struct redis_limiter *rl);  /* READY again: called first (limiter_redis.c) */
     void (*ready_fn)(void *arg);     /* limiter_set_ready_hook */
     void *ready_arg;
     uint64_t lost_epoch_seen;        /* leases_lost_epoch when this limiter last renewed for it */
 };
 
-/* ---- limiter_redis.c: the connection ---- */
+/* ---- limiter_redis_conn.c: the connection ---- */
+
+void redis_conn_start(struct redis_limiter *rl);
+/* Frees the connection now (from a timer or the limiter's end, never from a hiredis
+ * callback other than a reply callback): its pending callbacks run with NULL replies. */
+void redis_conn_drop(struct redis_limiter *rl);
+void redis_conn_on_retry(evutil_socket_t fd, short what, void *arg);
+void redis_conn_on_watchdog(evutil_socket_t fd, short what, void *arg);
+void redis_conn_on_settle(evutil_socket_t fd, short what, void *arg);
 
 /* Records an error reply of the store (the connection is kept). */
 void redis_note_error(struct redis_limiter *rl, const char *what, const char *detail);
-/* A pending command with room for max_args arguments of bufsize bytes in all (NULL: no memory). */
-struct pending *redis_pending_new(struct redis_limiter *rl, enum pending_kind kind, size_t max_args, size_t bufsize);
+/* A pending command with room for max_args arguments of bufsize bytes in all, whose reply
+ * goes to on_reply (NULL: no memory). */
+struct pending *redis_pending_new(struct redis_limiter *rl, enum pending_kind kind, redisCallbackFn *on_reply,
+                                  size_t max_args, size_t bufsize);
 void redis_pending_free(struct pending *p);
 /* Sends p (again, after NOSCRIPT: as EVAL). Returns 0, or -1 (p is then still the caller's). */
 int redis_send_pending(struct redis_limiter *rl, struct pending *p);
