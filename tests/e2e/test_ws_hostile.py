@@ -11,7 +11,7 @@ import zlib
 
 import pytest
 
-from conftest import SLOW, wait_until, write_ini
+from conftest import SLOW, http_request, wait_until, write_ini
 from fleet_helpers import (OP_CLOSE, OP_TEXT, WS, WsUpstream, check_concurrency_429,
                            read_head, wait_stat, ws_handshake_bytes, ws_try,
                            ws_upstream, xor_mask)  # noqa: F401
@@ -43,14 +43,18 @@ def reset(sock):
 
 
 def slot_comes_back(port, key, within_s=SLOT_BACK_S):
-    """True when a fresh handshake by the same user gets its 101 within within_s."""
+    """True when a fresh handshake by the same user gets its 101 within within_s. The probe's
+    own tunnel is then closed, and its slot waited for (a plain request admitted: its slot is
+    back before its answer ends), so that the caller's next handshake finds the slot free
+    and not the probe's, whose close the proxy may not have seen yet on a loaded box."""
     deadline = time.monotonic() + within_s * SLOW
     last = None
     while time.monotonic() < deadline:
         last = ws_try(port, "/ws", key)
         if isinstance(last, WS):
             last.close()
-            return True
+            return wait_until(lambda: http_request(port, "GET", "/slow/0", key=key).status == 200,
+                              max(deadline - time.monotonic(), 1.0), interval=0.02)
         check_concurrency_429(last)
         time.sleep(0.1)
     return False
