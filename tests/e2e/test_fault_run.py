@@ -22,9 +22,10 @@ For each fault:
   again within a few seconds of the removal.
 Neither password ever appears on stderr.
 
-Faults start SPACING_S apart, more than the 10 s SPEC allows between two stderr lines of
-one cause: any two faults may share a cause (a connection Redis kills is unreachable too).
-The restart-empty fault comes last, and its Redis comes back as soon as both proxies have
+Two faults that can write a line of the same cause (a connection Redis closes, a connection
+refused) start SAME_CAUSE_S apart, more than the 10 s SPEC allows between two stderr lines
+of one cause; the others follow each other as soon as the one before has been checked. The
+restart-empty fault comes last, and its Redis comes back as soon as both proxies have
 noticed it is gone: a restart that is quick, with slots held through it.
 
 With -s the run prints a summary per fault (also in the junit properties and in
@@ -46,7 +47,7 @@ from fleet_helpers import fleet
 N = 3                   # the plan's concurrency limit
 WARMUP_S = 1.5          # load before the first fault (checked fleet-wide too)
 FAULT_S = 2.0           # how long a fault lasts (but restart-empty)
-SPACING_S = 10.8        # from one fault's start to the next one's
+SAME_CAUSE_S = 10.8     # from one fault's start to the next one's that shares a cause
 RETURN_S = 1.0          # SPEC: enforcement back on the store within 1 s of its return
 MIN_CHECKED_S = 1.5     # normal operation checked fleet-wide after each fault, at least
 BACK_OK_S = 5.0 * SLOW  # /health "ok" again after a removal, at most
@@ -58,9 +59,10 @@ LEASE_TTL_MS = 2000     # short: a lease lost in Redis is put back (renewed) oft
 # the faults
 
 class Fault:
-    def __init__(self, name, inject, remove, stderr_re, health_named, hold=None, prepare=None):
+    def __init__(self, name, causes, inject, remove, stderr_re, health_named, hold=None, prepare=None):
         hold = hold or with_a_leftover
         self.name = name
+        self.causes = causes                     # what its stderr lines can say
         self.inject, self.remove, self.hold, self.prepare = inject, remove, hold, prepare
         self.stderr_re = re.compile(stderr_re)
         self.health_named = health_named
@@ -152,14 +154,14 @@ def fixed(run, fault):
 
 def faults():
     return [
-        Fault("killed", kill, start_again, r"store unreachable", unreachable),
-        Fault("maxmemory", fill, unfill, r"store error: .*OOM", store_error_names("OOM")),
-        Fault("paused", pause, pause_over, r"store unreachable", unreachable_or_error,
+        Fault("killed", {"closed", "refused"}, kill, start_again, r"store unreachable", unreachable),
+        Fault("password", {"closed", "wrongpass"}, change_password, old_password,
+              r"store error: .*(WRONGPASS|NOAUTH)", store_error_names("WRONGPASS", "NOAUTH")),
+        Fault("maxmemory", {"oom"}, fill, unfill, r"store error: .*OOM", store_error_names("OOM")),
+        Fault("paused", {"timeout"}, pause, pause_over, r"store unreachable", unreachable_or_error,
               hold=fixed),
-        Fault("password", change_password, old_password, r"store error: .*(WRONGPASS|NOAUTH)",
-              store_error_names("WRONGPASS", "NOAUTH")),
-        Fault("restarted-empty", shutdown, start_again, r"store unreachable", unreachable,
-              hold=until_both_named, prepare=tunnels_in_flight),
+        Fault("restarted-empty", {"closed", "refused"}, shutdown, start_again, r"store unreachable",
+              unreachable, hold=until_both_named, prepare=tunnels_in_flight),
     ]
 
 
@@ -196,7 +198,8 @@ class Run:
             if i:
                 prev = fs[i - 1]
                 self.back_to_normal(prev)
-                sleep_until(max(prev.start + SPACING_S, prev.removal + RETURN_S + MIN_CHECKED_S))
+                kin = [g.start + SAME_CAUSE_S for g in fs[:i] if g.causes & f.causes]
+                sleep_until(max(kin + [prev.removal + RETURN_S + MIN_CHECKED_S]))
             self.inject(f)
             if i:
                 fs[i - 1].end = f.start
