@@ -37,7 +37,8 @@ def test_health_names_an_unreachable_catalog(catalog, start_proxy):
     _, key = catalog.user_key("free")
     use_rollback_journal(catalog.path)
     p = start_proxy(catalog, plans={"refresh_ms": 100})
-    assert p.admin("/health").status == 200
+    # the Redis connection may come up just after the proxy starts serving
+    assert wait_until(lambda: p.admin("/health").status == 200, 10), p.admin("/health")
     db = lock_catalog(catalog.path)
     try:
         def unhealthy():
