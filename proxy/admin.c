@@ -124,6 +124,38 @@ static void quoted_name(char *out, size_t outlen, const char *name)
     out[o] = '\0';
 }
 
+/* Per node of a Redis Cluster: its failed checks and whether it answers. */
+static void node_metrics(struct text *t, const struct node_views *nodes)
+{
+    text_printf(t, "# HELP tierproxy_store_node_errors_total Checks a Redis Cluster master could not answer "
+                "(down, timed out), by node.\n# TYPE tierproxy_store_node_errors_total counter\n");
+    for (size_t i = 0; i < nodes->n; i++) {
+        char name[2 * NODE_NAME_MAX];
+        quoted_name(name, sizeof(name), nodes->v[i].name);
+        text_printf(t, "tierproxy_store_node_errors_total{node=\"%s\"} %llu\n", name,
+                    (unsigned long long)nodes->v[i].errors);
+    }
+    text_printf(t, "# HELP tierproxy_store_node_up 1 while this proxy's connection to a Redis Cluster master "
+                "answers.\n# TYPE tierproxy_store_node_up gauge\n");
+    for (size_t i = 0; i < nodes->n; i++) {
+        char name[2 * NODE_NAME_MAX];
+        quoted_name(name, sizeof(name), nodes->v[i].name);
+        text_printf(t, "tierproxy_store_node_up{node=\"%s\"} %d\n", name, nodes->v[i].up ? 1 : 0);
+    }
+}
+
+/* The catalog served: its fleet version, and the published versions refused. */
+static void catalog_metrics(struct text *t, const struct snapshot_watch *catalog)
+{
+    int64_t version = snapshot_watch_catalog_version(catalog);
+    text_printf(t, "# HELP tierproxy_catalog_version The fleet's version of the catalog this proxy serves (0: never "
+                "published or pulled; -1: none).\n# TYPE tierproxy_catalog_version gauge\n"
+                "tierproxy_catalog_version %lld\n", (long long)version);
+    text_printf(t, "# HELP tierproxy_catalog_refused_total Published catalogs this proxy refused (it kept what it "
+                "served).\n# TYPE tierproxy_catalog_refused_total counter\ntierproxy_catalog_refused_total %llu\n",
+                (unsigned long long)snapshot_watch_catalog_refused(catalog));
+}
+
 static enum MHD_Result handle(void *cls, struct MHD_Connection *conn, const char *url, const char *method,
                               const char *version, const char *upload_data, size_t *upload_data_size, void **req_cls)
 {
@@ -156,8 +188,12 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *conn, const char
             store_word = up == nodes.n ? "ok" : up > 0 ? "degraded" : "unreachable";
         }
         struct text body = {0};
+        int64_t catalog_version = snapshot_watch_catalog_version(a->sources.catalog);
         text_printf(&body, "{\"status\":\"%s\",\"store\":\"%s\",\"plans\":\"%s\"",
-                 store && plans ? "ok" : "unavailable", store_word, plans ? "ok" : "unreachable");
+                 store && plans ? "ok" : "unavailable", store_word,
+                 plans ? "ok" : catalog_version < 0 ? "missing" : "unreachable");
+        if (catalog_version >= 0)
+            text_printf(&body, ",\"catalog_version\":%lld", (long long)catalog_version);
         if (reason[0] != '\0') {
             char quoted[2 * sizeof(reason)];
             quoted_name(quoted, sizeof(quoted), reason);
@@ -186,26 +222,12 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *conn, const char
         if (rendered == NULL)
             return MHD_NO;
         struct node_views nodes = gather_nodes(&a->sources);
-        if (nodes.v == NULL)
-            return answer(conn, MHD_HTTP_OK, "text/plain; version=0.0.4", rendered, MHD_RESPMEM_MUST_FREE);
         struct text t = {0};
         text_printf(&t, "%s", rendered);
         free(rendered);
-        text_printf(&t, "# HELP tierproxy_store_node_errors_total Checks a Redis Cluster master could not answer "
-                     "(down, timed out), by node.\n# TYPE tierproxy_store_node_errors_total counter\n");
-        for (size_t i = 0; i < nodes.n; i++) {
-            char name[2 * NODE_NAME_MAX];
-            quoted_name(name, sizeof(name), nodes.v[i].name);
-            text_printf(&t, "tierproxy_store_node_errors_total{node=\"%s\"} %llu\n", name,
-                     (unsigned long long)nodes.v[i].errors);
-        }
-        text_printf(&t, "# HELP tierproxy_store_node_up 1 while this proxy's connection to a Redis Cluster master "
-                     "answers.\n# TYPE tierproxy_store_node_up gauge\n");
-        for (size_t i = 0; i < nodes.n; i++) {
-            char name[2 * NODE_NAME_MAX];
-            quoted_name(name, sizeof(name), nodes.v[i].name);
-            text_printf(&t, "tierproxy_store_node_up{node=\"%s\"} %d\n", name, nodes.v[i].up ? 1 : 0);
-        }
+        catalog_metrics(&t, a->sources.catalog);
+        if (nodes.v != NULL)
+            node_metrics(&t, &nodes);
         free(nodes.v);
         if (t.failed) {
             free(t.data);
@@ -215,7 +237,6 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *conn, const char
     }
     return answer(conn, MHD_HTTP_NOT_FOUND, json, "{\"error_code\":\"not_found\"}", MHD_RESPMEM_PERSISTENT);
 }
-
 int admin_start(const char *host, uint16_t port, const struct admin_sources *sources, struct admin **padmin,
                 char *err, size_t errlen)
 {

@@ -94,6 +94,7 @@ static const struct word path_case_words[] = {{"insensitive", 1}, {"sensitive", 
 static const struct word underscore_words[] = {{"forward", 1}, {"drop", 0}, {NULL, 0}};
 static const struct word store_words[] = {
     {"memory", STORE_MEMORY}, {"redis", STORE_REDIS}, {NULL, 0}};
+static const struct word follow_words[] = {{"none", 0}, {"redis", 1}, {NULL, 0}};
 static const struct word redis_mode_words[] = {
     {"single", REDIS_MODE_SINGLE}, {"cluster", REDIS_MODE_CLUSTER}, {NULL, 0}};
 static const struct word level_words[] = {
@@ -141,6 +142,7 @@ static const struct directive directives[] = {
     {"plans", "db", D_STRING, OFF(db), 0, 0, 0, NULL, F_RESTART, "plans.db", "--db", "a file path"},
     {"plans", "refresh_ms", D_INT64, OFF(refresh_ms), 0, 1, MAX_TIMEOUT_MS, NULL, F_RESTART, "1000",
      NULL, NULL},
+    {"plans", "follow", D_BOOL, OFF(follow_redis), 0, 0, 0, follow_words, F_RESTART, "none", NULL, "none or redis"},
     {"limits", "store", D_ENUM, OFF(store), 0, 0, 0, store_words, F_RESTART, "memory", NULL,
      "memory or redis"},
     {"limits", "redis_mode", D_ENUM, OFF(redis_mode), 0, 0, 0, redis_mode_words, F_RESTART, "single", NULL,

@@ -43,6 +43,7 @@ struct proxy_config {
     /* [plans] */
     char *db;
     int64_t refresh_ms;
+    bool follow_redis;             /* follow = redis: db caches the catalog published in [limits] redis */
     /* [limits] */
     enum store_kind store;
     enum redis_mode redis_mode;

@@ -19,6 +19,7 @@
 
 #include "proxy/access_log.h"
 #include "proxy/admin.h"
+#include "proxy/catalog_start.h"
 #include "proxy/config.h"
 #include "proxy/gate.h"
 #include "proxy/log_throttle.h"
@@ -161,7 +162,10 @@ static int validate_start(const struct proxy_config *cfg, struct access_log **pl
         start_error(cfg, "log", "access", "%s", err);
         rc = 1;
     }
-    if (snapshot_load(cfg->db, &snap, err, sizeof(err)) < 0) {
+    int loaded = snapshot_load(cfg->db, &snap, err, sizeof(err));
+    if (loaded == -ENOENT && catalog_file_optional(cfg)) {
+        fprintf(stderr, "tierproxy: catalog %s does not exist yet: it comes from the fleet's Redis\n", cfg->db);
+    } else if (loaded < 0) {
         if (strstr(err, cfg->db) != NULL)
             start_error(cfg, "plans", "db", "%s", err);
         else
@@ -171,7 +175,10 @@ static int validate_start(const struct proxy_config *cfg, struct access_log **pl
         start_error(cfg, "auth", "anonymous_plan", "no plan named \"%s\" in %s", cfg->anonymous_plan, cfg->db);
         rc = 1;
     }
-    if (rc == 0) {
+    if (rc == 0 && snap == NULL) {
+        fprintf(stderr, "tierproxy: configuration ok; catalog %s to come from the fleet's Redis\n", cfg->db);
+        upstream_tls_warn_unverified(cfg);
+    } else if (rc == 0) {
         size_t users = snapshot_user_count(snap), keys = snapshot_key_count(snap);
         fprintf(stderr, "tierproxy: configuration ok; catalog %s has %zu %s and %zu %s\n", cfg->db, users,
                 plural(users, "user", "users"), keys, plural(keys, "key", "keys"));
@@ -285,7 +292,7 @@ static int serve(struct proxy_config *cfg, int argc, char **argv, char **envp)
     tune_malloc();
     if (validate_start(cfg, &access_log) != 0)
         goto out;
-    if (snapshot_watch_start(cfg->db, (int)cfg->refresh_ms, &catalog, err, sizeof(err)) < 0) {
+    if (catalog_start(cfg, &catalog, err, sizeof(err)) < 0) {
         fprintf(stderr, "tierproxy: catalog %s: %s\n", cfg->db, err);
         goto out;
     }

@@ -1,8 +1,9 @@
 /* The SQLite catalog. See catalog.h for the contract.
  *
  * Every statement is prepared with bound parameters (stmt_prepare's format string says
- * what to bind) and finalized before the function that prepared it returns; the one
- * exception is the persistent data_version statement, finalized by catalog_close. */
+ * what to bind). Those that return no row or one number (stmt_run, query_int) are kept
+ * prepared in the connection's statement cache and reset after each run; the rest, and the
+ * persistent data_version statement, are finalized by their user and catalog_close. */
 #include "store/catalog.h"
 
 #include <errno.h>
@@ -16,97 +17,13 @@
 
 #include <sqlite3.h>
 
-struct catalog {
-    sqlite3 *db;
-    enum catalog_mode mode;
-    sqlite3_stmt *data_version;   /* persistent; prepared on first use */
-    int version;                  /* the schema version of the open transaction */
-    char errmsg[512];
-};
+#include "store/catalog_impl.h"
 
-/* Forward migrations: step i brings user_version from i to i + 1. Append, never edit. */
-static const char *const migrations[] = {
-    /* 0 -> 1 */
-    "CREATE TABLE plans ("
-    "  id INTEGER PRIMARY KEY AUTOINCREMENT,"
-    "  name TEXT NOT NULL UNIQUE,"
-    "  shadow INTEGER NOT NULL DEFAULT 0 CHECK (shadow IN (0, 1)));"
-    /* AUTOINCREMENT: a limit id names limiter state in Redis, so ids are never reused. */
-    "CREATE TABLE limits ("
-    "  id INTEGER PRIMARY KEY AUTOINCREMENT,"
-    "  plan_id INTEGER NOT NULL REFERENCES plans(id) ON DELETE CASCADE,"
-    "  kind TEXT NOT NULL CHECK (kind IN ('rate', 'concurrency', 'ws_messages')),"
-    "  algorithm TEXT CHECK (algorithm IN"
-    "    ('sliding-log', 'sliding-window', 'token-bucket', 'fixed-window')),"
-    "  amount INTEGER NOT NULL CHECK (amount >= 1),"
-    "  window_ms INTEGER NOT NULL DEFAULT 0 CHECK (window_ms >= 0),"
-    "  burst INTEGER NOT NULL DEFAULT 0 CHECK (burst >= 0),"
-    "  route_method TEXT,"
-    "  route_prefix TEXT,"
-    "  CHECK ((route_method IS NULL) = (route_prefix IS NULL)));"
-    "CREATE INDEX limits_plan ON limits(plan_id);"
-    "CREATE TABLE users ("
-    "  id TEXT PRIMARY KEY NOT NULL,"
-    "  plan_id INTEGER NOT NULL REFERENCES plans(id),"
-    "  created TEXT NOT NULL);"
-    "CREATE INDEX users_plan ON users(plan_id);"
-    /* No foreign key on user_id: the revoked keys of a removed user stay on record. */
-    "CREATE TABLE api_keys ("
-    "  id INTEGER PRIMARY KEY AUTOINCREMENT,"
-    "  user_id TEXT NOT NULL,"
-    "  hash BLOB NOT NULL UNIQUE CHECK (length(hash) = 32),"
-    "  label TEXT NOT NULL DEFAULT '',"
-    "  created TEXT NOT NULL,"
-    "  revoked TEXT);"
-    "CREATE INDEX api_keys_user ON api_keys(user_id);",
-    /* 1 -> 2: plan priority; quotas (a kind with its period) and users' own limits, in the
-     * one limits table so that their ids share its sequence (an id names state in the
-     * store); costs per plan and route. SQLite cannot change a CHECK in place: the limits
-     * table is rebuilt, its rows and id high-water mark kept. */
-    "ALTER TABLE plans ADD COLUMN priority INTEGER NOT NULL DEFAULT 5"
-    "  CHECK (priority BETWEEN 0 AND 9);"
-    "CREATE TEMP TABLE limits_seq AS SELECT seq FROM sqlite_sequence WHERE name = 'limits';"
-    "CREATE TABLE limits_v2 ("
-    "  id INTEGER PRIMARY KEY AUTOINCREMENT,"
-    "  plan_id INTEGER REFERENCES plans(id) ON DELETE CASCADE,"
-    "  user_id TEXT REFERENCES users(id) ON DELETE CASCADE,"
-    "  kind TEXT NOT NULL CHECK (kind IN ('rate', 'concurrency', 'ws_messages', 'quota')),"
-    "  algorithm TEXT CHECK (algorithm IN"
-    "    ('sliding-log', 'sliding-window', 'token-bucket', 'fixed-window')),"
-    "  amount INTEGER NOT NULL CHECK (amount >= 1),"
-    "  window_ms INTEGER NOT NULL DEFAULT 0 CHECK (window_ms >= 0),"
-    "  burst INTEGER NOT NULL DEFAULT 0 CHECK (burst >= 0),"
-    "  period TEXT CHECK (period IN ('day', 'week', 'month')),"
-    "  route_method TEXT,"
-    "  route_prefix TEXT,"
-    "  CHECK ((route_method IS NULL) = (route_prefix IS NULL)),"
-    "  CHECK ((plan_id IS NULL) <> (user_id IS NULL)),"
-    "  CHECK ((kind = 'quota') = (period IS NOT NULL)));"
-    "INSERT INTO limits_v2 (id, plan_id, kind, algorithm, amount, window_ms, burst, route_method, route_prefix)"
-    "  SELECT id, plan_id, kind, algorithm, amount, window_ms, burst, route_method, route_prefix FROM limits;"
-    "DROP TABLE limits;"
-    "ALTER TABLE limits_v2 RENAME TO limits;"
-    "CREATE INDEX limits_plan ON limits(plan_id);"
-    "CREATE INDEX limits_user ON limits(user_id);"
-    "INSERT INTO sqlite_sequence (name, seq) SELECT 'limits', 0"
-    "  WHERE NOT EXISTS (SELECT 1 FROM sqlite_sequence WHERE name = 'limits');"
-    "UPDATE sqlite_sequence SET seq = max(seq, coalesce((SELECT max(seq) FROM temp.limits_seq), 0))"
-    "  WHERE name = 'limits';"
-    "DROP TABLE temp.limits_seq;"
-    "CREATE TABLE costs ("
-    "  plan_id INTEGER NOT NULL REFERENCES plans(id) ON DELETE CASCADE,"
-    "  route_method TEXT NOT NULL,"
-    "  route_prefix TEXT NOT NULL,"
-    "  cost INTEGER NOT NULL CHECK (cost >= 1),"
-    "  PRIMARY KEY (plan_id, route_method, route_prefix));",
-};
-#define N_MIGRATIONS ((int)(sizeof(migrations) / sizeof(migrations[0])))
-_Static_assert(N_MIGRATIONS == CATALOG_SCHEMA_VERSION, "one migration step per schema version");
+
 
 #define NOW_SQL "strftime('%Y-%m-%dT%H:%M:%SZ', 'now')"
 
-__attribute__((format(printf, 2, 3)))
-static int set_err(struct catalog *cat, const char *fmt, ...)
+int catalog_set_error(struct catalog *cat, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
@@ -114,9 +31,10 @@ static int set_err(struct catalog *cat, const char *fmt, ...)
     va_end(ap);
     return 0;
 }
+#define set_err catalog_set_error
+#define sql_fail catalog_sql_fail
 
-/* Maps an SQLite failure to a negative errno and records why. */
-static int sql_fail(struct catalog *cat, int rc)
+int catalog_sql_fail(struct catalog *cat, int rc)
 {
     switch (rc & 0xff) {
     case SQLITE_BUSY:
@@ -193,7 +111,7 @@ static int stmt_prepare(struct catalog *cat, sqlite3_stmt **pst, const char *sql
 static int stmt_run(struct catalog *cat, int64_t *pchanges, const char *sql, const char *fmt, ...)
 {
     sqlite3_stmt *st = NULL;
-    int rc = sqlite3_prepare_v2(cat->db, sql, -1, &st, NULL);
+    int rc = stmt_cache_prepare(&cat->cache, cat->db, sql, &st);
     if (rc == SQLITE_OK) {
         va_list ap;
         va_start(ap, fmt);
@@ -209,7 +127,7 @@ static int stmt_run(struct catalog *cat, int64_t *pchanges, const char *sql, con
     int r = rc == SQLITE_OK ? 0 : sql_fail(cat, rc);
     if (r == 0 && pchanges)
         *pchanges = sqlite3_changes64(cat->db);
-    sqlite3_finalize(st);
+    stmt_cache_done(st);
     return r;
 }
 
@@ -218,7 +136,7 @@ static int stmt_run(struct catalog *cat, int64_t *pchanges, const char *sql, con
 static int query_int(struct catalog *cat, int64_t *pvalue, const char *sql, const char *fmt, ...)
 {
     sqlite3_stmt *st = NULL;
-    int rc = sqlite3_prepare_v2(cat->db, sql, -1, &st, NULL);
+    int rc = stmt_cache_prepare(&cat->cache, cat->db, sql, &st);
     if (rc == SQLITE_OK) {
         va_list ap;
         va_start(ap, fmt);
@@ -237,7 +155,7 @@ static int query_int(struct catalog *cat, int64_t *pvalue, const char *sql, cons
     } else {
         r = sql_fail(cat, rc);
     }
-    sqlite3_finalize(st);
+    stmt_cache_done(st);
     return r;
 }
 
@@ -322,6 +240,7 @@ void catalog_close(struct catalog *cat)
     if (cat->db && !sqlite3_get_autocommit(cat->db))
         sqlite3_exec(cat->db, "ROLLBACK", NULL, NULL, NULL);
     sqlite3_finalize(cat->data_version);
+    stmt_cache_clear(&cat->cache);
     sqlite3_close(cat->db);
     free(cat);
 }
@@ -364,9 +283,9 @@ static int migrate(struct catalog *cat, int version)
             return -EINVAL;
         }
     }
-    for (int v = version; v < N_MIGRATIONS; v++) {
+    for (int v = version; v < CATALOG_SCHEMA_VERSION; v++) {
         char *msg = NULL;
-        int rc = sqlite3_exec(cat->db, migrations[v], NULL, NULL, &msg);
+        int rc = sqlite3_exec(cat->db, catalog_migrations[v], NULL, NULL, &msg);
         if (rc != SQLITE_OK) {
             int r = sql_fail(cat, rc);
             set_err(cat, "migrating the catalog to version %d failed: %s", v + 1,

@@ -20,7 +20,7 @@
 
 #include "store/limit.h"
 
-#define CATALOG_SCHEMA_VERSION 2
+#define CATALOG_SCHEMA_VERSION 3
 #define CATALOG_BUSY_TIMEOUT_MS 5000
 #define CATALOG_HASH_LEN 32              /* SHA-256 of the key text */
 #define CATALOG_ID_MAX (INT64_C(1) << 53) /* plan, limit and key ids: what JSON carries exactly */

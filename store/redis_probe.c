@@ -7,8 +7,7 @@
 #include <strings.h>
 #include <sys/time.h>
 
-/* Replies that say the login is wrong or missing: the store refuses us, not an outage. */
-static bool refused_login(const char *reply)
+bool redis_reply_refuses_login(const char *reply)
 {
     return strncmp(reply, "WRONGPASS", 9) == 0 || strncmp(reply, "NOAUTH", 6) == 0 ||
            strncmp(reply, "NOPERM", 6) == 0 || strncasecmp(reply, "ERR invalid password", 20) == 0 ||
@@ -42,7 +41,7 @@ redisContext *redis_probe_login(const struct redis_url *u, int64_t timeout_ms, c
         }
         if (r->type == REDIS_REPLY_ERROR) {
             snprintf(why, whylen, "AUTH: %.160s", r->str);
-            *pr = refused_login(r->str) ? -EACCES : -EIO;
+            *pr = redis_reply_refuses_login(r->str) ? -EACCES : -EIO;
         }
         freeReplyObject(r);
         if (*pr != -EHOSTUNREACH)
@@ -67,7 +66,7 @@ static int ask(redisContext *c, int argc, const char **argv, char *why, size_t w
     int rc = 0;
     if (r->type == REDIS_REPLY_ERROR) {
         snprintf(why, whylen, "%s: %.160s", argv[0], r->str);
-        rc = refused_login(r->str) ? -EACCES : -EIO;
+        rc = redis_reply_refuses_login(r->str) ? -EACCES : -EIO;
     }
     freeReplyObject(r);
     return rc;

@@ -2,6 +2,7 @@
  * hiredis calls; never on a worker's event loop). The login step is shared with the
  * cluster probe (store/cluster_probe.c). */
 #pragma once
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -13,6 +14,10 @@
  * timeout_ms. Returns it, or NULL with *pr set and why in why (never a password):
  * -EHOSTUNREACH when it cannot be reached, -EACCES when Redis refused the login. */
 redisContext *redis_probe_login(const struct redis_url *u, int64_t timeout_ms, char *why, size_t whylen, int *pr);
+
+/* True for an error reply that says the login is wrong or missing (WRONGPASS, NOAUTH,
+ * NOPERM, ...): the store refuses us, which is not an outage. */
+bool redis_reply_refuses_login(const char *reply);
 
 /* Asks the Redis of url ([limits] redis: redis://..., unix://...) to answer PING after the
  * login and SELECT. Writes one line for the operator (never a password), such as

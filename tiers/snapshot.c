@@ -20,6 +20,7 @@
 #include <string.h>
 
 #include "store/catalog.h"
+#include "store/catalog_image.h"
 #include "store/limiter.h"
 #include "tiers/apikey.h"
 #include "tiers/limit_bounds.h"
@@ -55,6 +56,7 @@ struct snapshot {
     size_t key_mask;
     size_t n_keys;
     struct arena_block *arena;
+    int64_t catalog_version;           /* the fleet's version of the catalog (catalog_image.h) */
 };
 
 #define ARENA_BLOCK 65536
@@ -566,7 +568,10 @@ int snapshot_build(struct catalog *cat, struct snapshot **psnap, char *err, size
     if (r)
         goto out;
     in_txn = true;
-    r = catalog_plan_each(cat, on_plan, &b);
+    bool changed;
+    r = catalog_fleet_mark(cat, &b.snap->catalog_version, &changed);
+    if (r == 0)
+        r = catalog_plan_each(cat, on_plan, &b);
     if (r)
         goto out;
     b.snap->plans = b.plans.items;
@@ -781,4 +786,9 @@ int64_t tier_plan_cost(const struct tier_plan *plan, const char *method, const c
         }
     }
     return best ? best->cost : 1;
+}
+
+int64_t snapshot_catalog_version(const struct snapshot *snap)
+{
+    return snap->catalog_version;
 }

@@ -130,3 +130,23 @@ const struct tier_plan *snapshot_plan_at(const struct snapshot *snap, size_t i);
 
 /* Copies the reason the last poll or rebuild failed ("" when the last one worked). */
 void snapshot_watch_last_error(struct snapshot_watch *watch, char *buf, size_t buflen);
+
+/* The fleet's version of the catalog the snapshot was built from (0: never published or
+ * pulled; store/catalog_image.h). */
+int64_t snapshot_catalog_version(const struct snapshot *snap);
+
+struct catalog_follow;
+
+/* The watcher of a proxy that follows the fleet's catalog (tiers/catalog_follow.h): each
+ * poll first lets follow install a newer published version in the file, then rebuilds
+ * from the file as above. The first poll runs before this returns; without a file and
+ * without Redis it starts with no snapshot (requests get 503) and keeps polling. Takes
+ * follow, also on failure. */
+int snapshot_watch_start_following(const char *db_path, int refresh_ms, struct catalog_follow *follow,
+                                   struct snapshot_watch **pwatch, char *err, size_t errlen);
+
+/* The catalog version of the snapshot served, -1 without one; any thread. */
+int64_t snapshot_watch_catalog_version(const struct snapshot_watch *watch);
+
+/* Published versions refused by the follower (0 when not following); any thread. */
+uint64_t snapshot_watch_catalog_refused(const struct snapshot_watch *watch);

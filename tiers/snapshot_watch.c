@@ -25,6 +25,7 @@
 #include <time.h>
 
 #include "store/catalog.h"
+#include "tiers/catalog_follow.h"
 
 /* A poll waits at most this long for a lock, so stop stays prompt. */
 #define WATCH_BUSY_TIMEOUT_MS 200
@@ -44,10 +45,12 @@ struct snapshot_watch {
     char last_error[256];              /* under lock */
 
     atomic_uint_fast64_t generation;
+    atomic_int_fast64_t catalog_version;  /* the current snapshot's; -1 without one */
     atomic_bool healthy;
     atomic_uint_fast64_t last_build_us;
 
     /* Used by the polling thread only (and by start before the thread exists). */
+    struct catalog_follow *follow;     /* NULL: the file is the catalog */
     struct catalog *cat;
     dev_t dev;
     ino_t ino;
@@ -88,6 +91,7 @@ static void publish(struct snapshot_watch *w, struct snapshot *snap)
     struct snapshot *old = w->current;
     w->current = snap;
     w->last_error[0] = '\0';
+    atomic_store(&w->catalog_version, snapshot_catalog_version(snap));
     atomic_fetch_add(&w->generation, 1);
     pthread_mutex_unlock(&w->lock);
     snapshot_unref(old);
@@ -194,6 +198,8 @@ static void *watch_main(void *arg)
             break;
         pthread_mutex_unlock(&w->lock);
         char err[256];
+        if (w->follow)
+            catalog_follow_poll(w->follow);
         if (poll_once(w, err, sizeof(err)) != 0)
             set_error(w, err);
         pthread_mutex_lock(&w->lock);
@@ -207,6 +213,7 @@ static void watch_free(struct snapshot_watch *w)
     if (!w)
         return;
     catalog_close(w->cat);
+    catalog_follow_destroy(w->follow);
     snapshot_unref(w->current);
     pthread_cond_destroy(&w->cond);
     pthread_mutex_destroy(&w->lock);
@@ -214,18 +221,13 @@ static void watch_free(struct snapshot_watch *w)
     free(w);
 }
 
-int snapshot_watch_start(const char *db_path, int refresh_ms, struct snapshot_watch **pwatch,
-                         char *err, size_t errlen)
+static struct snapshot_watch *watch_new(const char *db_path, int refresh_ms, char *err, size_t errlen)
 {
-    if (refresh_ms < 1) {
-        snprintf(err, errlen, "refresh_ms must be at least 1");
-        return -EINVAL;
-    }
     struct snapshot_watch *w = calloc(1, sizeof(*w));
     if (!w || !(w->path = strdup(db_path))) {
         free(w);
         snprintf(err, errlen, "out of memory");
-        return -ENOMEM;
+        return NULL;
     }
     w->refresh_ms = refresh_ms;
     pthread_mutex_init(&w->lock, NULL);
@@ -235,9 +237,35 @@ int snapshot_watch_start(const char *db_path, int refresh_ms, struct snapshot_wa
     pthread_cond_init(&w->cond, &ca);
     pthread_condattr_destroy(&ca);
     atomic_init(&w->generation, 0);
+    atomic_init(&w->catalog_version, -1);
     atomic_init(&w->healthy, false);
     atomic_init(&w->last_build_us, 0);
+    return w;
+}
 
+static int watch_run(struct snapshot_watch *w, struct snapshot_watch **pwatch, char *err, size_t errlen)
+{
+    int r = pthread_create(&w->thread, NULL, watch_main, w);
+    if (r) {
+        snprintf(err, errlen, "cannot start the catalog watcher: %s", strerror(r));
+        watch_free(w);
+        return -r;
+    }
+    w->thread_started = true;
+    *pwatch = w;
+    return 0;
+}
+
+int snapshot_watch_start(const char *db_path, int refresh_ms, struct snapshot_watch **pwatch,
+                         char *err, size_t errlen)
+{
+    if (refresh_ms < 1) {
+        snprintf(err, errlen, "refresh_ms must be at least 1");
+        return -EINVAL;
+    }
+    struct snapshot_watch *w = watch_new(db_path, refresh_ms, err, errlen);
+    if (!w)
+        return -ENOMEM;
     /* The first snapshot loads synchronously: a proxy does not start without one. */
     int r = poll_once(w, err, errlen);
     if (r == 0 && !w->current) {
@@ -248,15 +276,25 @@ int snapshot_watch_start(const char *db_path, int refresh_ms, struct snapshot_wa
         watch_free(w);
         return r > 0 ? -EINVAL : r;
     }
-    r = pthread_create(&w->thread, NULL, watch_main, w);
-    if (r) {
-        snprintf(err, errlen, "cannot start the catalog watcher: %s", strerror(r));
-        watch_free(w);
-        return -r;
+    return watch_run(w, pwatch, err, errlen);
+}
+
+int snapshot_watch_start_following(const char *db_path, int refresh_ms, struct catalog_follow *follow,
+                                   struct snapshot_watch **pwatch, char *err, size_t errlen)
+{
+    struct snapshot_watch *w = refresh_ms < 1 ? NULL : watch_new(db_path, refresh_ms, err, errlen);
+    if (!w) {
+        if (refresh_ms < 1)
+            snprintf(err, errlen, "refresh_ms must be at least 1");
+        catalog_follow_destroy(follow);
+        return refresh_ms < 1 ? -EINVAL : -ENOMEM;
     }
-    w->thread_started = true;
-    *pwatch = w;
-    return 0;
+    w->follow = follow;
+    catalog_follow_poll(follow);
+    char why[256];
+    if (poll_once(w, why, sizeof(why)) != 0)
+        set_error(w, why);   /* serves 503 until a catalog arrives */
+    return watch_run(w, pwatch, err, errlen);
 }
 
 void snapshot_watch_stop(struct snapshot_watch *watch)
@@ -301,4 +339,14 @@ void snapshot_watch_last_error(struct snapshot_watch *watch, char *buf, size_t b
     pthread_mutex_lock(&watch->lock);
     snprintf(buf, buflen, "%s", watch->last_error);
     pthread_mutex_unlock(&watch->lock);
+}
+
+int64_t snapshot_watch_catalog_version(const struct snapshot_watch *watch)
+{
+    return atomic_load(&((struct snapshot_watch *)watch)->catalog_version);
+}
+
+uint64_t snapshot_watch_catalog_refused(const struct snapshot_watch *watch)
+{
+    return watch->follow ? catalog_follow_refused(watch->follow) : 0;
 }

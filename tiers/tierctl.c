@@ -41,6 +41,7 @@
 #include "tiers/simulate.h"
 #include "tiers/snapshot.h"
 #include "tiers/table.h"
+#include "tiers/tierctl_fleet.h"
 
 #define EXIT_REFUSED 1
 #define EXIT_USAGE 2
@@ -51,7 +52,7 @@
 enum flag {
     FLAG_RATE, FLAG_BURST, FLAG_ALGORITHM, FLAG_CONCURRENCY, FLAG_WS_MESSAGES, FLAG_QUOTA, FLAG_SHADOW,
     FLAG_PRIORITY, FLAG_ROUTE, FLAG_PLAN, FLAG_LABEL, FLAG_JSON, FLAG_REDIS, FLAG_KEY_PREFIX, FLAG_CONFIG,
-    FLAG_DB, FLAG_HELP, FLAG_VERSION,
+    FLAG_DB, FLAG_HELP, FLAG_VERSION, FLAG_FORCE,
     N_FLAGS,
 };
 #define F(name) (1u << FLAG_##name)
@@ -90,6 +91,7 @@ static command_fn cmd_init, cmd_plan_add, cmd_plan_set, cmd_plan_list, cmd_plan_
     cmd_user_remove, cmd_key_create, cmd_key_list, cmd_key_revoke, cmd_export, cmd_import;
 static command_fn cmd_limit_set, cmd_backup, cmd_simulate;
 static command_fn cmd_cost_set, cmd_cost_remove, cmd_user_limit_add, cmd_user_limit_remove, cmd_usage;
+static command_fn cmd_publish, cmd_pull, cmd_status;
 
 /* The help table: a row is a command (run != NULL) or a flag. It is the only source of
  * usage text, and of which arguments and flags a command takes. */
@@ -162,6 +164,11 @@ static const struct help_row help_table[] = {
      cmd_backup, 1, 1, 0, ACCESS_READ, 0, 0},
     {"import", "FILE", "replace the whole catalog with FILE (- = stdin); all or nothing, ids kept",
      cmd_import, 1, 1, 0, ACCESS_CREATE, 0, 0},
+    {"publish", "[--force]", "publish the local catalog to the fleet (refused when the fleet's changed since this "
+     "file last published or pulled, unless --force)", cmd_publish, 0, 0, F(FORCE), ACCESS_NONE, 0, 0},
+    {"pull", "", "replace the local catalog by the fleet's", cmd_pull, 0, 0, 0, ACCESS_NONE, 0, 0},
+    {"status", "[--json]", "local and published versions, proxies following", cmd_status, 0, 0, F(JSON),
+     ACCESS_NONE, 0, 0},
     {"simulate", "LOG [--plan NAME | LIMIT-FLAGS] [--json]",
      "replay an access log against each user's plan, one plan, or the limits given: the requests and "
      "users they would reject; changes nothing",
@@ -188,8 +195,11 @@ static const struct help_row help_table[] = {
     {"--plan", "NAME", "(user add/set/list, simulate) the plan", NULL, 0, 0, 0, 0, FLAG_PLAN, false},
     {"--label", "TEXT", "(key create) a note to tell keys apart", NULL, 0, 0, 0, 0, FLAG_LABEL, false},
     {"--json", NULL, "(list, show, key create, usage) print JSON", NULL, 0, 0, 0, 0, FLAG_JSON, false},
-    {"--config", "FILE", "(usage) the proxy's INI file, for [limits] store, redis, redis_mode and key_prefix; default "
-     "$TIERPROXY_CONFIG, else " USAGE_DEFAULT_CONFIG, NULL, 0, 0, 0, 0, FLAG_CONFIG, false},
+    {"--config", "FILE", "the proxy's INI file: the fleet's Redis ([limits] redis, redis_mode, key_prefix) and"
+     " [plans] follow (redis: every change is also published); default $TIERPROXY_CONFIG, else "
+     USAGE_DEFAULT_CONFIG, NULL, 0, 0, 0, 0, FLAG_CONFIG, false},
+    {"--force", NULL, "(publish) publish even when the fleet's catalog changed since", NULL, 0, 0, 0, 0, FLAG_FORCE,
+     false},
     {"--redis", "URL", "(usage) the proxies' Redis, instead of the INI file's", NULL, 0, 0, 0, 0, FLAG_REDIS, false},
     {"--key-prefix", "P", "(usage) the proxies' [limits] key_prefix (default tierproxy:)",
      NULL, 0, 0, 0, 0, FLAG_KEY_PREFIX, false},
@@ -427,6 +437,12 @@ static int parse_args(int argc, char **argv, struct cli *c, bool *phelp)
         } else if (strncmp(argv[i], "--db=", 5) == 0) {
             c->flag[FLAG_DB] = argv[i] + 5;
             i++;
+        } else if (strcmp(argv[i], "--config") == 0 && i + 1 < argc) {
+            c->flag[FLAG_CONFIG] = argv[i + 1];
+            i += 2;
+        } else if (strncmp(argv[i], "--config=", 9) == 0) {
+            c->flag[FLAG_CONFIG] = argv[i] + 9;
+            i++;
         } else {
             return usage_error(NULL, "unknown option \"%s\"", argv[i]);
         }
@@ -504,9 +520,10 @@ static int parse_args(int argc, char **argv, struct cli *c, bool *phelp)
                 *phelp = false;
                 return -1;
             }
-            if (fr->flag != FLAG_DB && !(c->cmd->flags & (1u << fr->flag)))
+            bool global = fr->flag == FLAG_DB || fr->flag == FLAG_CONFIG;
+            if (!global && !(c->cmd->flags & (1u << fr->flag)))
                 return usage_error(c->cmd, "%s does not take %s", c->cmd->words, fr->words);
-            if (c->flag[fr->flag] && fr->flag != FLAG_DB)
+            if (c->flag[fr->flag] && !global)
                 return usage_error(c->cmd, "%s given twice", fr->words);
             const char *value;
             if (!fr->args) {
@@ -2083,6 +2100,92 @@ static int cmd_simulate(struct cli *c)
     return 0;
 }
 
+/* ---- the fleet's catalog (tiers/tierctl_fleet.h) ---- */
+
+static int read_fleet_config(struct cli *c, struct fleet_config *fc, bool needed)
+{
+    char err[1200];
+    if (fleet_config_read(c->flag[FLAG_CONFIG], fc, err, sizeof(err)) != 0)
+        return fail("%s", err);
+    if (needed && !fc->found)
+        return fail("%s does not exist: give the proxy's file with --config FILE or $TIERPROXY_CONFIG, to find the"
+                    " fleet's Redis", fc->file);
+    return 0;
+}
+
+/* Publishes the catalog in a write transaction of its own; status 0 or 1 (said why). */
+static int publish_in_transaction(struct cli *c, const struct fleet_config *fc, bool force, const char *failed)
+{
+    char msg[1536];
+    int r = catalog_begin(c->cat, true);
+    if (r)
+        snprintf(msg, sizeof(msg), "%s", catalog_errmsg(c->cat));
+    else if ((r = fleet_publish(c->cat, c->db_path, fc, force, msg, sizeof(msg))) == 0 && catalog_commit(c->cat)) {
+        snprintf(msg, sizeof(msg), "published, but cannot mark %s as published: %s", c->db_path, catalog_errmsg(c->cat));
+        r = -1;
+    }
+    if (r) {
+        catalog_rollback(c->cat);
+        return fail("%s%s", failed, msg);
+    }
+    fprintf(stderr, "tierctl: %s\n", msg);
+    return 0;
+}
+
+static int cmd_publish(struct cli *c)
+{
+    struct fleet_config fc;
+    char err[512];
+    int r = read_fleet_config(c, &fc, true);
+    if (r)
+        return r;
+    if (catalog_open(c->db_path, CATALOG_READ_WRITE, &c->cat, err, sizeof(err)))
+        return fail("%s", err);
+    r = publish_in_transaction(c, &fc, c->flag[FLAG_FORCE] != NULL, "");
+    catalog_close(c->cat);
+    return r;
+}
+
+static int cmd_pull(struct cli *c)
+{
+    struct fleet_config fc;
+    char err[512], msg[1536];
+    int r = read_fleet_config(c, &fc, true);
+    if (r)
+        return r;
+    if (catalog_open(c->db_path, CATALOG_CREATE, &c->cat, err, sizeof(err)))
+        return fail("%s", err);
+    r = fleet_pull(c->cat, c->db_path, &fc, msg, sizeof(msg));
+    catalog_close(c->cat);
+    if (r)
+        return fail("%s", msg);
+    fprintf(stderr, "tierctl: %s\n", msg);
+    return 0;
+}
+
+static int cmd_status(struct cli *c)
+{
+    struct fleet_config fc;
+    char err[1024];
+    int r = read_fleet_config(c, &fc, true);
+    if (r)
+        return r;
+    if (access(c->db_path, F_OK) == 0) {
+        if (catalog_open(c->db_path, CATALOG_READ_ONLY, &c->cat, err, sizeof(err)))
+            return fail("%s", err);
+        if (catalog_begin(c->cat, false)) {
+            r = catalog_failed(c);
+            catalog_close(c->cat);
+            return r;
+        }
+    }
+    r = fleet_status(c->cat, c->db_path, &fc, c->flag[FLAG_JSON] != NULL, stdout, err, sizeof(err));
+    catalog_close(c->cat);
+    if (fflush(stdout) != 0)
+        return fail("cannot write the output: %s", strerror(errno));
+    return r ? fail("%s", err) : 0;
+}
+
 /* ---- main ---- */
 
 int main(int argc, char **argv)
@@ -2114,6 +2217,9 @@ int main(int argc, char **argv)
                            : c.cmd->access == ACCESS_WRITE ? CATALOG_READ_WRITE
                            : CATALOG_CREATE;
     char err[512];
+    struct fleet_config fleet = {0};
+    if (c.cmd->access != ACCESS_READ && (status = read_fleet_config(&c, &fleet, false)) != 0)
+        return status;
     if (catalog_open(c.db_path, mode, &c.cat, err, sizeof(err)))
         return fail("%s", err);
     if (catalog_begin(c.cat, c.cmd->access != ACCESS_READ)) {
@@ -2135,8 +2241,12 @@ int main(int argc, char **argv)
     } else if (catalog_commit(c.cat)) {
         status = fail("%s; nothing was changed%s", catalog_errmsg(c.cat),
                       strcmp(c.cmd->words, "key create") == 0 ? " and the key above is not valid" : "");
-    } else if (c.note[0]) {
-        fprintf(stderr, "%s\n", c.note);
+    } else {
+        if (c.note[0])
+            fprintf(stderr, "%s\n", c.note);
+        if (fleet.follow)
+            status = publish_in_transaction(&c, &fleet, false, "the change is made, but not published"
+                                            " (`tierctl publish` sends it later): ");
     }
 out:
     catalog_close(c.cat);

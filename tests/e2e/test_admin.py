@@ -8,7 +8,7 @@ def test_health_ok(catalog, start_proxy):
     p = start_proxy(catalog)
     r = p.admin("/health")
     assert r.status == 200, r
-    assert r.json() == {"status": "ok", "store": "ok", "plans": "ok"}, r
+    assert r.json() == {"status": "ok", "store": "ok", "plans": "ok", "catalog_version": 0}, r
     assert (r.header("Content-Type") or "").startswith("application/json"), r
 
 

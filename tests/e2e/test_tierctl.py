@@ -225,7 +225,7 @@ def test_init_creates_default_plans(ctl):
     # WAL, so that tierctl and the proxies' readers do not block each other.
     with sqlite3.connect(str(ctl.db)) as db:
         assert db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
-        assert db.execute("PRAGMA user_version").fetchone()[0] == 2   # 2: issue 13 (quotas, costs, ...)
+        assert db.execute("PRAGMA user_version").fetchone()[0] == 3   # 3: the fleet mark (issue 23)
 
 
 def test_init_is_idempotent_and_keeps_changes(ctl):

@@ -1,0 +1,415 @@
+/* The fleet's catalog in Redis. See fleet_redis.h. */
+#include "store/fleet_redis.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <hiredis.h>
+#include <openssl/sha.h>
+
+#include "store/cluster_slot.h"
+#include "store/redis_probe.h"
+#include "store/redis_url.h"
+
+#define MAX_REDIRECTS 5
+#define FLEET_KEY_SUFFIX "{catalog}"
+
+/* Publishes when nobody published past the publisher's version (ARGV[1]) or with force
+ * (ARGV[2] = "1"); the version and the time come from Redis, never from a host's clock. */
+static const char publish_script[] =
+    "redis.replicate_commands()\n"
+    "local current = tonumber(redis.call('HGET', KEYS[1], 'version') or '0') or 0\n"
+    "local base = tonumber(ARGV[1])\n"
+    "if ARGV[2] ~= '1' and current > base then return {0, current} end\n"
+    "local version = math.max(current, base) + 1\n"
+    "local now = redis.call('TIME')\n"
+    "redis.call('HSET', KEYS[1], 'version', version, 'image', ARGV[3], 'sha256', ARGV[4],\n"
+    "           'schema', ARGV[5], 'published_at', now[1], 'by', ARGV[6])\n"
+    "return {version, current}\n";
+
+struct fleet_redis {
+    struct redis_url seeds[REDIS_SEEDS_MAX];
+    int n_seeds;
+    bool cluster;
+    int64_t timeout_ms;
+    char key[256];
+    char name[96];
+    char where[640];
+    redisContext *conn;
+    struct redis_url conn_url;     /* the node conn is logged in to */
+};
+
+void fleet_sha256_hex(const unsigned char *data, size_t len, char hex[FLEET_SHA256_HEX])
+{
+    unsigned char digest[SHA256_DIGEST_LENGTH];
+    SHA256(data, len, digest);
+    for (size_t i = 0; i < sizeof(digest); i++)
+        snprintf(hex + 2 * i, 3, "%02x", digest[i]);
+}
+
+int fleet_redis_create(const struct fleet_redis_options *o, struct fleet_redis **pfr, char *err, size_t errlen)
+{
+    struct fleet_redis *fr = calloc(1, sizeof(*fr));
+    if (!fr) {
+        snprintf(err, errlen, "out of memory");
+        return -ENOMEM;
+    }
+    fr->cluster = o->cluster;
+    fr->timeout_ms = o->timeout_ms > 0 ? o->timeout_ms : 2000;
+    int n = o->cluster ? redis_seed_list_parse(o->redis, fr->seeds, REDIS_SEEDS_MAX, err, errlen)
+                       : redis_url_parse(o->redis, &fr->seeds[0], err, errlen) == 0 ? 1 : -EINVAL;
+    const char *prefix = o->key_prefix ? o->key_prefix : "tierproxy:";
+    if (n > 0 && (size_t)snprintf(fr->key, sizeof(fr->key), "%s" FLEET_KEY_SUFFIX, prefix) >= sizeof(fr->key)) {
+        snprintf(err, errlen, "key_prefix is too long");
+        n = -EINVAL;
+    }
+    if (n < 0) {
+        fleet_redis_destroy(fr);
+        return n;
+    }
+    fr->n_seeds = n;
+    const struct redis_url *u = &fr->seeds[0];
+    if (u->is_unix)
+        snprintf(fr->where, sizeof(fr->where), "%s key %s", u->path, fr->key);
+    else
+        snprintf(fr->where, sizeof(fr->where), "%s:%d%s key %s", u->host, u->port, n > 1 ? " (and other seeds)" : "",
+                 fr->key);
+    *pfr = fr;
+    return 0;
+}
+
+static void drop_connection(struct fleet_redis *fr)
+{
+    if (fr->conn)
+        redisFree(fr->conn);
+    fr->conn = NULL;
+}
+
+void fleet_redis_destroy(struct fleet_redis *fr)
+{
+    if (!fr)
+        return;
+    drop_connection(fr);
+    explicit_bzero(fr, sizeof(*fr));
+    free(fr);
+}
+
+const char *fleet_redis_where(const struct fleet_redis *fr)
+{
+    return fr->where;
+}
+
+/* One command on c; a reply, or NULL with why in err and *pr set. */
+static redisReply *ask(redisContext *c, int argc, const char **argv, const size_t *lens, char *err, size_t errlen,
+                       int *pr)
+{
+    redisReply *r = redisCommandArgv(c, argc, argv, lens);
+    if (!r) {
+        snprintf(err, errlen, "%s: %s", argv[0], c->errstr[0] ? c->errstr : "no answer");
+        *pr = -EHOSTUNREACH;
+    }
+    return r;
+}
+
+/* A simple command whose answer only matters when it is an error. */
+static int ask_ok(redisContext *c, int argc, const char **argv, char *err, size_t errlen)
+{
+    int rc = 0;
+    redisReply *r = ask(c, argc, argv, NULL, err, errlen, &rc);
+    if (r && r->type == REDIS_REPLY_ERROR) {
+        snprintf(err, errlen, "%s: %.160s", argv[0], r->str);
+        rc = redis_reply_refuses_login(r->str) ? -EACCES : -EIO;
+    }
+    if (r)
+        freeReplyObject(r);
+    return rc;
+}
+
+static void set_name(struct fleet_redis *fr, redisContext *c)
+{
+    char err[64];
+    const char *argv[3] = {"CLIENT", "SETNAME", fr->name};
+    if (fr->name[0])
+        (void)ask_ok(c, 3, argv, err, sizeof(err));   /* a name is for status only */
+}
+
+void fleet_redis_set_client_name(struct fleet_redis *fr, const char *name)
+{
+    size_t n = 0;
+    for (const char *p = name; *p && n + 1 < sizeof(fr->name); p++) {
+        char ch = *p;
+        bool ok = (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ||
+                  strchr(".-_:", ch) != NULL;
+        fr->name[n++] = ok ? ch : '_';
+    }
+    fr->name[n] = '\0';
+    if (fr->conn)
+        set_name(fr, fr->conn);
+}
+
+/* Connects and logs in to u: AUTH, SELECT, CLIENT SETNAME. */
+static int connect_to(struct fleet_redis *fr, const struct redis_url *u, char *err, size_t errlen)
+{
+    char why[240] = "";
+    int rc = 0;
+    redisContext *c = redis_probe_login(u, fr->timeout_ms, why, sizeof(why), &rc);
+    if (c && u->db != 0) {
+        char db[16];
+        snprintf(db, sizeof(db), "%d", u->db);
+        const char *argv[2] = {"SELECT", db};
+        rc = ask_ok(c, 2, argv, why, sizeof(why));
+    }
+    if (!c || rc) {
+        if (c)
+            redisFree(c);
+        snprintf(err, errlen, "%s %s:%d: %s", rc == -EHOSTUNREACH ? "cannot reach" : "refused by",
+                 u->is_unix ? u->path : u->host, u->is_unix ? 0 : u->port, why);
+        return rc ? rc : -EHOSTUNREACH;
+    }
+    set_name(fr, c);
+    drop_connection(fr);
+    fr->conn = c;
+    fr->conn_url = *u;
+    return 0;
+}
+
+/* A connection to a seed, the first that answers; a refused login is said over an
+ * unreachable seed. */
+static int ensure_connected(struct fleet_redis *fr, char *err, size_t errlen)
+{
+    if (fr->conn)
+        return 0;
+    int worst = -EHOSTUNREACH;
+    char why[400] = "";
+    for (int i = 0; i < fr->n_seeds; i++) {
+        char e[400];
+        int rc = connect_to(fr, &fr->seeds[i], e, sizeof(e));
+        if (rc == 0)
+            return 0;
+        if (!why[0] || (rc == -EACCES && worst != -EACCES)) {
+            snprintf(why, sizeof(why), "%s", e);
+            worst = rc;
+        }
+    }
+    snprintf(err, errlen, "%s", why);
+    return worst;
+}
+
+/* Follows a MOVED or ASK answer: connects to the node it names with the seeds' login. */
+static int follow_redirect(struct fleet_redis *fr, const struct cluster_redirect *to, char *err, size_t errlen)
+{
+    struct redis_url u = fr->seeds[0];
+    if (to->host[0])
+        snprintf(u.host, sizeof(u.host), "%s", to->host);
+    else
+        snprintf(u.host, sizeof(u.host), "%s", fr->conn_url.host);
+    u.port = to->port;
+    u.is_unix = false;
+    u.db = 0;
+    int rc = connect_to(fr, &u, err, errlen);
+    explicit_bzero(&u, sizeof(u));
+    return rc;
+}
+
+/* Runs one command on the node that holds the catalog's slot. Returns the reply (not an
+ * error reply), or NULL with *pr and err set. A connection that failed is made again once. */
+static redisReply *run(struct fleet_redis *fr, int argc, const char **argv, const size_t *lens, char *err,
+                       size_t errlen, int *pr)
+{
+    bool asking = false, retried = false;
+    for (int hop = 0; hop <= MAX_REDIRECTS; hop++) {
+        if ((*pr = ensure_connected(fr, err, errlen)) != 0)
+            return NULL;
+        if (asking) {
+            const char *a[1] = {"ASKING"};
+            (void)ask_ok(fr->conn, 1, a, err, errlen);
+        }
+        redisReply *r = ask(fr->conn, argc, argv, lens, err, errlen, pr);
+        if (!r) {
+            drop_connection(fr);
+            if (retried)
+                return NULL;
+            retried = true;
+            continue;
+        }
+        if (r->type != REDIS_REPLY_ERROR)
+            return r;
+        struct cluster_redirect to;
+        if (fr->cluster && cluster_redirect_parse(r->str, r->len, &to) == 0) {
+            freeReplyObject(r);
+            asking = to.kind == CLUSTER_REDIRECT_ASK;
+            if ((*pr = follow_redirect(fr, &to, err, errlen)) != 0)
+                return NULL;
+            continue;
+        }
+        snprintf(err, errlen, "%s: %.200s", argv[0], r->str);
+        *pr = redis_reply_refuses_login(r->str) ? -EACCES : -EIO;
+        freeReplyObject(r);
+        return NULL;
+    }
+    snprintf(err, errlen, "%s: more than %d cluster redirects", argv[0], MAX_REDIRECTS);
+    *pr = -EIO;
+    return NULL;
+}
+
+static int64_t reply_int(const redisReply *r)
+{
+    if (!r)
+        return 0;
+    if (r->type == REDIS_REPLY_INTEGER)
+        return (int64_t)r->integer;
+    if (r->type == REDIS_REPLY_STRING)
+        return strtoll(r->str, NULL, 10);
+    return 0;
+}
+
+int fleet_redis_version(struct fleet_redis *fr, int64_t *pversion, char *err, size_t errlen)
+{
+    const char *argv[3] = {"HGET", fr->key, "version"};
+    int rc = 0;
+    redisReply *r = run(fr, 3, argv, NULL, err, errlen, &rc);
+    if (!r)
+        return rc;
+    *pversion = reply_int(r);
+    freeReplyObject(r);
+    return 0;
+}
+
+static void copy_str(char *out, size_t outlen, const redisReply *r)
+{
+    out[0] = '\0';
+    if (r && r->type == REDIS_REPLY_STRING)
+        snprintf(out, outlen, "%.*s", (int)r->len, r->str);
+}
+
+/* HMGET of the head's fields, and the image when with_image. */
+static int read_hash(struct fleet_redis *fr, struct fleet_redis_head *head, bool with_image, unsigned char **pimage,
+                     size_t *plen, char *err, size_t errlen)
+{
+    const char *argv[8] = {"HMGET", fr->key, "version", "schema", "published_at", "sha256", "by", "image"};
+    int rc = 0;
+    redisReply *r = run(fr, with_image ? 8 : 7, argv, NULL, err, errlen, &rc);
+    if (!r)
+        return rc;
+    memset(head, 0, sizeof(*head));
+    if (r->type != REDIS_REPLY_ARRAY || r->elements < 5) {
+        freeReplyObject(r);
+        snprintf(err, errlen, "HMGET %s: an answer that is not a list", fr->key);
+        return -EIO;
+    }
+    head->version = reply_int(r->element[0]);
+    head->schema = reply_int(r->element[1]);
+    head->published_at = reply_int(r->element[2]);
+    copy_str(head->sha256, sizeof(head->sha256), r->element[3]);
+    copy_str(head->by, sizeof(head->by), r->element[4]);
+    if (with_image) {
+        *pimage = NULL;
+        *plen = 0;
+        const redisReply *img = r->element[5];
+        if (img->type == REDIS_REPLY_STRING && img->len > 0) {
+            *pimage = malloc(img->len);
+            if (!*pimage) {
+                freeReplyObject(r);
+                snprintf(err, errlen, "out of memory for a catalog of %zu bytes", img->len);
+                return -ENOMEM;
+            }
+            memcpy(*pimage, img->str, img->len);
+            *plen = img->len;
+        }
+    }
+    freeReplyObject(r);
+    return 0;
+}
+
+int fleet_redis_head(struct fleet_redis *fr, struct fleet_redis_head *head, char *err, size_t errlen)
+{
+    return read_hash(fr, head, false, NULL, NULL, err, errlen);
+}
+
+int fleet_redis_fetch(struct fleet_redis *fr, struct fleet_redis_head *head, unsigned char **pimage, size_t *plen,
+                      char *err, size_t errlen)
+{
+    return read_hash(fr, head, true, pimage, plen, err, errlen);
+}
+
+int fleet_redis_publish(struct fleet_redis *fr, int64_t base, bool force, const unsigned char *image, size_t len,
+                        int schema, const char *by, int64_t *pversion, int64_t *pcurrent, char *err, size_t errlen)
+{
+    char base_text[24], schema_text[16], sha[FLEET_SHA256_HEX];
+    snprintf(base_text, sizeof(base_text), "%lld", (long long)base);
+    snprintf(schema_text, sizeof(schema_text), "%d", schema);
+    fleet_sha256_hex(image, len, sha);
+    const char *argv[10] = {"EVAL", publish_script, "1", fr->key, base_text, force ? "1" : "0",
+                            (const char *)image, sha, schema_text, by};
+    size_t lens[10];
+    for (int i = 0; i < 10; i++)
+        lens[i] = i == 6 ? len : strlen(argv[i]);
+    int rc = 0;
+    redisReply *r = run(fr, 10, argv, lens, err, errlen, &rc);
+    if (!r)
+        return rc;
+    if (r->type != REDIS_REPLY_ARRAY || r->elements != 2) {
+        freeReplyObject(r);
+        snprintf(err, errlen, "EVAL: an answer that is not a list of two");
+        return -EIO;
+    }
+    int64_t version = reply_int(r->element[0]), current = reply_int(r->element[1]);
+    freeReplyObject(r);
+    *pcurrent = current;
+    if (version == 0)
+        return 1;
+    *pversion = version;
+    return 0;
+}
+
+/* Appends the value of "name=" in one CLIENT LIST line when it begins with prefix. */
+static bool take_name(const char *line, size_t linelen, const char *prefix, char *out, size_t outlen)
+{
+    const char *p = NULL;
+    for (size_t i = 0; i + 6 <= linelen && !p; i++)
+        if ((i == 0 || line[i - 1] == ' ') && memcmp(line + i, "name=", 5) == 0)
+            p = line + i + 5;
+    if (!p)
+        return false;
+    size_t n = 0;
+    while (p + n < line + linelen && p[n] != ' ')
+        n++;
+    size_t plen = strlen(prefix);
+    if (n < plen || memcmp(p, prefix, plen) != 0)
+        return false;
+    size_t used = strlen(out);
+    if (used + n + 2 <= outlen)
+        snprintf(out + used, outlen - used, "%.*s\n", (int)n, p);
+    return true;
+}
+
+int fleet_redis_clients(struct fleet_redis *fr, const char *prefix, char *out, size_t outlen, char *err,
+                        size_t errlen)
+{
+    /* the catalog's node: a read of the key first (cluster: follows redirects there) */
+    int64_t version = 0;
+    int rc = fleet_redis_version(fr, &version, err, errlen);
+    if (rc)
+        return rc;
+    const char *argv[2] = {"CLIENT", "LIST"};
+    redisReply *r = ask(fr->conn, 2, argv, NULL, err, errlen, &rc);
+    if (!r)
+        return rc;
+    if (r->type != REDIS_REPLY_STRING && r->type != REDIS_REPLY_STATUS) {
+        snprintf(err, errlen, "CLIENT LIST: %.160s", r->type == REDIS_REPLY_ERROR ? r->str : "an odd answer");
+        freeReplyObject(r);
+        return -EIO;
+    }
+    out[0] = '\0';
+    int count = 0;
+    for (const char *line = r->str; line < r->str + r->len;) {
+        const char *end = memchr(line, '\n', (size_t)(r->str + r->len - line));
+        size_t n = end ? (size_t)(end - line) : (size_t)(r->str + r->len - line);
+        count += take_name(line, n, prefix, out, outlen);
+        line += n + 1;
+    }
+    freeReplyObject(r);
+    return count;
+}

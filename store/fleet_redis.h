@@ -1,0 +1,75 @@
+/* The fleet's catalog in Redis: one hash, `<key_prefix>{catalog}`, that tierctl publishes
+ * and following proxies read. Fields: version (grows by one per publication), image (the
+ * catalog's SQLite image, store/catalog_image.h), sha256 (hex of image), schema (its schema
+ * version), published_at (Redis' clock, Unix seconds), by (who published). One hash
+ * written by one command is never seen half written, and the hash tag puts it on one
+ * slot of a Redis Cluster (DESIGN.md, "One catalog for the fleet").
+ *
+ * Blocking hiredis calls, each bounded by the timeout: for tierctl and for the proxy's
+ * catalog thread, never a worker's loop. In cluster mode the seeds are tried in turn and
+ * MOVED and ASK answers are followed to the node that holds the slot. A connection that
+ * failed is dropped and made again at the next call. */
+#pragma once
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define FLEET_SHA256_HEX 65
+
+struct fleet_redis_options {
+    const char *redis;         /* [limits] redis: one URL, or the seeds in cluster mode */
+    bool cluster;
+    const char *key_prefix;    /* [limits] key_prefix */
+    int64_t timeout_ms;        /* each connect and command */
+};
+
+/* What a publication says of itself (all of it but the image). version 0: none. */
+struct fleet_redis_head {
+    int64_t version;
+    int64_t schema;
+    int64_t published_at;
+    char sha256[FLEET_SHA256_HEX];
+    char by[128];
+};
+
+struct fleet_redis;
+
+/* Checks the options (no I/O). Returns 0, or -EINVAL with why in err (never a password). */
+int fleet_redis_create(const struct fleet_redis_options *options, struct fleet_redis **pfr, char *err, size_t errlen);
+void fleet_redis_destroy(struct fleet_redis *fr);
+
+/* The name this connection gives itself (CLIENT SETNAME), now and after each reconnect;
+ * tierctl status lists the proxies following by it. Letters, digits and ".-_:" only. */
+void fleet_redis_set_client_name(struct fleet_redis *fr, const char *name);
+
+/* Where the catalog lives, for messages: "127.0.0.1:6379 key tierproxy:{catalog}". */
+const char *fleet_redis_where(const struct fleet_redis *fr);
+
+/* Every call below returns 0, or a negative errno with why in err: -EHOSTUNREACH (no
+ * answer), -EACCES (the login is refused), -EIO (another error reply). */
+
+/* The published version alone (one HGET): 0 when nothing is published. */
+int fleet_redis_version(struct fleet_redis *fr, int64_t *pversion, char *err, size_t errlen);
+
+/* The publication without its image. */
+int fleet_redis_head(struct fleet_redis *fr, struct fleet_redis_head *head, char *err, size_t errlen);
+
+/* The publication with its image, read in one command. *pimage (free()) is NULL when
+ * nothing is published. */
+int fleet_redis_fetch(struct fleet_redis *fr, struct fleet_redis_head *head, unsigned char **pimage,
+                      size_t *plen, char *err, size_t errlen);
+
+/* Publishes image when the published version is at most base (the version this file last
+ * published or pulled), or whatever it is with force. The new version is one more than the
+ * larger of the two, so versions only grow. Returns 0 with *pversion set, 1 when refused
+ * (*pcurrent: the version published meanwhile), or a negative errno. */
+int fleet_redis_publish(struct fleet_redis *fr, int64_t base, bool force, const unsigned char *image, size_t len,
+                        int schema, const char *by, int64_t *pversion, int64_t *pcurrent, char *err, size_t errlen);
+
+/* The names of the connections to the catalog's node that begin with prefix (CLIENT
+ * LIST), one per line into out. Returns how many, or a negative errno. */
+int fleet_redis_clients(struct fleet_redis *fr, const char *prefix, char *out, size_t outlen, char *err,
+                        size_t errlen);
+
+/* Lowercase hex SHA-256 of data, as the sha256 field holds it. */
+void fleet_sha256_hex(const unsigned char *data, size_t len, char hex[FLEET_SHA256_HEX]);

@@ -1,0 +1,136 @@
+/* Installing the fleet's catalog. See catalog_install.h. */
+#include "tiers/catalog_install.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "store/catalog_image.h"
+#include "tiers/limit_bounds.h"
+
+struct check {
+    struct catalog *cat;
+    char msg[256];
+    char *err;
+    size_t errlen;
+};
+
+/* Records why a record is refused: "plan 3: ...". Returns CATALOG_INVALID. */
+__attribute__((format(printf, 2, 3)))
+static int refuse(struct check *c, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(c->err, c->errlen, fmt, ap);
+    va_end(ap);
+    return CATALOG_INVALID;
+}
+
+static bool id_ok(int64_t id)
+{
+    return id >= 1 && id <= CATALOG_ID_MAX;
+}
+
+static int check_plan(void *ctx, const struct catalog_plan *p)
+{
+    struct check *c = ctx;
+    if (!id_ok(p->id))
+        return refuse(c, "plan id %" PRId64 " is out of range", p->id);
+    if (catalog_check_plan_name(p->name, c->msg, sizeof(c->msg)))
+        return refuse(c, "plan %" PRId64 ": %s", p->id, c->msg);
+    return 0;
+}
+
+static int check_limit(void *ctx, const struct catalog_limit *l)
+{
+    struct check *c = ctx;
+    if (!id_ok(l->id))
+        return refuse(c, "limit id %" PRId64 " is out of range", l->id);
+    if (catalog_check_limit(l, c->msg, sizeof(c->msg)) ||
+        (l->route_method && (catalog_check_route(l->route_method, l->route_prefix, c->msg, sizeof(c->msg)) ||
+                             tier_route_prefix_check(l->route_prefix, c->msg, sizeof(c->msg)))))
+        return refuse(c, "limit %" PRId64 ": %s", l->id, c->msg);
+    return 0;
+}
+
+static int check_cost(void *ctx, const struct catalog_cost *k)
+{
+    struct check *c = ctx;
+    if (catalog_check_cost(k, c->msg, sizeof(c->msg)) ||
+        catalog_check_route(k->route_method, k->route_prefix, c->msg, sizeof(c->msg)))
+        return refuse(c, "plan %" PRId64 "'s cost: %s", k->plan_id, c->msg);
+    return 0;
+}
+
+static int check_user(void *ctx, const struct catalog_user *u)
+{
+    struct check *c = ctx;
+    if (catalog_check_user_id(u->id, c->msg, sizeof(c->msg)) || catalog_check_time(u->created, c->msg, sizeof(c->msg)))
+        return refuse(c, "a user: %s", c->msg);
+    return 0;
+}
+
+static int check_key(void *ctx, const struct catalog_key *k)
+{
+    struct check *c = ctx;
+    if (!id_ok(k->id))
+        return refuse(c, "key id %" PRId64 " is out of range", k->id);
+    if (catalog_check_user_id(k->user_id, c->msg, sizeof(c->msg)) ||
+        catalog_check_label(k->label, c->msg, sizeof(c->msg)) ||
+        catalog_check_time(k->created, c->msg, sizeof(c->msg)) ||
+        (k->revoked && catalog_check_time(k->revoked, c->msg, sizeof(c->msg))))
+        return refuse(c, "key %" PRId64 ": %s", k->id, c->msg);
+    if (!k->revoked && catalog_user_find(c->cat, k->user_id, NULL) != 0)
+        return refuse(c, "key %" PRId64 " is active but its user is not in the catalog", k->id);
+    return 0;
+}
+
+int catalog_install_check(struct catalog *cat, char *err, size_t errlen)
+{
+    struct check c = {.cat = cat, .err = err, .errlen = errlen};
+    err[0] = '\0';
+    int r = catalog_plan_each(cat, check_plan, &c);
+    if (r == 0)
+        r = catalog_limit_each(cat, 0, check_limit, &c);
+    if (r == 0)
+        r = catalog_user_limit_each(cat, NULL, check_limit, &c);
+    if (r == 0)
+        r = catalog_cost_each(cat, 0, check_cost, &c);
+    if (r == 0)
+        r = catalog_user_each(cat, 0, check_user, &c);
+    if (r == 0)
+        r = catalog_key_each(cat, NULL, false, check_key, &c);
+    if (r && !err[0])
+        snprintf(err, errlen, "%s", catalog_errmsg(cat));
+    if (r == 0 && (tier_catalog_check_bounds(cat, err, errlen) || tier_catalog_check_costs(cat, err, errlen)))
+        r = CATALOG_INVALID;
+    return r;
+}
+
+int catalog_install_image(struct catalog *cat, const unsigned char *image, size_t len, int64_t version, char *err,
+                          size_t errlen)
+{
+    err[0] = '\0';
+    int schema = 0;
+    int r = catalog_image_attach(cat, image, len, &schema);
+    if (r == 0)
+        r = catalog_begin(cat, true);
+    if (r == 0)
+        r = catalog_image_copy(cat);
+    if (r == 0)
+        r = catalog_install_check(cat, err, errlen);
+    if (r == 0)
+        r = catalog_fleet_mark_set(cat, version);
+    if (r == 0)
+        r = catalog_commit(cat);
+    if (r) {
+        if (!err[0])
+            snprintf(err, errlen, "%s", catalog_errmsg(cat));
+        catalog_rollback(cat);
+    }
+    catalog_image_detach(cat);
+    return r;
+}

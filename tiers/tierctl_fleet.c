@@ -1,0 +1,258 @@
+/* tierctl's side of the fleet's catalog. See tierctl_fleet.h and DESIGN.md, "One catalog
+ * for the fleet". */
+#include "tiers/tierctl_fleet.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <ini.h>
+#include <jansson.h>
+
+#include "store/catalog_image.h"
+#include "store/fleet_redis.h"
+#include "tiers/catalog_install.h"
+
+#define FLEET_DEFAULT_CONFIG "/etc/tierproxy/tierproxy.ini"
+#define FLEET_TIMEOUT_MS 5000
+#define FOLLOWER_PREFIX "tierproxy-follower:"
+
+static int on_ini(void *ctx, const char *section, const char *name, const char *value)
+{
+    struct fleet_config *fc = ctx;
+    if (strcmp(section, "limits") == 0 && strcmp(name, "redis") == 0)
+        snprintf(fc->redis, sizeof(fc->redis), "%s", value);
+    else if (strcmp(section, "limits") == 0 && strcmp(name, "key_prefix") == 0)
+        snprintf(fc->key_prefix, sizeof(fc->key_prefix), "%s", value);
+    else if (strcmp(section, "limits") == 0 && strcmp(name, "redis_mode") == 0)
+        fc->cluster = strcmp(value, "cluster") == 0;
+    else if (strcmp(section, "plans") == 0 && strcmp(name, "follow") == 0)
+        fc->follow = strcmp(value, "redis") == 0;
+    return 1;   /* the proxy checks its file; here only these matter */
+}
+
+int fleet_config_read(const char *config_flag, struct fleet_config *fc, char *err, size_t errlen)
+{
+    *fc = (struct fleet_config){.redis = "redis://127.0.0.1:6379/0", .key_prefix = "tierproxy:"};
+    const char *env = getenv("TIERPROXY_CONFIG");
+    const char *file = config_flag ? config_flag : env && env[0] ? env : FLEET_DEFAULT_CONFIG;
+    bool must_exist = file != (const char *)FLEET_DEFAULT_CONFIG;
+    snprintf(fc->file, sizeof(fc->file), "%s", file);
+    if (!must_exist && access(file, F_OK) != 0)
+        return 0;
+    int line = ini_parse(file, on_ini, fc);
+    if (line < 0) {
+        snprintf(err, errlen, "cannot read %s: %s", file, strerror(errno));
+        return -1;
+    }
+    if (line > 0) {
+        snprintf(err, errlen, "%s:%d: cannot read the file there", file, line);
+        return -1;
+    }
+    fc->found = true;
+    if ((env = getenv("TIERPROXY_LIMITS_REDIS")) && env[0])
+        snprintf(fc->redis, sizeof(fc->redis), "%s", env);
+    if ((env = getenv("TIERPROXY_LIMITS_KEY_PREFIX")))
+        snprintf(fc->key_prefix, sizeof(fc->key_prefix), "%s", env);
+    if ((env = getenv("TIERPROXY_LIMITS_REDIS_MODE")) && env[0])
+        fc->cluster = strcmp(env, "cluster") == 0;
+    if ((env = getenv("TIERPROXY_PLANS_FOLLOW")) && env[0])
+        fc->follow = strcmp(env, "redis") == 0;
+    return 0;
+}
+
+static int open_redis(const struct fleet_config *fc, struct fleet_redis **pfr, char *msg, size_t msglen)
+{
+    struct fleet_redis_options o = {
+        .redis = fc->redis, .cluster = fc->cluster, .key_prefix = fc->key_prefix, .timeout_ms = FLEET_TIMEOUT_MS,
+    };
+    char err[512];
+    if (fleet_redis_create(&o, pfr, err, sizeof(err)) != 0) {
+        snprintf(msg, msglen, "%s: [limits] redis: %s", fc->file, err);
+        return -1;
+    }
+    return 0;
+}
+
+static void publisher_name(char *by, size_t len)
+{
+    char host[128] = "";
+    gethostname(host, sizeof(host) - 1);
+    snprintf(by, len, "tierctl@%s", host[0] ? host : "?");
+}
+
+int fleet_publish(struct catalog *cat, const char *db_path, const struct fleet_config *fc, bool force, char *msg,
+                  size_t msglen)
+{
+    int64_t base = 0, version = 0, current = 0;
+    bool changed = true;
+    unsigned char *image = NULL;
+    size_t len = 0;
+    struct fleet_redis *fr = NULL;
+    char err[512], by[160];
+    if (catalog_fleet_mark(cat, &base, &changed) || catalog_image_make(cat, &image, &len)) {
+        snprintf(msg, msglen, "%s", catalog_errmsg(cat));
+        return -1;
+    }
+    int r = open_redis(fc, &fr, msg, msglen);
+    if (r == 0) {
+        publisher_name(by, sizeof(by));
+        r = fleet_redis_publish(fr, base, force, image, len, CATALOG_SCHEMA_VERSION, by, &version, &current, err,
+                                sizeof(err));
+        if (r < 0)
+            snprintf(msg, msglen, "catalog %s not published to %s: %s", db_path, fleet_redis_where(fr), err);
+        else if (r == 1)
+            snprintf(msg, msglen, "catalog %s not published: the fleet's catalog at %s is at version %" PRId64
+                     ", which %s has not seen (it last published or pulled version %" PRId64 "): another admin"
+                     " published meanwhile; `tierctl pull` takes theirs, `tierctl publish --force` replaces it",
+                     db_path, fleet_redis_where(fr), current, db_path, base);
+        r = r < 0 ? -1 : r;
+    }
+    if (r == 0 && catalog_fleet_mark_set(cat, version) != 0) {
+        snprintf(msg, msglen, "published version %" PRId64 ", but cannot mark %s: %s", version, db_path,
+                 catalog_errmsg(cat));
+        r = -1;
+    } else if (r == 0) {
+        snprintf(msg, msglen, "catalog %s published to %s as version %" PRId64 " (%zu bytes)%s", db_path,
+                 fleet_redis_where(fr), version, len, force && current > base ? ", replacing the fleet's" : "");
+    }
+    catalog_image_free(image);
+    fleet_redis_destroy(fr);
+    return r;
+}
+
+int fleet_pull(struct catalog *cat, const char *db_path, const struct fleet_config *fc, char *msg, size_t msglen)
+{
+    struct fleet_redis *fr = NULL;
+    if (open_redis(fc, &fr, msg, msglen) != 0)
+        return -1;
+    struct fleet_redis_head head;
+    unsigned char *image = NULL;
+    size_t len = 0;
+    char err[512], sha[FLEET_SHA256_HEX];
+    int status = -1;
+    int r = fleet_redis_fetch(fr, &head, &image, &len, err, sizeof(err));
+    if (r == 0 && image)
+        fleet_sha256_hex(image, len, sha);
+    if (r)
+        snprintf(msg, msglen, "cannot fetch the fleet's catalog from %s: %s", fleet_redis_where(fr), err);
+    else if (!image)
+        snprintf(msg, msglen, "no catalog is published at %s", fleet_redis_where(fr));
+    else if (strcmp(sha, head.sha256) != 0)
+        snprintf(msg, msglen, "the catalog at %s is refused: its sha256 does not match its image", fleet_redis_where(fr));
+    else if ((r = catalog_install_image(cat, image, len, head.version, err, sizeof(err))) != 0)
+        snprintf(msg, msglen, "version %" PRId64 " from %s %s: %s; %s is unchanged", head.version,
+                 fleet_redis_where(fr), r == CATALOG_INVALID ? "is refused" : "cannot be installed", err, db_path);
+    else
+        status = snprintf(msg, msglen, "catalog %s replaced by version %" PRId64 " from %s", db_path, head.version,
+                          fleet_redis_where(fr)) < 0 ? -1 : 0;
+    free(image);
+    fleet_redis_destroy(fr);
+    return status;
+}
+
+/* "tierproxy-follower:HOST:PID:vN" -> name "HOST:PID", version N. */
+static json_t *follower_json(const char *line)
+{
+    const char *rest = line + strlen(FOLLOWER_PREFIX);
+    const char *v = strstr(rest, ":v");
+    for (const char *p = v; p; p = strstr(p + 1, ":v"))
+        v = p;
+    if (!v)
+        return json_pack("{s:s, s:n}", "name", rest, "version");
+    return json_pack("{s:s#, s:I}", "name", rest, (int)(v - rest), "version", (json_int_t)strtoll(v + 2, NULL, 10));
+}
+
+static void iso_time(int64_t unix_s, char *out, size_t len)
+{
+    time_t t = (time_t)unix_s;
+    struct tm tm;
+    if (!gmtime_r(&t, &tm) || strftime(out, len, "%Y-%m-%dT%H:%M:%SZ", &tm) == 0)
+        snprintf(out, len, "?");
+}
+
+/* The published head and followers as JSON members of doc; -1 with why when Redis could not tell. */
+static int fleet_side(const struct fleet_config *fc, json_t *doc, char *err, size_t errlen)
+{
+    struct fleet_redis *fr = NULL;
+    if (open_redis(fc, &fr, err, errlen) != 0)
+        return -1;
+    json_object_set_new(doc, "redis", json_string(fleet_redis_where(fr)));
+    struct fleet_redis_head head;
+    char why[512], names[8192], when[32];
+    int r = fleet_redis_head(fr, &head, why, sizeof(why));
+    if (r == 0 && head.version > 0) {
+        iso_time(head.published_at, when, sizeof(when));
+        json_object_set_new(doc, "published", json_pack("{s:I, s:s, s:s, s:I}", "version", (json_int_t)head.version,
+                                                        "published_at", when, "by", head.by, "schema",
+                                                        (json_int_t)head.schema));
+    } else if (r == 0) {
+        json_object_set_new(doc, "published", json_null());
+    }
+    int n = r == 0 ? fleet_redis_clients(fr, FOLLOWER_PREFIX, names, sizeof(names), why, sizeof(why)) : r;
+    json_t *followers = json_array();
+    for (const char *line = names; n > 0 && *line; line = strchr(line, '\n') + 1) {
+        char one[256];
+        snprintf(one, sizeof(one), "%.*s", (int)strcspn(line, "\n"), line);
+        json_array_append_new(followers, follower_json(one));
+    }
+    json_object_set_new(doc, n >= 0 ? "followers" : "followers_error", n >= 0 ? followers : json_string(why));
+    if (n < 0)
+        json_decref(followers);
+    if (r)
+        snprintf(err, errlen, "cannot ask %s: %s", fleet_redis_where(fr), why);
+    fleet_redis_destroy(fr);
+    return r ? -1 : 0;
+}
+
+static void print_text(json_t *doc, FILE *out)
+{
+    json_t *local = json_object_get(doc, "local"), *pub = json_object_get(doc, "published");
+    fprintf(out, "local      %s: version %" JSON_INTEGER_FORMAT "%s\n", json_string_value(json_object_get(local, "db")),
+            json_integer_value(json_object_get(local, "version")),
+            json_is_true(json_object_get(local, "changed")) ? ", changed since" : "");
+    if (json_object_get(doc, "redis"))
+        fprintf(out, "fleet      %s\n", json_string_value(json_object_get(doc, "redis")));
+    if (json_is_object(pub))
+        fprintf(out, "published  version %" JSON_INTEGER_FORMAT " at %s by %s\n",
+                json_integer_value(json_object_get(pub, "version")), json_string_value(json_object_get(pub, "published_at")),
+                json_string_value(json_object_get(pub, "by")));
+    else if (json_is_null(pub))
+        fprintf(out, "published  nothing\n");
+    json_t *followers = json_object_get(doc, "followers"), *f;
+    size_t i;
+    if (followers)
+        fprintf(out, "following  %zu %s\n", json_array_size(followers), json_array_size(followers) == 1 ? "proxy" : "proxies");
+    json_array_foreach(followers, i, f)
+        fprintf(out, "  %s  version %" JSON_INTEGER_FORMAT "\n", json_string_value(json_object_get(f, "name")),
+                json_integer_value(json_object_get(f, "version")));
+    if (json_object_get(doc, "followers_error"))
+        fprintf(out, "following  unknown (%s)\n", json_string_value(json_object_get(doc, "followers_error")));
+}
+
+int fleet_status(struct catalog *cat, const char *db_path, const struct fleet_config *fc, bool json, FILE *out,
+                 char *err, size_t errlen)
+{
+    int64_t version = 0;
+    bool changed = false;
+    if (cat && catalog_fleet_mark(cat, &version, &changed) != 0) {
+        snprintf(err, errlen, "%s", catalog_errmsg(cat));
+        return -1;
+    }
+    json_t *doc = json_pack("{s:{s:s, s:I, s:b, s:b}}", "local", "db", db_path, "version", (json_int_t)version,
+                            "changed", changed, "exists", cat != NULL);
+    if (!doc) {
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    int r = fleet_side(fc, doc, err, errlen);
+    if (json)
+        r |= json_dumpf(doc, out, JSON_INDENT(2)) != 0 || fputc('\n', out) == EOF ? -1 : 0;
+    else
+        print_text(doc, out);
+    json_decref(doc);
+    return r;
+}
