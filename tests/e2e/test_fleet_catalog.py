@@ -13,6 +13,8 @@ import itertools
 import json
 import os
 import re
+import sqlite3
+import tempfile
 import time
 
 from conftest import SLOW, Catalog, wait_until, write_ini
@@ -83,16 +85,44 @@ class Fleet:
         return int(h["version"])
 
     def published_users(self):
-        return sorted(u["id"] for u in json.loads(self.published()["doc"])["users"])
+        return sorted(r[0] for r in image_rows(self.published()["image"], "SELECT id FROM users"))
 
-    def write_published(self, version, doc, sha=None, fmt=2):
+    def write_published(self, version, image, sha=None, schema=3):
         """A catalog written into the fleet's Redis by hand (as a broken or newer tierctl
-        might): sha defaults to the doc's true SHA-256."""
-        doc = doc.encode() if isinstance(doc, str) else doc
-        self._node().cmd("HSET", self.catalog_key, "version", version, "doc", doc,
-                         "sha256", sha or hashlib.sha256(doc).hexdigest(), "format", fmt,
-                         "published_at", time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-                         "by", "test_fleet_catalog")
+        might): sha defaults to the image's true SHA-256."""
+        self._node().cmd("HSET", self.catalog_key, "version", version, "image", image,
+                         "sha256", sha or hashlib.sha256(image).hexdigest(), "schema", schema,
+                         "published_at", int(time.time()), "by", "test_fleet_catalog")
+
+
+def image_rows(image, sql):
+    """Rows of a query on a published catalog image (a SQLite database's bytes)."""
+    with tempfile.TemporaryDirectory() as d:
+        path = os.path.join(d, "image.db")
+        with open(path, "wb") as f:
+            f.write(image)
+        db = sqlite3.connect(path)
+        try:
+            return db.execute(sql).fetchall()
+        finally:
+            db.close()
+
+
+def edited_image(image, *sql):
+    """A copy of a published image with sql run on it (CHECK constraints off, as a tool
+    that writes the file directly could leave it)."""
+    with tempfile.TemporaryDirectory() as d:
+        path = os.path.join(d, "image.db")
+        with open(path, "wb") as f:
+            f.write(image)
+        db = sqlite3.connect(path)
+        db.execute("PRAGMA ignore_check_constraints = ON")
+        for stmt in sql:
+            db.execute(stmt)
+        db.commit()
+        db.close()
+        with open(path, "rb") as f:
+            return f.read()
 
 
 def assert_published_change(cp, what):
@@ -336,18 +366,20 @@ def test_a_change_redis_cannot_take_stays_local_until_publish(catalog, proxies, 
 
 # ------------------------------------------------------------------ a catalog that fails its checks
 
-def corrupt_catalogs(doc_text):
-    """(what, doc, sha256 or None for the true one, format) of catalogs a proxy must refuse.
-    Each lacks every key, so a proxy that took one would refuse the key it accepted."""
-    doc = json.loads(doc_text)
-    doc["api_keys"] = []
-    keyless = json.dumps(doc)
+def corrupt_catalogs(image):
+    """(what, image, sha256 or None for the true one, schema) of catalogs a proxy must
+    refuse. Each lacks every key, so a proxy that took one would refuse the key it accepted."""
+    keyless = edited_image(image, "DELETE FROM api_keys")
     return [
-        ("not JSON", keyless[:len(keyless) // 2], None, 2),
-        ("a wrong sha256", keyless, hashlib.sha256(b"another doc").hexdigest(), 2),
-        ("an unknown field", json.dumps(dict(doc, limits_v9={"added": "later"})), None, 2),
-        ("format 3 from a newer tierctl", json.dumps(dict(doc, version=3)), None, 3),
-        ("a doc of version 3 under format 2", json.dumps(dict(doc, version=3)), None, 2),
+        ("not a SQLite image", b"{\"format\": \"tierproxy-catalog\"", None, 3),
+        ("half an image", keyless[:len(keyless) // 2], None, 3),
+        ("a wrong sha256", keyless, hashlib.sha256(b"another image").hexdigest(), 3),
+        ("schema 4 from a newer tierctl", keyless, None, 4),
+        ("an image of schema 4 under schema 3", edited_image(keyless, "PRAGMA user_version = 4"), None, 3),
+        ("a limit of 0 requests", edited_image(keyless, "UPDATE limits SET amount = 0"), None, 3),
+        ("a user id with a control character", edited_image(
+            keyless, "PRAGMA foreign_keys = OFF", "UPDATE users SET id = 'bad' || char(10) || 'id'"), None, 3),
+        ("no catalog tables", edited_image(keyless, "DROP TABLE api_keys"), None, 3),
     ]
 
 
@@ -367,8 +399,7 @@ def test_a_corrupt_catalog_is_refused_and_the_old_one_kept(catalog, proxies, red
     v = fl.publish(catalog)
     p = fl.follower()
     wait_serving(p, v, key)
-    doc = fl.published()["doc"].decode()
-    kinds = corrupt_catalogs(doc)
+    kinds = corrupt_catalogs(fl.published()["image"])
     refused = lambda: gauge(p, "tierproxy_catalog_refused_total")     # noqa: E731
     for n, (what, bad, sha, fmt) in enumerate(kinds, start=1):
         version = bad_version(v, n)
