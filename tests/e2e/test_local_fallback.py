@@ -147,7 +147,8 @@ def test_lease_released_during_outage_does_not_count_after(catalog, proxies, red
     time.sleep(1.0)
     r = p.get("/after", key=key)
     assert r.status == 200, r
-    logged = [ln for ln in p.access_log_lines() if ln.get("path") == "/after"]
+    # the log line is written just after the answer
+    logged = wait_until(lambda: [ln for ln in p.access_log_lines() if ln.get("path") == "/after"], 5)
     assert logged and logged[-1]["decision"] == "allowed", logged
 
 
