@@ -8,6 +8,10 @@
  * pushed from another host) is reopened. Publishing is a pointer swap under the mutex
  * plus an atomic generation bump; readers take a reference under the same mutex.
  *
+ * A following proxy's watcher (snapshot_watch_start_following) first lets the follower
+ * install a newer published catalog in the file, then polls the file as above; without a
+ * file it starts with no snapshot.
+ *
  * Failures keep the previous snapshot. healthy goes false when the file cannot be
  * opened or read (and back to true at the next good poll). A catalog locked by another
  * process (SQLITE_BUSY) is retried at the next poll and only counts as unreachable once
