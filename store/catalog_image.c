@@ -7,7 +7,9 @@
 #include "store/catalog_image.h"
 
 #include <errno.h>
+#include <pthread.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "store/catalog_impl.h"
@@ -221,4 +223,150 @@ void catalog_image_detach(struct catalog *cat)
         return;
     if (sqlite3_db_filename(cat->db, IMAGE_SCHEMA) != NULL)
         sqlite3_exec(cat->db, "DETACH DATABASE " IMAGE_SCHEMA, NULL, NULL, NULL);
+}
+
+/* ---- install by file ---- */
+
+#define SCHEMA_QUERY "SELECT type || ' ' || name || ' ' || tbl_name || ' ' || coalesce(sql, '') FROM sqlite_schema" \
+                     " ORDER BY type, name"
+
+/* The schema this program's migrations make, as SCHEMA_QUERY lists it; built once. */
+static char *reference_schema;
+static pthread_once_t reference_once = PTHREAD_ONCE_INIT;
+
+/* SCHEMA_QUERY's rows, one per line; NULL on failure. */
+static char *schema_text(sqlite3 *db)
+{
+    sqlite3_stmt *st = NULL;
+    if (sqlite3_prepare_v2(db, SCHEMA_QUERY, -1, &st, NULL) != SQLITE_OK)
+        return NULL;
+    size_t len = 0, cap = 4096;
+    char *out = malloc(cap);
+    int rc;
+    while (out && (rc = sqlite3_step(st)) == SQLITE_ROW) {
+        const char *row = (const char *)sqlite3_column_text(st, 0);
+        size_t n = row ? strlen(row) : 0;
+        if (len + n + 2 > cap) {
+            char *grown = realloc(out, cap = 2 * (len + n + 2));
+            if (!grown) {
+                free(out);
+                out = NULL;
+                break;
+            }
+            out = grown;
+        }
+        memcpy(out + len, row ? row : "", n);
+        len += n;
+        out[len++] = '\n';
+        out[len] = '\0';
+    }
+    sqlite3_finalize(st);
+    if (out && len == 0)
+        out[0] = '\0';
+    return out;
+}
+
+static void build_reference(void)
+{
+    sqlite3 *db = NULL;
+    if (sqlite3_open_v2(":memory:", &db, SQLITE_OPEN_READWRITE, NULL) == SQLITE_OK) {
+        int ok = 1;
+        for (int v = 0; ok && v < CATALOG_SCHEMA_VERSION; v++)
+            ok = sqlite3_exec(db, catalog_migrations[v], NULL, NULL, NULL) == SQLITE_OK;
+        if (ok)
+            reference_schema = schema_text(db);
+    }
+    sqlite3_close(db);
+}
+
+static int open_plain(const char *path, struct catalog **pcat, char *err, size_t errlen)
+{
+    struct catalog *cat = calloc(1, sizeof(*cat));
+    if (!cat) {
+        snprintf(err, errlen, "out of memory");
+        return -ENOMEM;
+    }
+    cat->mode = CATALOG_READ_WRITE;
+    int rc = sqlite3_open_v2(path, &cat->db, SQLITE_OPEN_READWRITE, NULL);
+    if (rc != SQLITE_OK) {
+        snprintf(err, errlen, "cannot open %s: %s", path, cat->db ? sqlite3_errmsg(cat->db) : sqlite3_errstr(rc));
+        catalog_close(cat);
+        return -EIO;
+    }
+    sqlite3_extended_result_codes(cat->db, 1);
+    sqlite3_busy_timeout(cat->db, CATALOG_BUSY_TIMEOUT_MS);
+    sqlite3_db_config(cat->db, SQLITE_DBCONFIG_DEFENSIVE, 1, NULL);
+    sqlite3_db_config(cat->db, SQLITE_DBCONFIG_TRUSTED_SCHEMA, 0, NULL);
+    *pcat = cat;
+    return 0;
+}
+
+/* What catalog_image_open_file finds: 0 exact, 1 another schema, CATALOG_INVALID, < 0. */
+static int check_file(struct catalog *cat, char *err, size_t errlen)
+{
+    int64_t schema = 0;
+    int r = exec_sql(cat, "PRAGMA cell_size_check = ON");
+    if (r == 0)
+        r = exec_sql(cat, "PRAGMA foreign_keys = ON");
+    if (r == 0)
+        r = query_one(cat, "PRAGMA user_version", &schema);
+    if (r == 0 && schema > CATALOG_SCHEMA_VERSION) {
+        snprintf(err, errlen, "the published catalog has schema %lld, newer than this program's %d", (long long)schema,
+                 CATALOG_SCHEMA_VERSION);
+        return CATALOG_INVALID;
+    }
+    sqlite3_stmt *st = NULL;
+    int rc = r ? SQLITE_ERROR : sqlite3_prepare_v2(cat->db, "PRAGMA quick_check(1)", -1, &st, NULL);
+    if (rc == SQLITE_OK)
+        rc = sqlite3_step(st);
+    if (rc != SQLITE_ROW || strcmp((const char *)sqlite3_column_text(st, 0), "ok") != 0) {
+        snprintf(err, errlen, "the published catalog is damaged: %s",
+                 rc == SQLITE_ROW ? (const char *)sqlite3_column_text(st, 0) : sqlite3_errmsg(cat->db));
+        sqlite3_finalize(st);
+        return CATALOG_INVALID;
+    }
+    sqlite3_finalize(st);
+    if (schema != CATALOG_SCHEMA_VERSION)
+        return 1;
+    pthread_once(&reference_once, build_reference);
+    char *text = schema_text(cat->db);
+    int same = text && reference_schema && strcmp(text, reference_schema) == 0;
+    free(text);
+    cat->version = CATALOG_SCHEMA_VERSION;
+    return same ? 0 : 1;
+}
+
+int catalog_image_open_file(const char *path, struct catalog **pcat, char *err, size_t errlen)
+{
+    struct catalog *cat = NULL;
+    int r = open_plain(path, &cat, err, errlen);
+    if (r)
+        return r;
+    char mode[16] = "";
+    sqlite3_stmt *st = NULL;
+    if (sqlite3_prepare_v2(cat->db, "PRAGMA journal_mode", -1, &st, NULL) == SQLITE_OK && sqlite3_step(st) == SQLITE_ROW)
+        snprintf(mode, sizeof(mode), "%s", (const char *)sqlite3_column_text(st, 0));
+    sqlite3_finalize(st);
+    if (strcmp(mode, "delete") != 0) {
+        snprintf(err, errlen, "the published catalog cannot be read (%s)", mode[0] ? mode : sqlite3_errmsg(cat->db));
+        r = CATALOG_INVALID;
+    } else {
+        r = check_file(cat, err, errlen);
+    }
+    if (r)
+        catalog_close(cat);
+    else
+        *pcat = cat;
+    return r;
+}
+
+int catalog_create_rollback(const char *path, struct catalog **pcat, char *err, size_t errlen)
+{
+    int r = catalog_open(path, CATALOG_CREATE, pcat, err, errlen);
+    if (r == 0 && (r = exec_sql(*pcat, "PRAGMA journal_mode = DELETE")) != 0) {
+        snprintf(err, errlen, "%s", catalog_errmsg(*pcat));
+        catalog_close(*pcat);
+        *pcat = NULL;
+    }
+    return r;
 }

@@ -42,3 +42,16 @@ int catalog_image_copy(struct catalog *cat);
 
 /* Detaches the image (after the transaction ended). NULL-safe, idempotent. */
 void catalog_image_detach(struct catalog *cat);
+
+/* For an install by file (tiers/catalog_install.c): the catalog file at path, just written
+ * from an image, opened read-write with a rollback journal (never WAL: the file is then
+ * renamed over a cache that readers reopen) and defensively, as catalog_image_attach
+ * reads an image. Returns 0 and sets *pcat when it passes quick_check and its schema is
+ * exactly the one this program's migrations make (tables, indexes, triggers); 1 when it
+ * is a catalog of another schema (an older tierctl's: its records are copied instead);
+ * CATALOG_INVALID with why in err when it is damaged, not a catalog, or of a newer
+ * schema. */
+int catalog_image_open_file(const char *path, struct catalog **pcat, char *err, size_t errlen);
+
+/* A new, empty catalog file at path (created 0600), read-write with a rollback journal. */
+int catalog_create_rollback(const char *path, struct catalog **pcat, char *err, size_t errlen);

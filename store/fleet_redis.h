@@ -1,9 +1,12 @@
-/* The fleet's catalog in Redis: one hash, `<key_prefix>{catalog}`, that tierctl publishes
- * and following proxies read. Fields: version (grows by one per publication), image (the
- * catalog's SQLite image, store/catalog_image.h), sha256 (hex of image), schema (its schema
- * version), published_at (Redis' clock, Unix seconds), by (who published). One hash
- * written by one command is never seen half written, and the hash tag puts it on one
- * slot of a Redis Cluster (DESIGN.md, "One catalog for the fleet").
+/* The fleet's catalog in Redis: a head, the hash `<key_prefix>{catalog}`, that tierctl
+ * publishes and following proxies read, and the image in chunks of 1 MiB, the strings
+ * `<key_prefix>{catalog}:chunk:UPLOAD:N`. The head's fields: version (grows by one per
+ * publication), upload, chunks and size (where the image is), sha256 (hex of the whole
+ * image: the catalog's SQLite image, store/catalog_image.h), schema (its schema version),
+ * published_at (Redis' clock, Unix seconds), by (who published). An upload's chunks are
+ * written first, then one script checks them and swaps the head: a reader sees the old
+ * publication or the new one, and the hash tag puts every key on one slot of a Redis
+ * Cluster (DESIGN.md, "One catalog for the fleet").
  *
  * Blocking hiredis calls, each bounded by the timeout: for tierctl and for the proxy's
  * catalog thread, never a worker's loop. In cluster mode the seeds are tried in turn and
@@ -54,8 +57,9 @@ int fleet_redis_version(struct fleet_redis *fr, int64_t *pversion, char *err, si
 /* The publication without its image. */
 int fleet_redis_head(struct fleet_redis *fr, struct fleet_redis_head *head, char *err, size_t errlen);
 
-/* The publication with its image, read in one command. *pimage (free()) is NULL when
- * nothing is published. */
+/* The publication with its image: the head, then its chunks. *pimage (free()) is NULL
+ * when nothing is published. -EAGAIN: a newer publication replaced the chunks meanwhile
+ * (ask again); -EBADMSG: a head or chunks that do not fit together. */
 int fleet_redis_fetch(struct fleet_redis *fr, struct fleet_redis_head *head, unsigned char **pimage,
                       size_t *plen, char *err, size_t errlen);
 

@@ -94,19 +94,26 @@ static void show_version(struct catalog_follow *f)
     fleet_redis_set_client_name(f->redis, name);
 }
 
-/* Opens the file read-write (creating it when with_create). Returns 0 or non-zero. */
-static int open_file(struct catalog_follow *f, bool with_create)
+/* Opens the file: read-only to read its version, read-write to install in place. */
+static int open_file(struct catalog_follow *f, enum catalog_mode mode)
 {
     if (f->cat)
         return 0;
     char err[512];
-    int r = catalog_open(f->db_path, with_create ? CATALOG_CREATE : CATALOG_READ_WRITE, &f->cat, err, sizeof(err));
+    int r = catalog_open(f->db_path, mode, &f->cat, err, sizeof(err));
     if (r)
         say(f, CATALOG_FOLLOW_ERROR, "catalog: %s", err);
     return r;
 }
 
-/* The version the file holds: 0 for a file that does not exist yet. */
+static void close_file(struct catalog_follow *f)
+{
+    catalog_close(f->cat);
+    f->cat = NULL;
+}
+
+/* The version the file holds: 0 for a file that does not exist yet. Read-only: a
+ * read-write open would turn the file to WAL, which a rename must not meet. */
 static int read_local_version(struct catalog_follow *f)
 {
     struct stat sb;
@@ -114,14 +121,31 @@ static int read_local_version(struct catalog_follow *f)
         f->local_version = 0;
         return 0;
     }
-    int r = open_file(f, false);
+    int r = open_file(f, CATALOG_READ_ONLY);
     if (r == 0 && (r = catalog_begin(f->cat, false)) == 0) {
         bool changed;
         r = catalog_fleet_mark(f->cat, &f->local_version, &changed);
         catalog_rollback(f->cat);
     }
+    close_file(f);
     if (r == 0)
         show_version(f);
+    return r;
+}
+
+/* Installs by a new file renamed over the old one, or in place when a journal or WAL
+ * lies beside the file. */
+static int install_image(struct catalog_follow *f, const unsigned char *image, size_t len, int64_t version, char *err,
+                         size_t errlen, bool *pin_place)
+{
+    int r = catalog_install_file(f->db_path, image, len, version, err, errlen);
+    *pin_place = r == 1;
+    if (r != 1)
+        return r;
+    r = open_file(f, CATALOG_CREATE);
+    if (r == 0)
+        r = catalog_install_image(f->cat, image, len, version, err, errlen);
+    close_file(f);
     return r;
 }
 
@@ -178,9 +202,8 @@ static int install(struct catalog_follow *f, const struct fleet_redis_head *head
     }
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
-    int r = open_file(f, true);
-    if (r == 0)
-        r = catalog_install_image(f->cat, image, len, head->version, err, sizeof(err));
+    bool in_place = false;
+    int r = install_image(f, image, len, head->version, err, sizeof(err), &in_place);
     if (r == CATALOG_INVALID) {
         refuse(f, head->version, err);
         return 0;
@@ -195,8 +218,9 @@ static int install(struct catalog_follow *f, const struct fleet_redis_head *head
     clock_gettime(CLOCK_MONOTONIC, &t1);
     f->local_version = head->version;
     show_version(f);
-    say(f, CATALOG_FOLLOW_INFO, "catalog: version %" PRId64 " from %s installed in %s (%zu bytes, %.0f ms)",
-        head->version, fleet_redis_where(f->redis), f->db_path, len,
+    say(f, CATALOG_FOLLOW_INFO, "catalog: version %" PRId64 " from %s installed in %s%s (%zu bytes, %.0f ms)",
+        head->version, fleet_redis_where(f->redis), f->db_path,
+        in_place ? " in place (a journal lies beside it)" : "", len,
         (double)(t1.tv_sec - t0.tv_sec) * 1e3 + (double)(t1.tv_nsec - t0.tv_nsec) / 1e6);
     return 1;
 }
@@ -212,7 +236,14 @@ int catalog_follow_poll(struct catalog_follow *f)
     unsigned char *image = NULL;
     size_t len = 0;
     char err[512];
-    if (fleet_redis_fetch(f->redis, &head, &image, &len, err, sizeof(err)) != 0) {
+    int r = fleet_redis_fetch(f->redis, &head, &image, &len, err, sizeof(err));
+    if (r == -EAGAIN)
+        return 0;   /* replaced while it was read: the next poll reads the newer one */
+    if (r == -EBADMSG) {
+        refuse(f, version, err);
+        return 0;
+    }
+    if (r) {
         if (version != f->failed_version)
             say(f, CATALOG_FOLLOW_WARN, "catalog: cannot fetch version %" PRId64 " from %s: %s", version,
                 fleet_redis_where(f->redis), err);

@@ -2,11 +2,15 @@
 #include "tiers/catalog_install.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "store/catalog_image.h"
 #include "tiers/limit_bounds.h"
@@ -132,5 +136,130 @@ int catalog_install_image(struct catalog *cat, const unsigned char *image, size_
         catalog_rollback(cat);
     }
     catalog_image_detach(cat);
+    return r;
+}
+
+/* ---- install by file ---- */
+
+static bool sidecar_exists(const char *db_path, const char *suffix)
+{
+    char path[4096];
+    struct stat sb;
+    snprintf(path, sizeof(path), "%s%s", db_path, suffix);
+    return stat(path, &sb) == 0;
+}
+
+static void remove_with_sidecars(const char *path)
+{
+    static const char *const suffixes[] = {"", "-journal", "-wal", "-shm"};
+    for (size_t i = 0; i < sizeof(suffixes) / sizeof(suffixes[0]); i++) {
+        char p[4096];
+        snprintf(p, sizeof(p), "%s%s", path, suffixes[i]);
+        unlink(p);
+    }
+}
+
+static int write_all(int fd, const unsigned char *data, size_t len)
+{
+    while (len > 0) {
+        ssize_t n = write(fd, data, len);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            return -errno;
+        data += n;
+        len -= (size_t)n;
+    }
+    return fsync(fd) == 0 ? 0 : -errno;
+}
+
+/* A new catalog at tmp with the image's records copied in (an image of another schema). */
+static int build_by_copy(const char *tmp, const unsigned char *image, size_t len, struct catalog **pcat, char *err,
+                         size_t errlen)
+{
+    unlink(tmp);
+    int schema = 0;
+    int r = catalog_create_rollback(tmp, pcat, err, errlen);
+    if (r == 0 && (r = catalog_image_attach(*pcat, image, len, &schema)) == 0 &&
+        (r = catalog_begin(*pcat, true)) == 0 && (r = catalog_image_copy(*pcat)) == 0)
+        return 0;
+    if (*pcat && !err[0])
+        snprintf(err, errlen, "%s", catalog_errmsg(*pcat));
+    return r;
+}
+
+/* Checks the new file's records, marks it and commits. cat holds a write transaction
+ * when copied, none when the image was written as it is. */
+static int finish_file(struct catalog *cat, bool in_transaction, int64_t version, char *err, size_t errlen)
+{
+    int r = in_transaction ? 0 : catalog_begin(cat, true);
+    if (r == 0)
+        r = catalog_install_check(cat, err, errlen);
+    if (r == 0)
+        r = catalog_fleet_mark_set(cat, version);
+    if (r == 0)
+        r = catalog_commit(cat);
+    if (r && !err[0])
+        snprintf(err, errlen, "%s", catalog_errmsg(cat));
+    return r;
+}
+
+static int make_temp(const char *db_path, char *tmp, size_t tmplen, int *pfd)
+{
+    snprintf(tmp, tmplen, "%s.fleet-XXXXXX", db_path);
+    *pfd = mkstemp(tmp);   /* 0600 */
+    return *pfd < 0 ? -errno : 0;
+}
+
+static void sync_directory(const char *path)
+{
+    char dir[4096];
+    snprintf(dir, sizeof(dir), "%s", path);
+    char *slash = strrchr(dir, '/');
+    if (slash)
+        *(slash == dir ? slash + 1 : slash) = '\0';
+    else
+        snprintf(dir, sizeof(dir), ".");
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd >= 0) {
+        fsync(fd);
+        close(fd);
+    }
+}
+
+int catalog_install_file(const char *db_path, const unsigned char *image, size_t len, int64_t version, char *err,
+                         size_t errlen)
+{
+    err[0] = '\0';
+    if (sidecar_exists(db_path, "-wal") || sidecar_exists(db_path, "-journal"))
+        return 1;
+    char tmp[4096];
+    int fd = -1;
+    int r = make_temp(db_path, tmp, sizeof(tmp), &fd);
+    if (r) {
+        snprintf(err, errlen, "cannot create a file beside %s: %s", db_path, strerror(-r));
+        return r;
+    }
+    r = write_all(fd, image, len);
+    close(fd);
+    struct catalog *cat = NULL;
+    bool copied = false;
+    if (r)
+        snprintf(err, errlen, "cannot write %s: %s", tmp, strerror(-r));
+    else if ((r = catalog_image_open_file(tmp, &cat, err, errlen)) == 1) {
+        copied = true;
+        r = build_by_copy(tmp, image, len, &cat, err, errlen);
+    }
+    if (r == 0)
+        r = finish_file(cat, copied, version, err, errlen);
+    catalog_close(cat);
+    if (r == 0 && rename(tmp, db_path) != 0) {
+        r = -errno;
+        snprintf(err, errlen, "cannot rename %s to %s: %s", tmp, db_path, strerror(errno));
+    }
+    if (r)
+        remove_with_sidecars(tmp);
+    else
+        sync_directory(db_path);
     return r;
 }

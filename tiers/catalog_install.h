@@ -18,3 +18,13 @@ int catalog_install_image(struct catalog *cat, const unsigned char *image, size_
 
 /* The checks alone, on the records of cat inside the caller's transaction. */
 int catalog_install_check(struct catalog *cat, char *err, size_t errlen);
+
+/* The proxy's install: builds the new catalog in a file beside db_path (the image itself
+ * when its schema is exactly this program's, else its records copied into a new catalog),
+ * checks it, marks it with version, and renames it over db_path, so a large catalog costs
+ * no copy into the old file. Readers holding the old file keep it until they reopen.
+ * Returns 0; 1 when db_path has a journal or WAL beside it (a local tierctl wrote it:
+ * renaming over it would pair the new file with that journal) and the caller installs in
+ * place (catalog_install_image); CATALOG_INVALID with why in err; or a negative errno. */
+int catalog_install_file(const char *db_path, const unsigned char *image, size_t len, int64_t version, char *err,
+                         size_t errlen);

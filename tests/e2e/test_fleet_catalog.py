@@ -84,15 +84,27 @@ class Fleet:
         assert "version" in h, "no catalog published at %s: %r" % (self.catalog_key, h)
         return int(h["version"])
 
+    def published_image(self):
+        """The published image, put together from its chunks."""
+        h = self.published()
+        node = self._node()
+        chunks = [node.cmd("GET", "%s:chunk:%s:%d" % (self.catalog_key, h["upload"].decode(), i))
+                  for i in range(int(h["chunks"]))]
+        assert all(c is not None for c in chunks), "a chunk of the published image is missing"
+        return b"".join(chunks)
+
     def published_users(self):
-        return sorted(r[0] for r in image_rows(self.published()["image"], "SELECT id FROM users"))
+        return sorted(r[0] for r in image_rows(self.published_image(), "SELECT id FROM users"))
 
     def write_published(self, version, image, sha=None, schema=3):
         """A catalog written into the fleet's Redis by hand (as a broken or newer tierctl
-        might): sha defaults to the image's true SHA-256."""
-        self._node().cmd("HSET", self.catalog_key, "version", version, "image", image,
-                         "sha256", sha or hashlib.sha256(image).hexdigest(), "schema", schema,
-                         "published_at", int(time.time()), "by", "test_fleet_catalog")
+        might), in one chunk: sha defaults to the image's true SHA-256."""
+        upload = "test%d" % version
+        node = self._node()
+        node.cmd("SET", "%s:chunk:%s:0" % (self.catalog_key, upload), image)
+        node.cmd("HSET", self.catalog_key, "version", version, "upload", upload, "chunks", 1,
+                 "size", len(image), "sha256", sha or hashlib.sha256(image).hexdigest(),
+                 "schema", schema, "published_at", int(time.time()), "by", "test_fleet_catalog")
 
 
 def image_rows(image, sql):
@@ -399,7 +411,7 @@ def test_a_corrupt_catalog_is_refused_and_the_old_one_kept(catalog, proxies, red
     v = fl.publish(catalog)
     p = fl.follower()
     wait_serving(p, v, key)
-    kinds = corrupt_catalogs(fl.published()["image"])
+    kinds = corrupt_catalogs(fl.published_image())
     refused = lambda: gauge(p, "tierproxy_catalog_refused_total")     # noqa: E731
     for n, (what, bad, sha, fmt) in enumerate(kinds, start=1):
         version = bad_version(v, n)
@@ -506,3 +518,32 @@ def test_create_and_revoke_reach_two_proxies_on_a_cluster(catalog, proxies, redi
     last = fl.published_version()      # read from the master of the catalog's slot
     for p in ps:
         wait_serving(p, last)
+
+
+# ------------------------------------------------------------------ a follower's file written locally
+
+def test_a_local_change_on_a_follower_is_replaced_by_the_next_publication(catalog, proxies, redis_factory,
+                                                                           tmp_path):
+    """A local tierctl write turns the follower's file to WAL mode; while a reader keeps its
+    WAL beside it, the next version is installed in the file, not renamed over it (the WAL
+    would pair with the new file), and replaces the local change all the same."""
+    fl = Fleet(proxies, catalog, redis_factory(), tmp_path)
+    v = fl.publish(catalog)
+    p = fl.follower()
+    wait_serving(p, v)
+    local = Catalog(p.db)
+    local.run("user", "add", "only-here", "--plan", "free")
+    # a reader on this host keeps the file's WAL open while the next version arrives
+    reader = sqlite3.connect(str(p.db))
+    try:
+        assert reader.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+        reader.execute("SELECT count(*) FROM users").fetchone()
+        assert (tmp_path / (p.db.name + "-wal")).exists(), "no WAL beside the follower's file"
+        _, key = catalog.user_key("pro")
+        v2 = fl.publish(catalog)
+        wait_serving(p, v2, key)
+        assert "in place" in p.stderr(), p.stderr()[-2000:]
+    finally:
+        reader.close()
+    users = sorted(u["id"] for u in json.loads(local.run("export").stdout)["users"])
+    assert "only-here" not in users, "the local change survived the publication: %r" % users
