@@ -370,3 +370,9 @@ int catalog_create_rollback(const char *path, struct catalog **pcat, char *err, 
     }
     return r;
 }
+
+int catalog_orphan_active_key(struct catalog *cat, int64_t *pkey_id)
+{
+    return query_one(cat, "SELECT id FROM api_keys WHERE revoked IS NULL AND user_id NOT IN (SELECT id FROM users)"
+                          " ORDER BY id LIMIT 1", pkey_id);
+}

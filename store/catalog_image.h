@@ -55,3 +55,7 @@ int catalog_image_open_file(const char *path, struct catalog **pcat, char *err, 
 
 /* A new, empty catalog file at path (created 0600), read-write with a rollback journal. */
 int catalog_create_rollback(const char *path, struct catalog **pcat, char *err, size_t errlen);
+
+/* An active key whose user is not in the catalog (what an import refuses): 0 with its id,
+ * or CATALOG_NOT_FOUND when there is none. One query, in the caller's transaction. */
+int catalog_orphan_active_key(struct catalog *cat, int64_t *pkey_id);

@@ -87,8 +87,6 @@ static int check_key(void *ctx, const struct catalog_key *k)
         catalog_check_time(k->created, c->msg, sizeof(c->msg)) ||
         (k->revoked && catalog_check_time(k->revoked, c->msg, sizeof(c->msg))))
         return refuse(c, "key %" PRId64 ": %s", k->id, c->msg);
-    if (!k->revoked && catalog_user_find(c->cat, k->user_id, NULL) != 0)
-        return refuse(c, "key %" PRId64 " is active but its user is not in the catalog", k->id);
     return 0;
 }
 
@@ -107,6 +105,11 @@ int catalog_install_check(struct catalog *cat, char *err, size_t errlen)
         r = catalog_user_each(cat, 0, check_user, &c);
     if (r == 0)
         r = catalog_key_each(cat, NULL, false, check_key, &c);
+    int64_t orphan = 0;
+    if (r == 0 && (r = catalog_orphan_active_key(cat, &orphan)) == 0)
+        r = refuse(&c, "key %" PRId64 " is active but its user is not in the catalog", orphan);
+    else if (r == CATALOG_NOT_FOUND)
+        r = 0;
     if (r && !err[0])
         snprintf(err, errlen, "%s", catalog_errmsg(cat));
     if (r == 0 && (tier_catalog_check_bounds(cat, err, errlen) || tier_catalog_check_costs(cat, err, errlen)))

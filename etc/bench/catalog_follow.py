@@ -564,7 +564,7 @@ def span(v, fmt="{:.2f}"):
 
 
 def slow_by(slow, word):
-    """The slowest Redis command of a kind, in ms: 'EVAL' (tierctl's publish), 'HMGET' (a fetch)."""
+    """The slowest Redis command of a kind, in ms: 'EVAL' (the swap), 'SET'/'GET' (a chunk), 'HMGET' (a head)."""
     v = [us for cmd, us, _ in slow if cmd == word]
     return max(v) / 1000 if v else 0.0
 
@@ -599,10 +599,10 @@ def report_publications(B, w):
     before = [p["logged"][n] - p["installs"][n][1] / 1000 - p["ctl_wall"] for p in pubs for n in names
               if n in p["logged"]]
     after = [p["served"][n] - p["logged"][n] for p in pubs for n in names if n in p["logged"]]
-    w(f"- the tierctl command (insert the key, make the image, EVAL it into Redis): {span(ctl)}")
+    w(f"- the tierctl command (insert the key, make the image, SET its chunks, EVAL the small swap): {span(ctl)}")
     w(f"- from its end to the proxy's install starting (wait for the next poll, at most refresh_ms = "
-      f"{B.a.refresh_ms} ms; HMGET of the image; sha256): {span(before)}")
-    w(f"- the install (attach the image, copy it into the db file in one transaction, check it, commit): "
+      f"{B.a.refresh_ms} ms; GET of its chunks; sha256): {span(before)}")
+    w(f"- the install (write the image beside the db file, check it there, mark it, rename it over the file): "
       f"{span(inst)}")
     w(f"- from the install's line to the key served (the snapshot rebuilt from the file and swapped in, "
       f"± one {B.a.poll_ms} ms poll): {span(after)}")
@@ -619,10 +619,12 @@ def report_publications(B, w):
       f"process: {span(whole)} s")
     w(f"- CPU of tierctl: {span([p['ctl_cpu'] for p in pubs])} s; of redis-server: "
       f"{span([p['delta']['redis_cpu'] for p in pubs])} s")
-    w("- Redis busy in one command (SLOWLOG): tierctl's EVAL "
-      f"{span([slow_by(p['slow'], 'EVAL') for p in pubs], '{:.1f}')} ms, "
-      f"a proxy's HMGET of the image {span([slow_by(p['slow'], 'HMGET') for p in pubs], '{:.1f}')} ms; "
-      "every check of every proxy waits that long behind it")
+    w("- Redis busy in one command (SLOWLOG, the longest of each kind): EVAL "
+      f"{span([slow_by(p['slow'], 'EVAL') for p in pubs], '{:.1f}')} ms, SET of a chunk "
+      f"{span([slow_by(p['slow'], 'SET') for p in pubs], '{:.1f}')} ms, GET of a chunk "
+      f"{span([slow_by(p['slow'], 'GET') for p in pubs], '{:.1f}')} ms, HMGET "
+      f"{span([slow_by(p['slow'], 'HMGET') for p in pubs], '{:.1f}')} ms; "
+      "a check waits at most that long behind one")
     w(f"- box: other processes {span([p['delta']['other_pct'] for p in pubs], '{:.0f}')} % of a core, "
       f"steal {span([p['delta']['steal_pct'] for p in pubs], '{:.0f}')} %")
     w("")
