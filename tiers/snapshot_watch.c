@@ -35,8 +35,9 @@
 
 /* A poll waits at most this long for a lock, so stop stays prompt. */
 #define WATCH_BUSY_TIMEOUT_MS 200
-/* The thread's nice value: rebuilds and installs are background work, and on a busy box
- * the workers come first (at 100% CPU a large catalog then takes longer to arrive). */
+/* How much nicer than the process the thread runs: rebuilds and installs are background
+ * work, and on a busy box the workers come first (at 100% CPU a large catalog then takes
+ * longer to arrive). */
 #define WATCH_NICE 10
 /* A lock held longer than this is not a tierctl write: /health reports the catalog. */
 #define WATCH_LOCKED_UNHEALTHY_MS 2000
@@ -191,7 +192,8 @@ static int poll_once(struct snapshot_watch *w, char *err, size_t errlen)
 static void *watch_main(void *arg)
 {
     struct snapshot_watch *w = arg;
-    setpriority(PRIO_PROCESS, (id_t)gettid(), WATCH_NICE);
+    int nice = getpriority(PRIO_PROCESS, 0) + WATCH_NICE;
+    setpriority(PRIO_PROCESS, (id_t)gettid(), nice > 19 ? 19 : nice);
     pthread_mutex_lock(&w->lock);
     while (!w->stopping) {
         struct timespec deadline;
