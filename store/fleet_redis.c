@@ -11,6 +11,7 @@
 
 #include "store/cluster_slot.h"
 #include "store/redis_probe.h"
+#include "store/redis_sync.h"
 #include "store/redis_url.h"
 
 #define MAX_REDIRECTS 5
@@ -37,7 +38,8 @@ struct fleet_redis {
     char key[256];
     char name[96];
     char where[640];
-    redisContext *conn;
+    SSL_CTX *tls;                  /* rediss:// seeds: every node is reached over TLS */
+    struct redis_sync *conn;
     struct redis_url conn_url;     /* the node conn is logged in to */
 };
 
@@ -65,6 +67,9 @@ int fleet_redis_create(const struct fleet_redis_options *o, struct fleet_redis *
         snprintf(err, errlen, "key_prefix is too long");
         n = -EINVAL;
     }
+    int rc = 0;
+    if (n > 0 && (fr->tls = redis_probe_tls(&fr->seeds[0], o->tls_ca_file, err, errlen, &rc), rc != 0))
+        n = rc;
     if (n < 0) {
         fleet_redis_destroy(fr);
         return n;
@@ -82,8 +87,7 @@ int fleet_redis_create(const struct fleet_redis_options *o, struct fleet_redis *
 
 static void drop_connection(struct fleet_redis *fr)
 {
-    if (fr->conn)
-        redisFree(fr->conn);
+    redis_sync_free(fr->conn);
     fr->conn = NULL;
 }
 
@@ -92,6 +96,7 @@ void fleet_redis_destroy(struct fleet_redis *fr)
     if (!fr)
         return;
     drop_connection(fr);
+    SSL_CTX_free(fr->tls);
     explicit_bzero(fr, sizeof(*fr));
     free(fr);
 }
@@ -102,19 +107,20 @@ const char *fleet_redis_where(const struct fleet_redis *fr)
 }
 
 /* One command on c; a reply, or NULL with why in err and *pr set. */
-static redisReply *ask(redisContext *c, int argc, const char **argv, const size_t *lens, char *err, size_t errlen,
-                       int *pr)
+static redisReply *ask(struct redis_sync *c, int argc, const char **argv, const size_t *lens, char *err,
+                       size_t errlen, int *pr)
 {
-    redisReply *r = redisCommandArgv(c, argc, argv, lens);
+    redisReply *r = redis_sync_command(c, argc, argv, lens);
     if (!r) {
-        snprintf(err, errlen, "%s: %s", argv[0], c->errstr[0] ? c->errstr : "no answer");
+        const char *e = redis_sync_error(c);
+        snprintf(err, errlen, "%s: %s", argv[0], e[0] ? e : "no answer");
         *pr = -EHOSTUNREACH;
     }
     return r;
 }
 
 /* A simple command whose answer only matters when it is an error. */
-static int ask_ok(redisContext *c, int argc, const char **argv, char *err, size_t errlen)
+static int ask_ok(struct redis_sync *c, int argc, const char **argv, char *err, size_t errlen)
 {
     int rc = 0;
     redisReply *r = ask(c, argc, argv, NULL, err, errlen, &rc);
@@ -127,7 +133,7 @@ static int ask_ok(redisContext *c, int argc, const char **argv, char *err, size_
     return rc;
 }
 
-static void set_name(struct fleet_redis *fr, redisContext *c)
+static void set_name(struct fleet_redis *fr, struct redis_sync *c)
 {
     char err[64];
     const char *argv[3] = {"CLIENT", "SETNAME", fr->name};
@@ -154,7 +160,7 @@ static int connect_to(struct fleet_redis *fr, const struct redis_url *u, char *e
 {
     char why[240] = "";
     int rc = 0;
-    redisContext *c = redis_probe_login(u, fr->timeout_ms, why, sizeof(why), &rc);
+    struct redis_sync *c = redis_probe_login(u, fr->tls, fr->timeout_ms, why, sizeof(why), &rc);
     if (c && u->db != 0) {
         char db[16];
         snprintf(db, sizeof(db), "%d", u->db);
@@ -162,9 +168,9 @@ static int connect_to(struct fleet_redis *fr, const struct redis_url *u, char *e
         rc = ask_ok(c, 2, argv, why, sizeof(why));
     }
     if (!c || rc) {
-        if (c)
-            redisFree(c);
-        snprintf(err, errlen, "%s %s:%d: %s", rc == -EHOSTUNREACH ? "cannot reach" : "refused by",
+        redis_sync_free(c);
+        snprintf(err, errlen, "%s %s:%d: %s",
+                 rc == -EHOSTUNREACH ? "cannot reach" : rc == -EPERM ? "cannot trust" : "refused by",
                  u->is_unix ? u->path : u->host, u->is_unix ? 0 : u->port, why);
         return rc ? rc : -EHOSTUNREACH;
     }
@@ -175,8 +181,8 @@ static int connect_to(struct fleet_redis *fr, const struct redis_url *u, char *e
     return 0;
 }
 
-/* A connection to a seed, the first that answers; a refused login is said over an
- * unreachable seed. */
+/* A connection to a seed, the first that answers; a refused login or an untrusted
+ * certificate is said over an unreachable seed. */
 static int ensure_connected(struct fleet_redis *fr, char *err, size_t errlen)
 {
     if (fr->conn)
@@ -188,7 +194,7 @@ static int ensure_connected(struct fleet_redis *fr, char *err, size_t errlen)
         int rc = connect_to(fr, &fr->seeds[i], e, sizeof(e));
         if (rc == 0)
             return 0;
-        if (!why[0] || (rc == -EACCES && worst != -EACCES)) {
+        if (!why[0] || (rc != -EHOSTUNREACH && worst == -EHOSTUNREACH)) {
             snprintf(why, sizeof(why), "%s", e);
             worst = rc;
         }

@@ -95,12 +95,16 @@ class TlsRedis:
         self.port = free_port()
         self.userinfo = userinfo
         self.check_name = cert is None   # another certificate may name another host
+        self.cert, self.key = cert, key
         tmpdir.mkdir(parents=True, exist_ok=True)
-        log = open(tmpdir / ("redis-tls-%d.log" % self.port), "ab")
+        self.start()
+
+    def start(self):
+        log = open(self.tmpdir / ("redis-tls-%d.log" % self.port), "ab")
         self.proc = subprocess.Popen(
             [require_program(REDIS_SERVER, "redis-server"), "--port", "0", "--tls-port", str(self.port),
-             "--bind", "127.0.0.1"] + pki.server_args(cert, key) +
-            ["--save", "", "--appendonly", "no", "--daemonize", "no", "--dir", str(tmpdir),
+             "--bind", "127.0.0.1"] + self.pki.server_args(self.cert, self.key) +
+            ["--save", "", "--appendonly", "no", "--daemonize", "no", "--dir", str(self.tmpdir),
              "--protected-mode", "no"],
             stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
         log.close()
@@ -234,6 +238,27 @@ def test_concurrency_leases_over_tls(catalog, proxies, tls_redis, pki, ws_upstre
         s.close()
     assert wait_until(lambda: b.get("/slow/0", key=key).status == 200, 5 * SLOW), "the slot never came back"
     assert ws_upstream.stats()["max_open"][user] == 1
+
+
+def test_tls_redis_away_and_back(catalog, proxies, tls_redis, pki, upstream):
+    """Redis over TLS goes away and comes back empty: meanwhile on_store_error (local)
+    decides; then the proxy connects again (a new TLS handshake) and Redis decides again."""
+    catalog.plan("tlsback", "--rate", "1000/min")
+    _, key = catalog.user_key("tlsback")
+    p = proxies.start(catalog, store="redis", redis=tls_redis, key_prefix="tlsback:", limits=tls_limits(pki))
+    assert p.get("/before", key=key).status == 200
+    tls_redis.stop()
+    assert p.get("/away", key=key).status == 200
+    tls_redis.start()
+
+    def decided_by_redis():
+        assert p.get("/back", key=key).status == 200
+        back = [ln for ln in p.access_log_lines() if ln.get("path") == "/back"]
+        return back and back[-1]["decision"] != "local"
+    assert wait_until(decided_by_redis, 5 * SLOW, interval=0.1), p.stderr()[-2000:]
+    by_path = {ln["path"]: ln["decision"] for ln in p.access_log_lines()}
+    assert by_path["/before"] != "local" and by_path["/away"] == "local", by_path
+    assert re.search(r"store back", p.stderr()), p.stderr()[-2000:]
 
 
 def test_tierctl_usage_reads_the_counts_over_tls(catalog, proxies, tls_redis, pki, upstream, tmp_path):
