@@ -63,8 +63,12 @@ struct redis_sync *redis_sync_connect(const struct redis_url *u, SSL_CTX *tls, i
     int r = SSL_connect(c->ssl);
     if (r == 1)
         return c;
-    if (tls_failed(c->ssl, r, why, whylen) == REDIS_TLS_UNTRUSTED)
+    enum redis_tls_outcome o = tls_failed(c->ssl, r, why, whylen);
+    if (o == REDIS_TLS_UNTRUSTED)
         *pr = -EPERM;
+    else if (o == REDIS_TLS_WANT_READ || o == REDIS_TLS_WANT_WRITE)   /* a plain Redis waits for a line */
+        snprintf(why, whylen, "TLS: no answer to the handshake within %lld ms (a port without TLS?)",
+                 (long long)timeout_ms);
 fail:
     redis_sync_free(c);
     return NULL;

@@ -17,9 +17,10 @@ import time
 import pytest
 
 from cluster import ClusterNode, RedisCluster
-from conftest import (SLOW, TIERPROXY_BIN, _children, _clean_env, free_port, require_program, resp_encode,
+from conftest import (SLOW, TIERPROXY_BIN, Catalog, _children, _clean_env, free_port, require_program, resp_encode,
                       resp_read, wait_until, write_ini)
 from fleet_helpers import check_concurrency_429, fleet, http_read, http_send, wait_stat, ws_upstream  # noqa: F401
+from test_exactness import PER_THREAD, THREADS, hammer
 from test_fleet_catalog import Fleet
 
 REDIS_SERVER = "/usr/bin/redis-server"
@@ -218,6 +219,18 @@ def test_rate_limit_is_exact_over_tls_across_two_proxies(catalog, proxies, tls_r
         assert h["store"] == "ok", h
 
 
+def test_exact_under_parallel_load_over_tls(catalog, proxies, tls_redis, pki, upstream):
+    """8 clients at once on two proxies, 50/min: exactly 50 admitted, every check pipelined
+    over the workers' TLS connections."""
+    catalog.plan("tlsload", "--rate", "50/min")
+    _, key = catalog.user_key("tlsload")
+    ps = fleet(proxies, catalog, tls_redis, upstream, limits=tls_limits(pki))
+    statuses, _ = hammer(ps, key)
+    assert len(statuses) == THREADS * PER_THREAD and set(statuses) <= {200, 429}, sorted(set(statuses))
+    assert statuses.count(200) == 50, statuses.count(200)
+    assert "local" not in {ln["decision"] for p in ps for ln in p.access_log_lines()}
+
+
 def test_concurrency_leases_over_tls(catalog, proxies, tls_redis, pki, ws_upstream):
     """--concurrency 1 fleet-wide over TLS: a request held on one proxy makes the other
     answer 429; the slot is back once it ends."""
@@ -273,7 +286,8 @@ def test_tierctl_usage_reads_the_counts_over_tls(catalog, proxies, tls_redis, pk
 
 def test_catalog_published_and_followed_over_tls(catalog, proxies, tls_redis, pki, tmp_path):
     """tierctl publish over TLS; a proxy following the fleet's catalog over TLS serves it and
-    sees a revocation published later."""
+    sees a revocation published later; status lists it, pull brings the catalog to another
+    file."""
     fl = Fleet(proxies, catalog, tls_redis, tmp_path)
     ini = fl.ini_path.read_text().replace("[limits]\n", "[limits]\nredis_ca_file = %s\n" % pki.ca)
     fl.ini_path.write_text(ini)
@@ -284,6 +298,11 @@ def test_catalog_published_and_followed_over_tls(catalog, proxies, tls_redis, pk
     p = proxies.start(catalog, store="redis", redis=tls_redis, key_prefix=fl.prefix,
                       plans={"db": str(db), "follow": "redis", "refresh_ms": 200}, limits=tls_limits(pki))
     assert wait_until(lambda: p.get("/f", key=key).status == 200, 5 * SLOW), p.stderr()[-2000:]
+    assert wait_until(lambda: len(fl.status(catalog)["followers"]) == 1, 5 * SLOW), fl.status(catalog)
+    other = Catalog(tmp_path / "pulled.db").init()
+    cp = other.run("--config", str(fl.ini_path), "pull", check=False)
+    assert cp.returncode == 0, cp.stderr
+    assert other.key_ids(user), "pull did not bring %s's key" % user
     key_id = catalog.key_ids(user)[0]
     cp = fl.change(catalog, "key", "revoke", str(key_id))
     assert cp.returncode == 0 and re.search(r"publish", cp.stderr, re.I), cp.stderr
