@@ -35,7 +35,8 @@ int catalog_start(const struct proxy_config *cfg, struct snapshot_watch **pwatch
     snprintf(name, sizeof(name), "tierproxy-follower:%s:%ld", host, (long)getpid());
     struct catalog_follow_options options = {
         .db_path = cfg->db,
-        .redis = {.redis = cfg->redis_url, .cluster = cfg->redis_mode == REDIS_MODE_CLUSTER,
+        .redis = {.redis = cfg->redis_url, .tls_ca_file = cfg->redis_ca_file,
+                  .cluster = cfg->redis_mode == REDIS_MODE_CLUSTER,
                   .key_prefix = cfg->key_prefix, .timeout_ms = FOLLOW_TIMEOUT_MS},
         .name = name,
         .log = follow_log,

@@ -149,7 +149,9 @@ static const struct directive directives[] = {
      "single or cluster"},
     {"limits", "redis", D_REDIS_URL, OFF(redis_url), 0, 0, 0, NULL, F_RESTART,
      "redis://127.0.0.1:6379/0", "--redis",
-     "redis://[:password@]host:port/db or unix:///path"},
+     "redis://[[user]:password@]host:port/db, rediss://... (TLS) or unix:///path"},
+    {"limits", "redis_ca_file", D_STRING, OFF(redis_ca_file), 0, 0, 0, NULL, F_EMPTY_NULL | F_READABLE | F_RESTART,
+     "", NULL, "a PEM file of CA certificates, or empty for the system's"},
     {"limits", "key_prefix", D_STRING, OFF(key_prefix), 0, 0, 0, NULL, F_EMPTY_OK | F_RESTART,
      "tierproxy:", NULL, "a key prefix"},
     {"limits", "on_store_error", D_ENUM, OFF(rate_on_store_error), 0, 0, 0, store_error_words, 0,
@@ -624,6 +626,7 @@ static int directive_set(const struct directive *d, struct proxy_config *cfg, co
         break;
     case D_REDIS_URL:
         if ((strncasecmp(v, "redis://", 8) == 0 && v[8] != '\0') ||
+            (strncasecmp(v, "rediss://", 9) == 0 && v[9] != '\0') ||
             (strncasecmp(v, "unix://", 7) == 0 && v[7] != '\0')) {
             if (has_space_or_ctl(v))
                 why_got(why, whylen, d->expect, "...");

@@ -48,6 +48,7 @@ struct proxy_config {
     enum store_kind store;
     enum redis_mode redis_mode;
     char *redis_url;               /* cluster mode: the seed URLs, comma-separated */
+    char *redis_ca_file;           /* rediss://: NULL verifies with the system's CAs */
     char *key_prefix;
     enum limiter_store_error rate_on_store_error;        /* on_store_error: open | closed | local */
     enum limiter_store_error concurrency_on_store_error; /* concurrency_on_store_error */

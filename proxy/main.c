@@ -102,8 +102,8 @@ static int check_redis(const struct proxy_config *cfg, bool probe)
             start_error(cfg, "limits", "redis", "%s", err);
             return 1;
         }
-        if (probe && store_probe_said(cfg, cluster_probe(cfg->redis_url, CLUSTER_PROBE_TIMEOUT_MS, err, sizeof(err)),
-                                      err) != 0)
+        if (probe && store_probe_said(cfg, cluster_probe(cfg->redis_url, cfg->redis_ca_file, CLUSTER_PROBE_TIMEOUT_MS,
+                                                         err, sizeof(err)), err) != 0)
             return 1;
         if (limiter_redis_cluster_prefix_check(cfg->key_prefix, err, sizeof(err)) != 0) {
             start_error(cfg, "limits", "key_prefix", "%s", err);
@@ -116,7 +116,8 @@ static int check_redis(const struct proxy_config *cfg, bool probe)
                     strchr(cfg->redis_url, ',') != NULL ? " (several seed URLs need redis_mode = cluster)" : "");
         return 1;
     }
-    if (probe && store_probe_said(cfg, redis_probe(cfg->redis_url, CLUSTER_PROBE_TIMEOUT_MS, err, sizeof(err)), err) != 0)
+    if (probe && store_probe_said(cfg, redis_probe(cfg->redis_url, cfg->redis_ca_file, CLUSTER_PROBE_TIMEOUT_MS, err,
+                                                   sizeof(err)), err) != 0)
         return 1;
     return 0;
 }

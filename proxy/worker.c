@@ -433,6 +433,7 @@ int worker_init(struct worker *w, int index, const struct proxy_shared *shared, 
     if (cfg->store == STORE_REDIS) {
         struct redis_store_options opts = {
             .url = cfg->redis_url,
+            .tls_ca_file = cfg->redis_ca_file,
             .key_prefix = cfg->key_prefix,
             /* Only a hung Redis waits this long (a dead one fails at once); short enough
                that its in-flight requests are answered soon, long enough for a busy box. */

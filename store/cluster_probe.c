@@ -6,7 +6,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/time.h>
 
 #include <hiredis.h>
 
@@ -28,11 +27,13 @@ static void append(char *report, size_t reportlen, const char *fmt, ...)
 }
 
 /* A command's reply, or NULL with why in err (the context is then unusable). */
-static redisReply *command(redisContext *c, char *err, size_t errlen, int argc, const char **argv)
+static redisReply *command(struct redis_sync *c, char *err, size_t errlen, int argc, const char **argv)
 {
-    redisReply *r = redisCommandArgv(c, argc, argv, NULL);
-    if (r == NULL)
-        snprintf(err, errlen, "%s", c->errstr[0] ? c->errstr : "no answer");
+    redisReply *r = redis_sync_command(c, argc, argv, NULL);
+    if (r == NULL) {
+        const char *e = redis_sync_error(c);
+        snprintf(err, errlen, "%s", e[0] ? e : "no answer");
+    }
     return r;
 }
 
@@ -59,20 +60,22 @@ static void cluster_state_of(const redisReply *info, char *out, size_t outlen)
     }
 }
 
-enum seed_outcome { SEED_UNREACHABLE, SEED_REFUSED, SEED_NOT_CLUSTER, SEED_ANSWERED };
+enum seed_outcome { SEED_UNREACHABLE, SEED_REFUSED, SEED_UNTRUSTED, SEED_NOT_CLUSTER, SEED_ANSWERED };
 
 /* Asks one seed; on SEED_ANSWERED *pr is set to 0 or -EAGAIN and report holds the line. */
-static enum seed_outcome ask_seed(const struct redis_url *u, int64_t timeout_ms, char *why, size_t whylen,
-                                  char *report, size_t reportlen, int *pr)
+static enum seed_outcome ask_seed(const struct redis_url *u, SSL_CTX *tls, int64_t timeout_ms, char *why,
+                                  size_t whylen, char *report, size_t reportlen, int *pr)
 {
     enum seed_outcome outcome = SEED_UNREACHABLE;
     redisReply *info = NULL, *slots = NULL;
     struct cluster_map *map = NULL;
     int login = 0;
-    redisContext *c = redis_probe_login(u, timeout_ms, why, whylen, &login);
+    struct redis_sync *c = redis_probe_login(u, tls, timeout_ms, why, whylen, &login);
     if (c == NULL) {
         if (login == -EACCES)
             outcome = SEED_REFUSED;
+        else if (login == -EPERM)
+            outcome = SEED_UNTRUSTED;
         goto out;
     }
     const char *info_argv[] = {"CLUSTER", "INFO"}, *slots_argv[] = {"CLUSTER", "SLOTS"};
@@ -122,12 +125,11 @@ out:
         freeReplyObject(slots);
     if (info != NULL)
         freeReplyObject(info);
-    if (c != NULL)
-        redisFree(c);
+    redis_sync_free(c);
     return outcome;
 }
 
-int cluster_probe(const char *seeds, int64_t timeout_ms, char *report, size_t reportlen)
+int cluster_probe(const char *seeds, const char *ca_file, int64_t timeout_ms, char *report, size_t reportlen)
 {
     if (report == NULL || reportlen == 0)
         return -EINVAL;
@@ -138,20 +140,30 @@ int cluster_probe(const char *seeds, int64_t timeout_ms, char *report, size_t re
         return -ENOMEM;
     }
     int r = -EHOSTUNREACH;
+    SSL_CTX *tls = NULL;
     int n = redis_seed_list_parse(seeds, parsed, REDIS_SEEDS_MAX, report, reportlen);
     if (n < 0) {
         r = -EINVAL;
         goto out;
     }
+    tls = redis_probe_tls(&parsed[0], ca_file, report, reportlen, &r);
+    if (r != 0)
+        goto out;
     char reasons[1024] = "";
     for (int i = 0; i < n; i++) {
         char why[200] = "";
-        enum seed_outcome o = ask_seed(&parsed[i], timeout_ms, why, sizeof(why), report, reportlen, &r);
+        enum seed_outcome o = ask_seed(&parsed[i], tls, timeout_ms, why, sizeof(why), report, reportlen, &r);
         if (o == SEED_ANSWERED)
             goto out;
         if (o == SEED_REFUSED) {
             snprintf(report, reportlen, "%s:%d refuses the login: %s", parsed[i].host, parsed[i].port, why);
             r = -EACCES;
+            goto out;
+        }
+        if (o == SEED_UNTRUSTED) {
+            snprintf(report, reportlen, "%s:%d is not trusted: %s (CA certificates: %s)", parsed[i].host,
+                     parsed[i].port, why, ca_file != NULL && ca_file[0] ? ca_file : "the system's");
+            r = -EPERM;
             goto out;
         }
         if (o == SEED_NOT_CLUSTER) {
@@ -164,6 +176,7 @@ int cluster_probe(const char *seeds, int64_t timeout_ms, char *report, size_t re
     snprintf(report, reportlen, "no seed answered (%s)", reasons);
     r = -EHOSTUNREACH;
 out:
+    SSL_CTX_free(tls);
     explicit_bzero(parsed, REDIS_SEEDS_MAX * sizeof(*parsed));   /* the passwords, if any */
     free(parsed);
     return r;

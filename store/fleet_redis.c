@@ -12,6 +12,7 @@
 
 #include "store/cluster_slot.h"
 #include "store/redis_probe.h"
+#include "store/redis_sync.h"
 #include "store/redis_url.h"
 
 #define MAX_REDIRECTS 5
@@ -58,7 +59,8 @@ struct fleet_redis {
     char key[256];
     char name[96];
     char where[640];
-    redisContext *conn;
+    SSL_CTX *tls;                  /* rediss:// seeds: every node is reached over TLS */
+    struct redis_sync *conn;
     struct redis_url conn_url;     /* the node conn is logged in to */
 };
 
@@ -86,6 +88,9 @@ int fleet_redis_create(const struct fleet_redis_options *o, struct fleet_redis *
         snprintf(err, errlen, "key_prefix is too long");
         n = -EINVAL;
     }
+    int rc = 0;
+    if (n > 0 && (fr->tls = redis_probe_tls(&fr->seeds[0], o->tls_ca_file, err, errlen, &rc), rc != 0))
+        n = rc;
     if (n < 0) {
         fleet_redis_destroy(fr);
         return n;
@@ -103,8 +108,7 @@ int fleet_redis_create(const struct fleet_redis_options *o, struct fleet_redis *
 
 static void drop_connection(struct fleet_redis *fr)
 {
-    if (fr->conn)
-        redisFree(fr->conn);
+    redis_sync_free(fr->conn);
     fr->conn = NULL;
 }
 
@@ -113,6 +117,7 @@ void fleet_redis_destroy(struct fleet_redis *fr)
     if (!fr)
         return;
     drop_connection(fr);
+    SSL_CTX_free(fr->tls);
     explicit_bzero(fr, sizeof(*fr));
     free(fr);
 }
@@ -123,19 +128,20 @@ const char *fleet_redis_where(const struct fleet_redis *fr)
 }
 
 /* One command on c; a reply, or NULL with why in err and *pr set. */
-static redisReply *ask(redisContext *c, int argc, const char **argv, const size_t *lens, char *err, size_t errlen,
-                       int *pr)
+static redisReply *ask(struct redis_sync *c, int argc, const char **argv, const size_t *lens, char *err,
+                       size_t errlen, int *pr)
 {
-    redisReply *r = redisCommandArgv(c, argc, argv, lens);
+    redisReply *r = redis_sync_command(c, argc, argv, lens);
     if (!r) {
-        snprintf(err, errlen, "%s: %s", argv[0], c->errstr[0] ? c->errstr : "no answer");
+        const char *e = redis_sync_error(c);
+        snprintf(err, errlen, "%s: %s", argv[0], e[0] ? e : "no answer");
         *pr = -EHOSTUNREACH;
     }
     return r;
 }
 
 /* A simple command whose answer only matters when it is an error. */
-static int ask_ok(redisContext *c, int argc, const char **argv, char *err, size_t errlen)
+static int ask_ok(struct redis_sync *c, int argc, const char **argv, char *err, size_t errlen)
 {
     int rc = 0;
     redisReply *r = ask(c, argc, argv, NULL, err, errlen, &rc);
@@ -148,7 +154,7 @@ static int ask_ok(redisContext *c, int argc, const char **argv, char *err, size_
     return rc;
 }
 
-static void set_name(struct fleet_redis *fr, redisContext *c)
+static void set_name(struct fleet_redis *fr, struct redis_sync *c)
 {
     char err[64];
     const char *argv[3] = {"CLIENT", "SETNAME", fr->name};
@@ -175,7 +181,7 @@ static int connect_to(struct fleet_redis *fr, const struct redis_url *u, char *e
 {
     char why[240] = "";
     int rc = 0;
-    redisContext *c = redis_probe_login(u, fr->timeout_ms, why, sizeof(why), &rc);
+    struct redis_sync *c = redis_probe_login(u, fr->tls, fr->timeout_ms, why, sizeof(why), &rc);
     if (c && u->db != 0) {
         char db[16];
         snprintf(db, sizeof(db), "%d", u->db);
@@ -183,9 +189,9 @@ static int connect_to(struct fleet_redis *fr, const struct redis_url *u, char *e
         rc = ask_ok(c, 2, argv, why, sizeof(why));
     }
     if (!c || rc) {
-        if (c)
-            redisFree(c);
-        snprintf(err, errlen, "%s %s:%d: %s", rc == -EHOSTUNREACH ? "cannot reach" : "refused by",
+        redis_sync_free(c);
+        snprintf(err, errlen, "%s %s:%d: %s",
+                 rc == -EHOSTUNREACH ? "cannot reach" : rc == -EPERM ? "cannot trust" : "refused by",
                  u->is_unix ? u->path : u->host, u->is_unix ? 0 : u->port, why);
         return rc ? rc : -EHOSTUNREACH;
     }
@@ -196,8 +202,8 @@ static int connect_to(struct fleet_redis *fr, const struct redis_url *u, char *e
     return 0;
 }
 
-/* A connection to a seed, the first that answers; a refused login is said over an
- * unreachable seed. */
+/* A connection to a seed, the first that answers; a refused login or an untrusted
+ * certificate is said over an unreachable seed. */
 static int ensure_connected(struct fleet_redis *fr, char *err, size_t errlen)
 {
     if (fr->conn)
@@ -209,7 +215,7 @@ static int ensure_connected(struct fleet_redis *fr, char *err, size_t errlen)
         int rc = connect_to(fr, &fr->seeds[i], e, sizeof(e));
         if (rc == 0)
             return 0;
-        if (!why[0] || (rc == -EACCES && worst != -EACCES)) {
+        if (!why[0] || (rc != -EHOSTUNREACH && worst == -EHOSTUNREACH)) {
             snprintf(why, sizeof(why), "%s", e);
             worst = rc;
         }
@@ -338,36 +344,6 @@ static void chunk_key(const struct fleet_redis *fr, const char *upload, int64_t 
     snprintf(out, len, "%s:chunk:%s:%lld", fr->key, upload, (long long)i);
 }
 
-/* Sends n commands at once on the catalog's node (the connection a run() just used) and
- * reads their replies in order, each to fn. Returns 0 or a negative errno. */
-typedef int reply_fn(void *ctx, int64_t i, const redisReply *r, char *err, size_t errlen);
-
-static int pipeline(struct fleet_redis *fr, int64_t n, int (*append)(void *ctx, int64_t i, redisContext *c),
-                    reply_fn *fn, void *ctx, char *err, size_t errlen)
-{
-    int64_t sent = 0, rc = 0;
-    for (; sent < n; sent++)
-        if (append(ctx, sent, fr->conn) != REDIS_OK)
-            break;
-    for (int64_t i = 0; i < sent; i++) {
-        void *reply = NULL;
-        if (redisGetReply(fr->conn, &reply) != REDIS_OK || !reply) {
-            snprintf(err, errlen, "%s", fr->conn->errstr[0] ? fr->conn->errstr : "no answer");
-            drop_connection(fr);
-            return -EHOSTUNREACH;
-        }
-        if (rc == 0)
-            rc = fn(ctx, i, reply, err, errlen);
-        freeReplyObject(reply);
-    }
-    if (sent < n && rc == 0) {
-        snprintf(err, errlen, "cannot send: %s", fr->conn->errstr);
-        drop_connection(fr);
-        return -EHOSTUNREACH;
-    }
-    return (int)rc;
-}
-
 struct chunk_io {
     struct fleet_redis *fr;
     const char *upload;
@@ -446,25 +422,19 @@ int fleet_redis_fetch(struct fleet_redis *fr, struct fleet_redis_head *head, uns
     return 0;
 }
 
-static int append_set(void *ctx, int64_t i, redisContext *c)
+/* SET of chunk i, with the upload's TTL. */
+static int set_chunk(struct fleet_redis *fr, const struct chunk_io *io, int64_t i, char *err, size_t errlen)
 {
-    struct chunk_io *io = ctx;
     char key[512];
-    chunk_key(io->fr, io->upload, i, key, sizeof(key));
+    chunk_key(fr, io->upload, i, key, sizeof(key));
     size_t off = (size_t)i * CHUNK_BYTES, n = io->len - off < CHUNK_BYTES ? io->len - off : CHUNK_BYTES;
     const char *argv[5] = {"SET", key, (const char *)io->image + off, "EX", CHUNK_UPLOAD_TTL_S};
     size_t lens[5] = {3, strlen(key), n, 2, strlen(CHUNK_UPLOAD_TTL_S)};
-    return redisAppendCommandArgv(c, 5, argv, lens);
-}
-
-static int check_set(void *ctx, int64_t i, const redisReply *r, char *err, size_t errlen)
-{
-    (void)ctx;
-    if (r->type == REDIS_REPLY_ERROR) {
-        snprintf(err, errlen, "SET of chunk %lld: %.200s", (long long)i, r->str);
-        return redis_reply_refuses_login(r->str) ? -EACCES : -EIO;
-    }
-    return 0;
+    int rc = 0;
+    redisReply *r = run(fr, 5, argv, lens, err, errlen, &rc);
+    if (r)
+        freeReplyObject(r);
+    return rc;
 }
 
 /* Uploads image in chunks under a new upload id (written to upload). */
@@ -478,14 +448,12 @@ static int upload_image(struct fleet_redis *fr, const unsigned char *image, size
     }
     for (size_t i = 0; i < sizeof(raw) && 2 * i + 2 < uploadlen; i++)
         snprintf(upload + 2 * i, 3, "%02x", raw[i]);
-    /* a read first: in cluster mode it leaves the connection on the catalog's node */
-    int64_t version = 0;
-    int rc = fleet_redis_version(fr, &version, err, errlen);
-    if (rc)
-        return rc;
     struct chunk_io io = {.fr = fr, .upload = upload, .image = (unsigned char *)image, .len = len};
     *pchunks = (int64_t)((len + CHUNK_BYTES - 1) / CHUNK_BYTES);
-    return pipeline(fr, *pchunks, append_set, check_set, &io, err, errlen);
+    int rc = 0;
+    for (int64_t i = 0; rc == 0 && i < *pchunks; i++)
+        rc = set_chunk(fr, &io, i, err, errlen);
+    return rc;
 }
 
 int fleet_redis_publish(struct fleet_redis *fr, int64_t base, bool force, const unsigned char *image, size_t len,

@@ -8,9 +8,10 @@
  * publication or the new one, and the hash tag puts every key on one slot of a Redis
  * Cluster (DESIGN.md, "One catalog for the fleet").
  *
- * Blocking hiredis calls, each bounded by the timeout: for tierctl and for the proxy's
- * catalog thread, never a worker's loop. In cluster mode the seeds are tried in turn and
- * MOVED and ASK answers are followed to the node that holds the slot. A connection that
+ * Blocking calls (store/redis_sync.h; over TLS with rediss://), each bounded by the
+ * timeout: for tierctl and for the proxy's catalog thread, never a worker's loop. In
+ * cluster mode the seeds are tried in turn and MOVED and ASK answers are followed to the
+ * node that holds the slot (over TLS too when the seeds are rediss://). A connection that
  * failed is dropped and made again at the next call. */
 #pragma once
 #include <stdbool.h>
@@ -21,6 +22,7 @@
 
 struct fleet_redis_options {
     const char *redis;         /* [limits] redis: one URL, or the seeds in cluster mode */
+    const char *tls_ca_file;   /* [limits] redis_ca_file, for rediss://: NULL or "": the system's CAs */
     bool cluster;
     const char *key_prefix;    /* [limits] key_prefix */
     int64_t timeout_ms;        /* each connect and command */
@@ -37,7 +39,8 @@ struct fleet_redis_head {
 
 struct fleet_redis;
 
-/* Checks the options (no I/O). Returns 0, or -EINVAL with why in err (never a password). */
+/* Checks the options and loads the CA certificates for rediss:// (no network I/O).
+ * Returns 0, or -EINVAL with why in err (never a password). */
 int fleet_redis_create(const struct fleet_redis_options *options, struct fleet_redis **pfr, char *err, size_t errlen);
 void fleet_redis_destroy(struct fleet_redis *fr);
 
@@ -49,7 +52,8 @@ void fleet_redis_set_client_name(struct fleet_redis *fr, const char *name);
 const char *fleet_redis_where(const struct fleet_redis *fr);
 
 /* Every call below returns 0, or a negative errno with why in err: -EHOSTUNREACH (no
- * answer), -EACCES (the login is refused), -EIO (another error reply). */
+ * answer), -EPERM (the server's TLS certificate is not trusted), -EACCES (the login is
+ * refused), -EIO (another error reply). */
 
 /* The published version alone (one HGET): 0 when nothing is published. */
 int fleet_redis_version(struct fleet_redis *fr, int64_t *pversion, char *err, size_t errlen);

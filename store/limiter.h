@@ -16,7 +16,9 @@ struct limiter;
 struct memory_store;
 
 struct redis_store_options {
-    const char *url;            /* redis://[:password@]host:port/db or unix:///path */
+    const char *url;            /* redis://[[user]:password@]host:port/db, rediss://... (TLS) or unix:///path */
+    const char *tls_ca_file;    /* rediss://: the server's certificate is verified against these CAs
+                                   (a PEM file; NULL or "": the system's) */
     const char *key_prefix;     /* e.g. "tierproxy:" */
     int64_t command_timeout_ms; /* a reply slower than this counts as a store failure */
     int64_t lease_ttl_ms;       /* leases are renewed every lease_ttl_ms / 3 (0: 30000) */

@@ -41,6 +41,7 @@
 
 #include "store/clock.h"
 #include "store/limiter_redis_node.h"
+#include "store/redis_tls.h"
 #include "store/store_status.h"
 
 #define PROBE_TIMEOUT_MIN_MS 1000
@@ -483,6 +484,7 @@ static void cluster_destroy(struct limiter *limiter)
     }
     explicit_bzero(cl->seeds, cl->n_seeds * sizeof(*cl->seeds));
     free(cl->seeds);
+    SSL_CTX_free(cl->tls);
     free(cl->prefix);
     free(cl);
 }
@@ -563,9 +565,11 @@ struct limiter *limiter_redis_cluster_create(struct event_base *base, const stru
     cl->probe_started_ms = store_mono_ms() - REFRESH_GAP_MS;
     cl->refresh_timer = evtimer_new(base, cluster_on_refresh_timer, cl);
     cl->probe_timer = evtimer_new(base, cluster_on_probe_timer, cl);
-    if (cl->prefix == NULL || cl->refresh_timer == NULL || cl->probe_timer == NULL) {
+    char why[400] = "out of memory";
+    bool no_tls = seeds[0].tls && (cl->tls = redis_tls_context_new(options->tls_ca_file, why, sizeof(why))) == NULL;
+    if (no_tls || cl->prefix == NULL || cl->refresh_timer == NULL || cl->probe_timer == NULL) {
         if (err != NULL && errlen > 0)
-            snprintf(err, errlen, "out of memory");
+            snprintf(err, errlen, "%s%s", no_tls ? "[limits] redis_ca_file: " : "", why);
         cl->destroying = true;
         if (cl->refresh_timer)
             event_free(cl->refresh_timer);

@@ -8,11 +8,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <hiredis/adapters/libevent.h>
-
 #include "store/clock.h"
 #include "store/cluster_map.h"
 #include "store/limiter_redis_node.h"
+#include "store/redis_async.h"
 
 void cluster_note_error(struct cluster_limiter *cl, const char *what, const char *detail)
 {
@@ -50,7 +49,7 @@ int cluster_node_find_or_add(struct cluster_limiter *cl, const char *host, int p
     memcpy(url.host, host, host_len + 1);
     url.port = port;
     char err[200];
-    struct limiter *redis = limiter_redis_node_create(cl->evbase, &cl->options, &url, err, sizeof(err));
+    struct limiter *redis = limiter_redis_node_create(cl->evbase, &cl->options, &url, cl->tls, err, sizeof(err));
     explicit_bzero(&url, sizeof(url));
     if (redis == NULL) {
         cluster_note_error(cl, "node", err);
@@ -270,7 +269,7 @@ static void probe_next(struct cluster_limiter *cl)
         cl->probe_tried++;
         snprintf(cl->probe_host, sizeof(cl->probe_host), "%s", host);
         redisAsyncContext *ac = redisAsyncConnect(host, port);
-        if (ac == NULL || ac->err || redisLibeventAttach(ac, cl->evbase) != REDIS_OK) {
+        if (ac == NULL || ac->err || redis_async_attach(ac, cl->evbase, cl->tls, host) != REDIS_OK) {
             cluster_note_error(cl, host, ac ? ac->errstr : "out of memory");
             if (ac != NULL)
                 redisAsyncFree(ac);

@@ -10,6 +10,7 @@
 #include <event2/event.h>
 #include <hiredis/hiredis.h>
 #include <hiredis/async.h>
+#include <openssl/ssl.h>
 
 #include "store/cluster_slot.h"
 #include "store/limiter_impl.h"
@@ -57,6 +58,7 @@ struct cluster_limiter {
     size_t prefix_len;
     struct redis_url *seeds;
     size_t n_seeds;
+    SSL_CTX *tls;                /* rediss:// seeds: every node is reached over TLS (NULL: plain) */
     /* made on the loop thread, never freed before destroy; /health reads them from the
        admin thread: an entry is set before n_nodes counts it */
     struct cluster_node *nodes[CLUSTER_MAX_NODES];

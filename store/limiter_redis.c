@@ -49,6 +49,7 @@
 
 #include "lua_scripts.h"
 #include "store/clock.h"
+#include "store/redis_tls.h"
 
 #define DEFAULT_TIMEOUT_MS 200
 #define MIN_CONNECT_TIMEOUT_MS 1000
@@ -85,6 +86,7 @@ static void redis_destroy(struct limiter *limiter)
     evtimer_del(&rl->settle);
     lease_table_clear(&limiter->leases);   /* not given back: they end at their TTL */
     store_status_destroy(&rl->status);
+    SSL_CTX_free(rl->tls);
     free(rl->prefix);
     memset(&rl->url, 0, sizeof(rl->url));
     free(rl);
@@ -165,9 +167,28 @@ int limiter_redis_cluster_seeds_check(const char *seeds, char *err, size_t errle
     return n > 0 ? 0 : -EINVAL;
 }
 
+/* The TLS context of rl->url: node_tls (a reference taken) for a cluster node, else one
+ * made from options->tls_ca_file. Returns 0, or -1 with why in err. */
+static int tls_init(struct redis_limiter *rl, const struct redis_store_options *options, SSL_CTX *node_tls,
+                    char *err, size_t errlen)
+{
+    if (!rl->url.tls)
+        return 0;
+    if (node_tls != NULL) {
+        SSL_CTX_up_ref(node_tls);
+        rl->tls = node_tls;
+        return 0;
+    }
+    char why[400];
+    rl->tls = redis_tls_context_new(options->tls_ca_file, why, sizeof(why));
+    if (rl->tls == NULL && err != NULL && errlen > 0)
+        snprintf(err, errlen, "[limits] redis_ca_file: %s", why);
+    return rl->tls != NULL ? 0 : -1;
+}
+
 /* A limiter on url (NULL: options->url parsed), or a cluster node's on node_url. */
 static struct limiter *redis_create(struct event_base *base, const struct redis_store_options *options,
-                                    const struct redis_url *node_url, char *err, size_t errlen)
+                                    const struct redis_url *node_url, SSL_CTX *node_tls, char *err, size_t errlen)
 {
     if (err != NULL && errlen > 0)
         err[0] = '\0';
@@ -192,6 +213,11 @@ static struct limiter *redis_create(struct event_base *base, const struct redis_
             free(rl);
             return NULL;
         }
+    }
+    if (tls_init(rl, options, node_tls, err, errlen) != 0) {
+        explicit_bzero(&rl->url, sizeof(rl->url));
+        free(rl);
+        return NULL;
     }
     char where[sizeof(rl->status.where)];
     if (rl->url.is_unix)
@@ -227,6 +253,7 @@ static struct limiter *redis_create(struct event_base *base, const struct redis_
             event_free(rl->renew_timer);
         free(rl->prefix);
         store_status_destroy(&rl->status);
+        SSL_CTX_free(rl->tls);
         explicit_bzero(&rl->url, sizeof(rl->url));
         free(rl);
         return NULL;
@@ -238,18 +265,18 @@ static struct limiter *redis_create(struct event_base *base, const struct redis_
 struct limiter *limiter_redis_create(struct event_base *base, const struct redis_store_options *options,
                                      char *err, size_t errlen)
 {
-    return redis_create(base, options, NULL, err, errlen);
+    return redis_create(base, options, NULL, NULL, err, errlen);
 }
 
 struct limiter *limiter_redis_node_create(struct event_base *base, const struct redis_store_options *options,
-                                          const struct redis_url *url, char *err, size_t errlen)
+                                          const struct redis_url *url, SSL_CTX *tls, char *err, size_t errlen)
 {
     if (url == NULL || url->is_unix) {
         if (err != NULL && errlen > 0)
             snprintf(err, errlen, "a cluster node is reached over TCP");
         return NULL;
     }
-    return redis_create(base, options, url, err, errlen);
+    return redis_create(base, options, url, tls, err, errlen);
 }
 
 void limiter_redis_node_park(struct limiter *node, bool parked)

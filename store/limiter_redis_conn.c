@@ -11,9 +11,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <hiredis/adapters/libevent.h>
-
 #include "store/clock.h"
+#include "store/redis_async.h"
 
 /* After a reconnect, concurrency checks wait this long (answered as unavailable): a Redis
  * that restarted empty holds only the leases of the proxies that have renewed so far,
@@ -235,8 +234,12 @@ static void on_connect(const redisAsyncContext *cac, int status)
     if (rl == NULL || rl->ac != cac)
         return;
     if (status != REDIS_OK) {
-        /* hiredis frees the context when this returns */
-        note_down(rl, "connect", cac->errstr);
+        /* hiredis frees the context when this returns. A TLS certificate that is not
+           trusted is a store that answers wrongly, as a refused login is: an error. */
+        if (cac->err == REDIS_ERR_OTHER)
+            redis_note_error(rl, "connect", cac->errstr);
+        else
+            note_down(rl, "connect", cac->errstr);
         rl->ac->data = NULL;
         lost_connection(rl);
         return;
@@ -281,7 +284,7 @@ void redis_conn_start(struct redis_limiter *rl)
 {
     redisAsyncContext *ac = rl->url.is_unix ? redisAsyncConnectUnix(rl->url.path)
                                             : redisAsyncConnect(rl->url.host, rl->url.port);
-    if (ac == NULL || ac->err || redisLibeventAttach(ac, rl->evbase) != REDIS_OK) {
+    if (ac == NULL || ac->err || redis_async_attach(ac, rl->evbase, rl->tls, rl->url.host) != REDIS_OK) {
         note_down(rl, "connect", ac ? ac->errstr : "out of memory");
         if (ac != NULL)
             redisAsyncFree(ac);

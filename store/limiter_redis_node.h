@@ -11,6 +11,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <openssl/ssl.h>
+
 #include "store/cluster_slot.h"
 #include "store/limiter_impl.h"
 #include "store/redis_url.h"
@@ -24,10 +26,11 @@ struct event_base;
 typedef void limiter_redirect_fn(void *arg, const struct cluster_redirect *redirect);
 
 /* A limiter over the cluster node url->host:url->port, with url's credentials (url->db is
- * ignored: 0). options->url is ignored. Connects in the background as limiter_redis_create.
- * Returns NULL with a reason in err (never the password). */
+ * ignored: 0), over TLS verified by tls when url->tls (the limiter takes a reference of its
+ * own). options->url and options->tls_ca_file are ignored. Connects in the background as
+ * limiter_redis_create. Returns NULL with a reason in err (never the password). */
 struct limiter *limiter_redis_node_create(struct event_base *base, const struct redis_store_options *options,
-                                          const struct redis_url *url, char *err, size_t errlen);
+                                          const struct redis_url *url, SSL_CTX *tls, char *err, size_t errlen);
 
 /* One check.lua call on this node, as the limiter's check (peek false) or peek (peek true),
  * arguments already validated, no denial cache. With asking, ASKING goes right before it on

@@ -12,6 +12,7 @@
 #include <event2/event_struct.h>
 #include <hiredis/hiredis.h>
 #include <hiredis/async.h>
+#include <openssl/ssl.h>
 
 #include "store/limiter_impl.h"
 #include "store/limiter_redis_node.h"
@@ -79,6 +80,7 @@ struct redis_limiter {
     struct limiter base;
     struct event_base *evbase;
     struct redis_url url;
+    SSL_CTX *tls;                    /* rediss://: verifies the server (NULL: plain) */
     char *prefix;
     size_t prefix_len;
     int64_t timeout_ms, connect_timeout_ms;

@@ -5,7 +5,8 @@
 #include <stdio.h>
 #include <string.h>
 #include <strings.h>
-#include <sys/time.h>
+
+#include "store/redis_tls.h"
 
 bool redis_reply_refuses_login(const char *reply)
 {
@@ -23,20 +24,18 @@ static void where_of(const struct redis_url *u, char *where, size_t len)
         snprintf(where, len, "%s:%d", u->host, u->port);
 }
 
-redisContext *redis_probe_login(const struct redis_url *u, int64_t timeout_ms, char *why, size_t whylen, int *pr)
+struct redis_sync *redis_probe_login(const struct redis_url *u, SSL_CTX *tls, int64_t timeout_ms, char *why,
+                                     size_t whylen, int *pr)
 {
-    struct timeval tv = {.tv_sec = (time_t)(timeout_ms / 1000), .tv_usec = (suseconds_t)(timeout_ms % 1000) * 1000};
-    redisContext *c = u->is_unix ? redisConnectUnixWithTimeout(u->path, tv) : redisConnectWithTimeout(u->host, u->port, tv);
-    *pr = -EHOSTUNREACH;
-    if (c == NULL || c->err || redisSetTimeout(c, tv) != REDIS_OK) {
-        snprintf(why, whylen, "%s", c != NULL && c->errstr[0] ? c->errstr : "cannot connect");
-        goto fail;
-    }
+    struct redis_sync *c = redis_sync_connect(u, tls, timeout_ms, why, whylen, pr);
+    if (c == NULL)
+        return NULL;
     if (u->has_password) {
         const char *argv[3] = {"AUTH", u->username[0] ? u->username : u->password, u->password};
-        redisReply *r = redisCommandArgv(c, u->username[0] ? 3 : 2, argv, NULL);
+        redisReply *r = redis_sync_command(c, u->username[0] ? 3 : 2, argv, NULL);
         if (r == NULL) {
-            snprintf(why, whylen, "AUTH: %s", c->errstr[0] ? c->errstr : "no answer");
+            const char *e = redis_sync_error(c);
+            snprintf(why, whylen, "AUTH: %s", e[0] ? e : "no answer");
             goto fail;
         }
         if (r->type == REDIS_REPLY_ERROR) {
@@ -50,17 +49,28 @@ redisContext *redis_probe_login(const struct redis_url *u, int64_t timeout_ms, c
     *pr = 0;
     return c;
 fail:
-    if (c != NULL)
-        redisFree(c);
+    redis_sync_free(c);
     return NULL;
 }
 
-/* One command after the login; 0, or why in why and -EACCES / -EIO / -EHOSTUNREACH. */
-static int ask(redisContext *c, int argc, const char **argv, char *why, size_t whylen)
+SSL_CTX *redis_probe_tls(const struct redis_url *u, const char *ca_file, char *why, size_t whylen, int *pr)
 {
-    redisReply *r = redisCommandArgv(c, argc, argv, NULL);
+    *pr = 0;
+    if (!u->tls)
+        return NULL;
+    SSL_CTX *tls = redis_tls_context_new(ca_file, why, whylen);
+    if (tls == NULL)
+        *pr = -EINVAL;
+    return tls;
+}
+
+/* One command after the login; 0, or why in why and -EACCES / -EIO / -EHOSTUNREACH. */
+static int ask(struct redis_sync *c, int argc, const char **argv, char *why, size_t whylen)
+{
+    redisReply *r = redis_sync_command(c, argc, argv, NULL);
     if (r == NULL) {
-        snprintf(why, whylen, "%s: %s", argv[0], c->errstr[0] ? c->errstr : "no answer");
+        const char *e = redis_sync_error(c);
+        snprintf(why, whylen, "%s: %s", argv[0], e[0] ? e : "no answer");
         return -EHOSTUNREACH;
     }
     int rc = 0;
@@ -72,15 +82,20 @@ static int ask(redisContext *c, int argc, const char **argv, char *why, size_t w
     return rc;
 }
 
-int redis_probe(const char *url, int64_t timeout_ms, char *report, size_t reportlen)
+int redis_probe(const char *url, const char *ca_file, int64_t timeout_ms, char *report, size_t reportlen)
 {
     struct redis_url u;
     if (redis_url_parse(url, &u, report, reportlen) != 0)
         return -EINVAL;
-    char where[300], why[240] = "";
+    char where[300], why[480] = "";
     where_of(&u, where, sizeof(where));
     int rc = 0;
-    redisContext *c = redis_probe_login(&u, timeout_ms, why, sizeof(why), &rc);
+    SSL_CTX *tls = redis_probe_tls(&u, ca_file, report, reportlen, &rc);
+    if (rc != 0) {
+        explicit_bzero(&u, sizeof(u));
+        return rc;
+    }
+    struct redis_sync *c = redis_probe_login(&u, tls, timeout_ms, why, sizeof(why), &rc);
     if (c != NULL && u.db != 0) {
         char db[16];
         snprintf(db, sizeof(db), "%d", u.db);
@@ -90,14 +105,17 @@ int redis_probe(const char *url, int64_t timeout_ms, char *report, size_t report
     const char *ping[1] = {"PING"};
     if (c != NULL && rc == 0)
         rc = ask(c, 1, ping, why, sizeof(why));
-    if (c != NULL)
-        redisFree(c);
-    explicit_bzero(&u, sizeof(u));
+    redis_sync_free(c);
+    SSL_CTX_free(tls);
     if (rc == 0)
-        snprintf(report, reportlen, "%s answers", where);
+        snprintf(report, reportlen, "%s answers%s", where, u.tls ? " over TLS" : "");
     else if (rc == -EHOSTUNREACH)
         snprintf(report, reportlen, "cannot reach %s: %s", where, why);
+    else if (rc == -EPERM)
+        snprintf(report, reportlen, "%s is not trusted: %s (CA certificates: %s)", where, why,
+                 ca_file != NULL && ca_file[0] ? ca_file : "the system's");
     else
         snprintf(report, reportlen, "%s refuses: %s", where, why);
+    explicit_bzero(&u, sizeof(u));
     return rc;
 }

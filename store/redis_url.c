@@ -176,10 +176,12 @@ int redis_url_parse(const char *text, struct redis_url *url, char *err, size_t e
     int r;
     if (strncasecmp(text, "redis://", 8) == 0)
         r = parse_tcp(text + 8, url, err, errlen);
+    else if (strncasecmp(text, "rediss://", 9) == 0)
+        url->tls = true, r = parse_tcp(text + 9, url, err, errlen);
     else if (strncasecmp(text, "unix://", 7) == 0)
         r = parse_unix(text + 7, url, err, errlen);
     else
-        r = fail(err, errlen, "redis URL must start with redis:// or unix://");
+        r = fail(err, errlen, "redis URL must start with redis://, rediss:// or unix://");
     if (r != 0) {
         memset(url->password, 0, sizeof(url->password));
         url->has_password = false;
@@ -220,6 +222,9 @@ int redis_seed_list_parse(const char *text, struct redis_url *seeds, size_t max_
             r = fail(why, sizeof(why), "a cluster node is reached over TCP: redis://host:port, not unix://");
         else if (r == 0 && seeds[n].db != 0)
             r = fail(why, sizeof(why), "Redis Cluster serves database 0 only, not %d", seeds[n].db);
+        else if (r == 0 && n > 0 && seeds[n].tls != seeds[0].tls)
+            r = fail(why, sizeof(why), "%s:// after %s:// in seed 1: the seeds are all rediss:// or all redis://",
+                     seeds[n].tls ? "rediss" : "redis", seeds[0].tls ? "rediss" : "redis");
         if (r != 0) {
             fail(err, errlen, "seed %zu of %zu: %s", n + 1, total, why);
             n++;     /* so seeds[n-1]'s password is wiped below too */

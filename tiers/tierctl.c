@@ -1764,6 +1764,7 @@ static int cmd_import(struct cli *c)
 struct store_config {
     char store[16];                    /* "memory" or "redis" */
     char redis[1024];
+    char redis_ca_file[1024];          /* rediss://: "" verifies with the system's CAs */
     char key_prefix[128];
     char redis_mode[16];               /* "single" or "cluster" (redis then holds the seeds) */
     int64_t lease_ttl_ms;
@@ -1781,6 +1782,8 @@ static int on_ini(void *ctx, const char *section, const char *name, const char *
         snprintf(sc->redis, sizeof(sc->redis), "%s", value), sc->seen_redis = true;
     else if (strcmp(name, "key_prefix") == 0)
         snprintf(sc->key_prefix, sizeof(sc->key_prefix), "%s", value);
+    else if (strcmp(name, "redis_ca_file") == 0)
+        snprintf(sc->redis_ca_file, sizeof(sc->redis_ca_file), "%s", value);
     else if (strcmp(name, "redis_mode") == 0)
         snprintf(sc->redis_mode, sizeof(sc->redis_mode), "%s", value);
     else if (strcmp(name, "lease_ttl_ms") == 0 && parse_int(value, 1, INT64_MAX / 4, &sc->lease_ttl_ms) != 0)
@@ -1814,6 +1817,8 @@ static int read_store_config(struct cli *c, struct store_config *sc, char *where
         snprintf(sc->redis, sizeof(sc->redis), "%s", env);
     if ((env = getenv("TIERPROXY_LIMITS_KEY_PREFIX")))
         snprintf(sc->key_prefix, sizeof(sc->key_prefix), "%s", env);
+    if ((env = getenv("TIERPROXY_LIMITS_REDIS_CA_FILE")))
+        snprintf(sc->redis_ca_file, sizeof(sc->redis_ca_file), "%s", env);
     if ((env = getenv("TIERPROXY_LIMITS_REDIS_MODE")) && env[0])
         snprintf(sc->redis_mode, sizeof(sc->redis_mode), "%s", env);
     if (c->flag[FLAG_REDIS]) {
@@ -1953,7 +1958,8 @@ static int cmd_usage(struct cli *c)
     }
     struct event_base *base = rows ? event_base_new() : NULL;
     struct redis_store_options opts = {
-        .url = sc.redis, .key_prefix = sc.key_prefix, .command_timeout_ms = 2000, .lease_ttl_ms = sc.lease_ttl_ms,
+        .url = sc.redis, .tls_ca_file = sc.redis_ca_file, .key_prefix = sc.key_prefix, .command_timeout_ms = 2000,
+        .lease_ttl_ms = sc.lease_ttl_ms,
     };
     /* cluster mode: the map from the seeds, then the user's slot's master */
     bool cluster = strcmp(sc.redis_mode, "cluster") == 0;
@@ -1965,10 +1971,12 @@ static int cmd_usage(struct cli *c)
         goto out;
     }
     run_loop_until(base, NULL, limiter_ready, limiter, 3000);
+    char shown[sizeof(sc.redis) + 8];
+    url_without_password(sc.redis, shown, sizeof(shown));
     if (!limiter_available(limiter)) {
-        char shown[sizeof(sc.redis) + 8];
-        r = fail("cannot reach the proxies' Redis (%s, from %s)", url_without_password(sc.redis, shown, sizeof(shown)),
-                 where);
+        char why[256] = "";
+        limiter_health(limiter, why, sizeof(why));   /* such as "...: AUTH: WRONGPASS ..." */
+        r = fail("cannot reach the proxies' Redis (%s, from %s)%s%s", shown, where, why[0] ? ": " : "", why);
         goto out;
     }
     char subject[CATALOG_USER_ID_MAX + 8];
@@ -1985,7 +1993,7 @@ static int cmd_usage(struct cli *c)
         }
         run_loop_until(base, &w.done, NULL, NULL, 5000);
         if (!w.done || w.result.status != LIMITER_DECIDED) {
-            r = fail("the proxies' Redis (%s) did not answer", sc.redis);
+            r = fail("the proxies' Redis (%s) did not answer", shown);
             goto out;
         }
         for (size_t k = 0; k < batch; k++)

@@ -27,6 +27,8 @@ static int on_ini(void *ctx, const char *section, const char *name, const char *
         snprintf(fc->redis, sizeof(fc->redis), "%s", value);
     else if (strcmp(section, "limits") == 0 && strcmp(name, "key_prefix") == 0)
         snprintf(fc->key_prefix, sizeof(fc->key_prefix), "%s", value);
+    else if (strcmp(section, "limits") == 0 && strcmp(name, "redis_ca_file") == 0)
+        snprintf(fc->redis_ca_file, sizeof(fc->redis_ca_file), "%s", value);
     else if (strcmp(section, "limits") == 0 && strcmp(name, "redis_mode") == 0)
         fc->cluster = strcmp(value, "cluster") == 0;
     else if (strcmp(section, "plans") == 0 && strcmp(name, "follow") == 0)
@@ -57,6 +59,8 @@ int fleet_config_read(const char *config_flag, struct fleet_config *fc, char *er
         snprintf(fc->redis, sizeof(fc->redis), "%s", env);
     if ((env = getenv("TIERPROXY_LIMITS_KEY_PREFIX")))
         snprintf(fc->key_prefix, sizeof(fc->key_prefix), "%s", env);
+    if ((env = getenv("TIERPROXY_LIMITS_REDIS_CA_FILE")))
+        snprintf(fc->redis_ca_file, sizeof(fc->redis_ca_file), "%s", env);
     if ((env = getenv("TIERPROXY_LIMITS_REDIS_MODE")) && env[0])
         fc->cluster = strcmp(env, "cluster") == 0;
     if ((env = getenv("TIERPROXY_PLANS_FOLLOW")) && env[0])
@@ -67,7 +71,8 @@ int fleet_config_read(const char *config_flag, struct fleet_config *fc, char *er
 static int open_redis(const struct fleet_config *fc, struct fleet_redis **pfr, char *msg, size_t msglen)
 {
     struct fleet_redis_options o = {
-        .redis = fc->redis, .cluster = fc->cluster, .key_prefix = fc->key_prefix, .timeout_ms = FLEET_TIMEOUT_MS,
+        .redis = fc->redis, .tls_ca_file = fc->redis_ca_file, .cluster = fc->cluster, .key_prefix = fc->key_prefix,
+        .timeout_ms = FLEET_TIMEOUT_MS,
     };
     char err[512];
     if (fleet_redis_create(&o, pfr, err, sizeof(err)) != 0) {

@@ -1,7 +1,7 @@
 /* tierctl's side of the fleet's catalog: `publish`, `pull`, `status`, and the publication
  * that follows every change when the proxy's file says `[plans] follow = redis`.
  * tierctl finds the fleet's Redis as `usage` does: --config FILE, else $TIERPROXY_CONFIG,
- * else the default path; its [limits] redis, redis_mode and key_prefix (and the
+ * else the default path; its [limits] redis, redis_ca_file, redis_mode and key_prefix (and the
  * TIERPROXY_LIMITS_* variables over them). */
 #pragma once
 #include <stdbool.h>
@@ -15,6 +15,7 @@ struct fleet_config {
     bool follow;                       /* [plans] follow = redis */
     bool cluster;                      /* [limits] redis_mode = cluster */
     char redis[1024];
+    char redis_ca_file[1024];          /* [limits] redis_ca_file: "" for the system's CAs */
     char key_prefix[128];
     char file[1024];                   /* where the settings came from */
 };

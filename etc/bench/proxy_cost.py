@@ -14,6 +14,7 @@ Variants:
             RateLimit headers; what forwarding alone costs in tierproxy
   memory    tierproxy, memory store, the bench's plan (sliding log 1000000000/s)
   redis     the same with the redis store (a redis-server started here)
+  rediss    the same over TLS (rediss://, a CA and a certificate made here with openssl)
 
 Instructions are not time: libmicrohttpd zeroes its connection pool after every request
 with `rep stosb`, which callgrind counts byte by byte (about 49k of the floor's and 55k of
@@ -35,7 +36,7 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 BENCH = os.path.join(ROOT, "etc", "bench")
-VARIANTS = ("floor", "exempt", "memory", "redis")
+VARIANTS = ("floor", "exempt", "memory", "redis", "rediss")
 
 
 def free_port():
@@ -77,6 +78,21 @@ def annotate(path):
             key = m.group(2).split(":")[-1] + "@" + os.path.basename(m.group(3))
             cost[key] = cost.get(key, 0) + int(m.group(1).replace(",", ""))
     return cost
+
+
+def tls_files(tmp):
+    """A CA and a certificate for 127.0.0.1 (openssl); redis-server's TLS options."""
+    def run(*args):
+        subprocess.run(["openssl"] + list(args), check=True, capture_output=True, cwd=tmp)
+    ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes"]
+    run("req", "-x509", *ec, "-keyout", "ca.key", "-out", "ca.pem", "-days", "2", "-subj", "/CN=bench CA")
+    run("req", *ec, "-keyout", "redis.key", "-out", "redis.csr", "-subj", "/CN=redis")
+    with open(os.path.join(tmp, "san.ext"), "w") as f:
+        f.write("subjectAltName=IP:127.0.0.1\n")
+    run("x509", "-req", "-in", "redis.csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial",
+        "-out", "redis.pem", "-days", "2", "-extfile", "san.ext")
+    return ["--tls-cert-file", os.path.join(tmp, "redis.pem"), "--tls-key-file", os.path.join(tmp, "redis.key"),
+            "--tls-ca-cert-file", os.path.join(tmp, "ca.pem"), "--tls-auth-clients", "no"]
 
 
 def measure(name, argv, port, keyfile, seconds, tmp):
@@ -140,10 +156,12 @@ def main():
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
         procs.append(up)
         wait_port(up_port, up, "the upstream")
-        redis_port = free_port()
-        if "redis" in a.variants:
+        redis_port, tls_port = free_port(), free_port()
+        if "redis" in a.variants or "rediss" in a.variants:
+            tls_args = tls_files(tmp) if "rediss" in a.variants else []
             rd = subprocess.Popen(["redis-server", "--port", str(redis_port), "--bind", "127.0.0.1", "--save", "",
-                                   "--appendonly", "no"], stdout=subprocess.DEVNULL, start_new_session=True)
+                                   "--appendonly", "no"] + (["--tls-port", str(tls_port)] + tls_args if tls_args else []),
+                                  stdout=subprocess.DEVNULL, start_new_session=True)
             procs.append(rd)
             wait_port(redis_port, rd, "redis-server")
         db, keyfile = os.path.join(tmp, "plans.db"), os.path.join(tmp, "keys.txt")
@@ -169,8 +187,9 @@ def main():
                     f.write(f"[proxy]\nlisten = 127.0.0.1:{port}\nupstream = http://127.0.0.1:{up_port}\nworkers = 1\n"
                             + ("exempt_paths = /\n" if v == "exempt" else "")
                             + f"[admin]\nlisten =\n[plans]\ndb = {db}\n[log]\naccess = off\n"
-                            + f"[limits]\nstore = {'redis' if v == 'redis' else 'memory'}\n"
-                            + f"redis = redis://127.0.0.1:{redis_port}/0\n")
+                            + f"[limits]\nstore = {'redis' if v.startswith('redis') else 'memory'}\n"
+                            + (f"redis = rediss://127.0.0.1:{tls_port}/0\nredis_ca_file = {tmp}/ca.pem\n"
+                               if v == "rediss" else f"redis = redis://127.0.0.1:{redis_port}/0\n"))
                 argv = [proxy, "-c", ini]
             print(f"measuring {v} ...", file=sys.stderr)
             results[v] = measure(v, argv, port, keyfile, a.seconds, tmp)

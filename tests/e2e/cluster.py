@@ -85,11 +85,13 @@ class ClusterNode:
 
 
 class RedisCluster:
+    node_class = ClusterNode     # a subclass may start its nodes otherwise (over TLS)
+
     def __init__(self, tmpdir, free_port, redis_cmd, wait_until, redis_server, children):
         self.tmpdir = pathlib.Path(tmpdir)
         self.redis_cmd = redis_cmd
         self._wait_until = wait_until
-        self.nodes = [ClusterNode(self, free_port(), free_port()) for _ in range(NODES)]
+        self.nodes = [self.node_class(self, free_port(), free_port()) for _ in range(NODES)]
         self.tmpdir.mkdir(parents=True, exist_ok=True)
         try:
             for n in self.nodes:
@@ -115,7 +117,8 @@ class RedisCluster:
         cli = shutil.which(REDIS_CLI) or shutil.which("redis-cli")
         if not cli:
             raise RuntimeError("redis-cli not found (package redis-tools)")
-        argv = [cli, "--cluster", "create"] + ["127.0.0.1:%d" % n.port for n in self.nodes] + \
+        argv = [cli] + self.cli_options() + ["--cluster", "create"] + \
+            ["127.0.0.1:%d" % n.port for n in self.nodes] + \
             ["--cluster-replicas", str(REPLICAS_PER_MASTER), "--cluster-yes"]
         r = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=60,
                            stdin=subprocess.DEVNULL)
@@ -123,6 +126,10 @@ class RedisCluster:
         (self.tmpdir / "cluster-create.log").write_text(out)
         if r.returncode != 0:
             raise RuntimeError("redis-cli --cluster create failed (%d):\n%s" % (r.returncode, out[-3000:]))
+
+    def cli_options(self):
+        """redis-cli's options to reach the nodes (a subclass adds --tls ...)."""
+        return []
 
     def state_ok(self, node):
         try:

@@ -402,9 +402,11 @@ static const struct bad_case bad_cases[] = {
     {"plans", "refresh_ms", "0", "expected a whole number from 1 to 86400000, got \"0\""},
     {"limits", "store", "rediss", "expected memory or redis, got \"rediss\""},
     {"limits", "store", "", "expected memory or redis, got \"\""},
-    {"limits", "redis", "rediss://h:1/0", "expected redis://[:password@]host:port/db or unix:///path, got \"rediss://...\""},
-    {"limits", "redis", "127.0.0.1:6379", "expected redis://[:password@]host:port/db or unix:///path, got \"...\""},
-    {"limits", "redis", "redis://", "expected redis://[:password@]host:port/db or unix:///path, got \"redis://...\""},
+    {"limits", "redis", "redisx://h:1/0", "expected redis://[[user]:password@]host:port/db, rediss://... (TLS) or unix:///path, got \"redisx://...\""},
+    {"limits", "redis", "127.0.0.1:6379", "expected redis://[[user]:password@]host:port/db, rediss://... (TLS) or unix:///path, got \"...\""},
+    {"limits", "redis", "redis://", "expected redis://[[user]:password@]host:port/db, rediss://... (TLS) or unix:///path, got \"redis://...\""},
+    {"limits", "redis", "rediss://", "expected redis://[[user]:password@]host:port/db, rediss://... (TLS) or unix:///path, got \"rediss://...\""},
+    {"limits", "redis_ca_file", "/nonexistent/ca.pem", "cannot read \"/nonexistent/ca.pem\": No such file or directory"},
     {"limits", "on_store_error", "fail", "expected open, closed or local, got \"fail\""},
     {"limits", "concurrency_on_store_error", "yes", "expected open, closed or local, got \"yes\""},
     {"limits", "local_share", "0", "expected a number greater than 0 and at most 1, got \"0\""},
@@ -582,10 +584,10 @@ static void test_flags(void **state)
     assert_true(c.upstream_tls_verify);
     assert_null(c.upstream_ca_file);
     config_free(&c);
-    const char *bad3[] = {"--redis", "rediss://x:1", NULL};
+    const char *bad3[] = {"--redis", "redis2://x:1", NULL};
     assert_int_equal(load(NULL, bad3, NULL, &c, &action, err, sizeof(err)), -EINVAL);
-    assert_string_equal(err, "--redis: expected redis://[:password@]host:port/db or "
-                             "unix:///path, got \"rediss://...\"");
+    assert_string_equal(err, "--redis: expected redis://[[user]:password@]host:port/db, rediss://... (TLS) or "
+                             "unix:///path, got \"redis2://...\"");
 }
 
 static void test_actions(void **state)

@@ -75,6 +75,24 @@ static void test_password(void **state)
     assert_string_equal(u.host, "h");
 }
 
+static void test_tls(void **state)
+{
+    struct redis_url u = parse_ok("redis://127.0.0.1:6379/0");
+    assert_false(u.tls);
+    u = parse_ok("rediss://proxy:s3cret@cache.internal/2");
+    assert_true(u.tls);
+    assert_false(u.is_unix);
+    assert_string_equal(u.host, "cache.internal");
+    assert_int_equal(u.port, 6379);
+    assert_int_equal(u.db, 2);
+    assert_string_equal(u.username, "proxy");
+    assert_string_equal(u.password, "s3cret");
+    u = parse_ok("REDISS://[::1]:6380");
+    assert_true(u.tls);
+    assert_string_equal(u.host, "::1");
+    assert_int_equal(u.port, 6380);
+}
+
 static void test_unix(void **state)
 {
     struct redis_url u = parse_ok("unix:///run/redis/redis.sock");
@@ -100,7 +118,7 @@ static void test_rejects(void **state)
         "redis://h:-1", "redis://h:12ab", "redis://h:", "redis://h/x", "redis://h/-1", "redis://h/1/2",
         "redis://h?db=1", "redis://[::1", "redis://:@h", "redis://:p%zz@h", "redis://:p%0a@h", "redis://h h",
         "unix://", "unix://relative.sock", "unix:///", "unix:///s?x=1", "unix:///s?db=x",
-        "unix://pw/tmp/s",
+        "unix://pw/tmp/s", "rediss://", "rediss:///tmp/s", "rediss://h:0", "redisss://h",
     };
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         struct redis_url u;
@@ -152,6 +170,10 @@ static void test_seed_list(void **state)
     assert_string_equal(seeds[2].host, "::1");
     assert_int_equal(seeds[2].port, 7002);
 
+    n = seeds_of("rediss://a:7000,rediss://:pw@b:7001", seeds, REDIS_SEEDS_MAX, err, sizeof(err));
+    assert_int_equal(n, 2);
+    assert_true(seeds[0].tls && seeds[1].tls);
+
     /* one seed is a list too; the default port applies */
     assert_int_equal(seeds_of("redis://solo", seeds, REDIS_SEEDS_MAX, err, sizeof(err)), 1);
     assert_int_equal(seeds[0].port, 6379);
@@ -186,6 +208,10 @@ static void test_seed_list_rejects(void **state)
     expect_seeds_rejected("redis://:s3cret@h:7000,redis://h:99999", 8, "seed 2 of 2: bad port");
     expect_seeds_rejected("redis://:s3cret@h:7000,http://h:7001", 8, "seed 2 of 2: redis URL must start");
     expect_seeds_rejected("redis://h:1,redis://h:2,redis://h:3", 2, "3 seed URLs, at most 2");
+    /* the nodes the cluster names are reached as the seeds are: one scheme for all */
+    expect_seeds_rejected("rediss://:s3cret@h:7000,redis://h:7001", 8,
+                          "seed 2 of 2: redis:// after rediss:// in seed 1");
+    expect_seeds_rejected("redis://h:7000,rediss://:s3cret@h:7001", 8, "seed 2 of 2: rediss:// after redis://");
     /* a cap, whatever the caller's array: REDIS_SEEDS_MAX */
     char many[REDIS_SEEDS_MAX * 16 + 64] = "";
     size_t off = 0;
@@ -202,6 +228,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_tcp),
         cmocka_unit_test(test_password),
+        cmocka_unit_test(test_tls),
         cmocka_unit_test(test_unix),
         cmocka_unit_test(test_rejects),
         cmocka_unit_test(test_error_hides_password),
