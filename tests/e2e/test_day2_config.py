@@ -287,7 +287,9 @@ def test_a_refused_value_is_quoted_without_its_password(catalog, proxies, tmp_pa
     assert '"http://alice:***@127.0.0.1:6379/0"' in named[0]["msg"], named[0]
     assert secret not in cp.stdout + cp.stderr
     json_lines(cp.stderr)
-    cp = tierproxy(["-c", path, "--redis", "redis://:%s@127.0.0.1:99999/0" % secret, "--check"])
+    good = tmp_path / "good.ini"
+    write_ini(good, proxies.config(catalog, store="memory"))
+    cp = tierproxy(["-c", good, "--redis", "redis://:%s@127.0.0.1:99999/0" % secret, "--check"])
     assert cp.returncode == 1, cp
     named = errors_naming(lines_as_said(cp.stderr), "--redis")
     assert len(named) == 1 and '"redis://:***@127.0.0.1:99999/0"' in named[0]["msg"], cp.stderr

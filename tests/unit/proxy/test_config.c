@@ -402,9 +402,11 @@ static const struct bad_case bad_cases[] = {
     {"plans", "refresh_ms", "0", "expected a whole number from 1 to 86400000, got \"0\""},
     {"limits", "store", "rediss", "expected memory or redis, got \"rediss\""},
     {"limits", "store", "", "expected memory or redis, got \"\""},
-    {"limits", "redis", "rediss://h:1/0", "expected redis://[:password@]host:port/db or unix:///path, got \"rediss://...\""},
-    {"limits", "redis", "127.0.0.1:6379", "expected redis://[:password@]host:port/db or unix:///path, got \"...\""},
-    {"limits", "redis", "redis://", "expected redis://[:password@]host:port/db or unix:///path, got \"redis://...\""},
+    /* the value is quoted, its password masked */
+    {"limits", "redis", "http://u:pw@h:1/0", "expected redis://[:password@]host:port/db or unix:///path, got \"http://u:***@h:1/0\""},
+    {"limits", "redis", "127.0.0.1:6379", "expected redis://[:password@]host:port/db or unix:///path, got \"127.0.0.1:6379\""},
+    {"limits", "redis", ":pw@127.0.0.1:6379", "expected redis://[:password@]host:port/db or unix:///path, got \":***@127.0.0.1:6379\""},
+    {"limits", "redis", "redis://", "expected redis://[:password@]host:port/db or unix:///path, got \"redis://\""},
     {"limits", "on_store_error", "fail", "expected open, closed or local, got \"fail\""},
     {"limits", "concurrency_on_store_error", "yes", "expected open, closed or local, got \"yes\""},
     {"limits", "local_share", "0", "expected a number greater than 0 and at most 1, got \"0\""},
@@ -582,10 +584,10 @@ static void test_flags(void **state)
     assert_true(c.upstream_tls_verify);
     assert_null(c.upstream_ca_file);
     config_free(&c);
-    const char *bad3[] = {"--redis", "rediss://x:1", NULL};
+    const char *bad3[] = {"--redis", "http://:pw@x:1", NULL};
     assert_int_equal(load(NULL, bad3, NULL, &c, &action, err, sizeof(err)), -EINVAL);
     assert_string_equal(err, "--redis: expected redis://[:password@]host:port/db or "
-                             "unix:///path, got \"rediss://...\"");
+                             "unix:///path, got \"http://:***@x:1\"");
 }
 
 static void test_actions(void **state)
@@ -741,12 +743,23 @@ static void test_precedence(void **state)
     assert_int_equal(c.workers, 2);
     config_free(&c);
 
-    /* environment over flag and file, whatever the order in argv */
-    assert_int_equal(load(file, flags, env, &c, &action, err, sizeof(err)), 0);
+    /* environment over file */
+    assert_int_equal(load(file, NULL, env, &c, &action, err, sizeof(err)), 0);
     assert_string_equal(c.listen_host, "10.0.0.3");
     assert_int_equal(c.listen_port, 1003);
     assert_int_equal(c.store, STORE_MEMORY);
+    config_free(&c);
+
+    /* flag over environment and file, whatever the order in argv */
+    assert_int_equal(load(file, flags, env, &c, &action, err, sizeof(err)), 0);
+    assert_string_equal(c.listen_host, "10.0.0.2");
+    assert_int_equal(c.listen_port, 1002);
+    assert_int_equal(c.store, STORE_MEMORY);
     assert_int_equal(c.headers, HEADERS_X);
+    config_free(&c);
+    const char *redis_flag[] = {"--redis", "redis://10.0.0.5:6379/0", NULL};
+    assert_int_equal(load(file, redis_flag, env, &c, &action, err, sizeof(err)), 0);
+    assert_int_equal(c.store, STORE_REDIS); /* --redis sets store = redis over the variable */
     config_free(&c);
 
     /* a flag placed before -c still beats the file */
@@ -755,10 +768,59 @@ static void test_precedence(void **state)
     assert_string_equal(c.listen_host, "10.0.0.4");
     config_free(&c);
 
-    /* an environment error wins over a good flag, and a flag error is reported before env */
+    /* a bad flag is an error even when the environment sets the key well */
     const char *badflag[] = {"--listen", "x", NULL};
     assert_int_equal(load(file, badflag, env, &c, &action, err, sizeof(err)), -EINVAL);
     assert_string_equal(err, "--listen: expected HOST:PORT (IPv6 as [::1]:8080), got \"x\"");
+}
+
+struct problems {
+    char lines[12][512];
+    size_t n;
+};
+
+static void collect(void *ctx, const char *where, const char *why)
+{
+    struct problems *p = ctx;
+    if (p->n < 12)
+        snprintf(p->lines[p->n++], sizeof(p->lines[0]), "%s|%s", where, why);
+}
+
+/* Every bad value is reported in one load, in the order found: the file's, the
+ * environment's, the flags'; the first is in err. */
+static void test_every_problem_is_reported(void **state)
+{
+    const char *path = write_ini("[proxy]\nworkers = lots\nlisten = nope\n[nosuch]\nx = 1\n[limits]\n"
+                                 "headers = rfc\nbogus line\nheaders = x\n[empty]\n");
+    char *argv[] = {(char *)"tierproxy", (char *)"-c", (char *)path, (char *)"--upstream=ftp://x", NULL};
+    char *envp[] = {(char *)"TIERPROXY_LIMITS_STORE=rediss", (char *)"TIERPROXY_LIMITS_STOR=x", NULL};
+    struct proxy_config c;
+    enum config_action action;
+    struct problems got = {.n = 0};
+    char err[512], want[12][512];
+    int n = 0;
+    snprintf(want[n++], sizeof(want[0]), "%s:2: [proxy] workers|expected a whole number from 0 to 1024, got \"lots\"",
+             path);
+    snprintf(want[n++], sizeof(want[0]), "%s:3: [proxy] listen|expected HOST:PORT (IPv6 as [::1]:8080), got \"nope\"",
+             path);
+    snprintf(want[n++], sizeof(want[0]),
+             "%s:5|unknown section [nosuch] for key \"x\" (known: proxy, admin, auth, plans, limits, log)", path);
+    snprintf(want[n++], sizeof(want[0]), "%s:7: [limits] headers|expected draft, ietf, x or off, got \"rfc\"", path);
+    snprintf(want[n++], sizeof(want[0]), "%s:8|expected [section] or key = value", path);
+    snprintf(want[n++], sizeof(want[0]), "%s:9: [limits] headers|set twice (first on line 7)", path);
+    snprintf(want[n++], sizeof(want[0]), "%s:10|unknown section [empty] (known: proxy, admin, auth, plans, limits, log)",
+             path);
+    snprintf(want[n++], sizeof(want[0]), "TIERPROXY_LIMITS_STORE|expected memory or redis, got \"rediss\"");
+    snprintf(want[n++], sizeof(want[0]), "TIERPROXY_LIMITS_STOR|unknown variable: [limits] has no such key");
+    snprintf(want[n++], sizeof(want[0]), "--upstream|expected http://HOST[:PORT][/PATH] or https://..., got \"ftp://x\"");
+    assert_int_equal(config_load_reported(4, argv, envp, &c, &action, collect, &got, err, sizeof(err)), -EINVAL);
+    for (int i = 0; i < n && i < (int)got.n; i++)
+        assert_string_equal(got.lines[i], want[i]);
+    assert_int_equal(got.n, n);
+    snprintf(want[0], sizeof(want[0]), "%s:2: [proxy] workers: expected a whole number from 0 to 1024, got \"lots\"",
+             path);
+    assert_string_equal(err, want[0]);
+    assert_null(c.listen_host);
 }
 
 /* ---------------------------------------------------------------- reload */
@@ -890,6 +952,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_usage_errors),
         cmocka_unit_test(test_env),
         cmocka_unit_test(test_precedence),
+        cmocka_unit_test(test_every_problem_is_reported),
         cmocka_unit_test(test_reload),
         cmocka_unit_test(test_null_and_small_buffers),
         cmocka_unit_test(test_origin_names_file_line_flag_or_variable),
