@@ -204,8 +204,8 @@ static int serve(struct proxy_config *cfg, int argc, char **argv, char **envp)
     memory_store_set_max_subjects(memory, (size_t)cfg->memory_max_subjects);
     memory_store_set_evict_first(memory, GATE_ANONYMOUS_PREFIX);
     rejection_warnings = log_throttle_create(REJECTION_WARNING_KEYS, REJECTION_WARNING_INTERVAL_MS);
-    store_log = store_log_create((size_t)cfg->workers,
-                                 strcmp(cfg->log_level, "info") == 0 || strcmp(cfg->log_level, "debug") == 0);
+    /* its line of the store's return is an info line: [log] level decides, reloads too */
+    store_log = store_log_create((size_t)cfg->workers, true);
     if (rejection_warnings == NULL || store_log == NULL) {
         log_say(LOG_LEVEL_ERROR, "out of memory");
         goto out;

@@ -823,6 +823,77 @@ static void test_every_problem_is_reported(void **state)
     assert_null(c.listen_host);
 }
 
+/* A URL in a message: quoted with each password as ***, never in clear. */
+static void test_quote_url_masks_passwords(void **state)
+{
+    static const struct {
+        const char *url, *want;
+    } cases[] = {
+        {"redis://127.0.0.1:6379/0", "redis://127.0.0.1:6379/0"},
+        {"redis://:pw@h:1/0", "redis://:***@h:1/0"},
+        {"redis://alice:pw@h:1/0", "redis://alice:***@h:1/0"},
+        {"rediss://pw@h:1/0", "rediss://***@h:1/0"},
+        {"redis://a:p@ss@h:1", "redis://a:***@h:1"},      /* an '@' in the password */
+        {"redis://a:p/w@h:1", "redis://a:***@h:1"},       /* a '/' in the password */
+        {"redis://a:p@h1:1,redis://b:q@h2:2", "redis://a:***@h1:1,redis://b:***@h2:2"},
+        {"redis://h1:1,redis://:q@h2:2", "redis://h1:1,redis://:***@h2:2"},
+        {"u:pw@h:1", "u:***@h:1"},
+        {"http://user:pw@up:80/x", "http://user:***@up:80/x"},
+        {"", ""},
+    };
+    char buf[96];
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
+        assert_string_equal(config_quote_url(cases[i].url, buf, sizeof(buf)), cases[i].want);
+}
+
+struct setting_seen {
+    char value[128], source[256];
+};
+
+static void find_listen(void *ctx, const char *name, const char *value, const char *source)
+{
+    struct setting_seen *seen = ctx;
+    if (strcmp(name, "[proxy] listen") == 0) {
+        snprintf(seen->value, sizeof(seen->value), "%s", value);
+        snprintf(seen->source, sizeof(seen->source), "%s", source);
+    } else if (strcmp(name, "[limits] redis") == 0) {
+        assert_null(strstr(value, "secret"));
+    }
+}
+
+/* What [log] level = debug lists: each setting's text and where it came from. */
+static void test_settings_name_their_source(void **state)
+{
+    struct proxy_config c;
+    enum config_action action;
+    char err[512], want[256];
+    struct setting_seen seen = {"", ""};
+    const char *path = write_ini("[proxy]\nlisten = localhost:81\n[limits]\nredis = redis://:secret@h:1/0\n");
+    const char *flag[] = {"--listen", "10.0.0.9:99", NULL};
+    const char *env[] = {"TIERPROXY_PROXY_LISTEN=10.0.0.8:98", NULL};
+    snprintf(want, sizeof(want), "%s:2", path);
+    assert_int_equal(load(path, NULL, NULL, &c, &action, err, sizeof(err)), 0);
+    config_settings(&c, find_listen, &seen);
+    assert_string_equal(seen.value, "localhost:81");
+    assert_string_equal(seen.source, want);
+    config_free(&c);
+    assert_int_equal(load(path, NULL, env, &c, &action, err, sizeof(err)), 0);
+    config_settings(&c, find_listen, &seen);
+    assert_string_equal(seen.value, "10.0.0.8:98");
+    assert_string_equal(seen.source, "TIERPROXY_PROXY_LISTEN");
+    config_free(&c);
+    assert_int_equal(load(path, flag, env, &c, &action, err, sizeof(err)), 0);
+    config_settings(&c, find_listen, &seen);
+    assert_string_equal(seen.value, "10.0.0.9:99");
+    assert_string_equal(seen.source, "--listen");
+    config_free(&c);
+    assert_int_equal(load(NULL, NULL, NULL, &c, &action, err, sizeof(err)), 0);
+    config_settings(&c, find_listen, &seen);
+    assert_string_equal(seen.value, "127.0.0.1:8080");
+    assert_string_equal(seen.source, "the default");
+    config_free(&c);
+}
+
 /* ---------------------------------------------------------------- reload */
 
 static void rewrite(const char *path, const char *text)
@@ -953,6 +1024,8 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_env),
         cmocka_unit_test(test_precedence),
         cmocka_unit_test(test_every_problem_is_reported),
+        cmocka_unit_test(test_quote_url_masks_passwords),
+        cmocka_unit_test(test_settings_name_their_source),
         cmocka_unit_test(test_reload),
         cmocka_unit_test(test_null_and_small_buffers),
         cmocka_unit_test(test_origin_names_file_line_flag_or_variable),
