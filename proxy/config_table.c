@@ -112,7 +112,6 @@ const size_t config_n_directives = sizeof(config_directives) / sizeof(config_dir
 const char *const config_sections[] = {"proxy", "admin", "auth", "plans", "limits", "log"};
 const size_t config_n_sections = sizeof(config_sections) / sizeof(config_sections[0]);
 
-
 /* ---------------------------------------------------------------- small helpers */
 
 static void errf(char *err, size_t errlen, const char *fmt, ...)

@@ -27,7 +27,7 @@ enum dtype {
     D_BOOL,       /* bool, from words */
     D_ENUM,       /* an enum (int-sized), from words */
     D_WORD,       /* char *, one of words, stored as the word */
-    D_REDIS_URL,  /* char *, redis://... or unix://... */
+    D_REDIS_URL,  /* char *, redis://..., rediss://... (the store checks it further) or unix://... */
     D_ACCESS_LOG, /* char *: stdout -> "-", off -> NULL, else a path */
     D_STYLES,     /* unsigned: a set of HEADERS_* bits from "draft, ietf" (header_styles_parse) */
     D_SHARE,      /* double, a share: 0 < x <= 1 */
