@@ -10,6 +10,7 @@
 
 #include <jansson.h>
 
+#include "proxy/log.h"
 #include "proxy/log_throttle.h"
 #include "store/clock.h"
 
@@ -90,34 +91,6 @@ int access_log_reopen(struct access_log *log, char *err, size_t errlen)
     return rc;
 }
 
-static void format_time(int64_t unix_ms, char *buf, size_t buflen)
-{
-    time_t secs = (time_t)(unix_ms / 1000);
-    struct tm tm;
-    gmtime_r(&secs, &tm);
-    size_t n = strftime(buf, buflen, "%Y-%m-%dT%H:%M:%S", &tm);
-    snprintf(buf + n, buflen - n, ".%03dZ", (int)(unix_ms % 1000));
-}
-
-static void write_line(int fd, json_t *obj)
-{
-    char *line = json_dumps(obj, JSON_COMPACT | JSON_PRESERVE_ORDER);
-    if (line == NULL)
-        return;
-    size_t len = strlen(line);
-    line[len] = '\n'; /* json_dumps' NUL is replaced; the length is kept */
-    ssize_t off = 0;
-    while ((size_t)off < len + 1) {
-        ssize_t n = write(fd, line + off, len + 1 - (size_t)off);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n <= 0)
-            break;
-        off += n;
-    }
-    free(line);
-}
-
 static json_t *str_or_null(const char *s)
 {
     return s != NULL ? json_string(s) : json_null();
@@ -145,7 +118,7 @@ void access_log_write(struct access_log *log, const struct access_entry *e)
     if (log == NULL)
         return;
     char when[40];
-    format_time(e->time_unix_ms, when, sizeof(when));
+    log_format_time(e->time_unix_ms, when, sizeof(when));
     json_t *o = json_object();
     if (o == NULL)
         return;
@@ -160,7 +133,7 @@ void access_log_write(struct access_log *log, const struct access_entry *e)
     if (e->decision_unix_ms > 0) {
         /* What `tierctl simulate` replays at: `time` is when the request ended. */
         char decided[40];
-        format_time(e->decision_unix_ms, decided, sizeof(decided));
+        log_format_time(e->decision_unix_ms, decided, sizeof(decided));
         json_object_set_new(o, "decision_time", json_string(decided));
     }
     if (e->has_limit) {
@@ -173,9 +146,11 @@ void access_log_write(struct access_log *log, const struct access_entry *e)
         json_object_set_new(o, "current_count", json_integer(e->current_count));
     }
     json_object_set_new(o, "upstream_ms", e->upstream_ms >= 0 ? json_integer(e->upstream_ms) : json_null());
+    if (e->upstream_error != NULL)
+        json_object_set_new(o, "upstream_error", json_string(e->upstream_error));
     json_object_set_new(o, "total_ms", json_integer(e->total_ms));
     json_object_set_new(o, "bytes_sent", json_integer((json_int_t)e->bytes_sent));
-    write_line(log->fd, o);
+    log_write_json(log->fd, o);
     json_decref(o);
 }
 
@@ -204,25 +179,4 @@ void log_rejection(struct log_throttle *throttle, const char *user, const char *
     json_object_set_new(o, "limit", json_integer(limit));
     json_object_set_new(o, "rejections", json_integer((json_int_t)rejections));
     log_line_write(o);
-}
-
-json_t *log_line_start(const char *level, const char *msg)
-{
-    char when[40];
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    format_time((int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000, when, sizeof(when));
-    json_t *o = json_object();
-    if (o == NULL)
-        return NULL;
-    json_object_set_new(o, "time", json_string(when));
-    json_object_set_new(o, "level", json_string(level));
-    json_object_set_new(o, "msg", json_string(msg));
-    return o;
-}
-
-void log_line_write(json_t *line)
-{
-    write_line(STDERR_FILENO, line);
-    json_decref(line);
 }

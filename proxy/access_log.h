@@ -8,6 +8,10 @@
 
 #include <jansson.h>
 
+/* log_line_start and log_line_write, which the rejection warning and other stderr lines
+ * use, are in log.h. */
+#include "proxy/log.h"
+
 struct access_log;
 
 struct access_entry {
@@ -19,15 +23,17 @@ struct access_entry {
     unsigned status;
     const char *user;            /* NULL when unauthenticated */
     const char *plan;
-    const char *decision;        /* "allowed", "rejected", "shadow", "exempt", "unauthenticated",
-                                    "store_unavailable", "local" (the local fallback
-                                    decided, store away), "shed" (upstream_saturated),
-                                    "error" */
+    const char *decision;        /* "allowed", "rejected", "shadow", "exempt", "missing_key",
+                                    "invalid_key", "store_unavailable", "local" (the local
+                                    fallback decided, store away), "shed"
+                                    (upstream_saturated), "error" */
     bool has_limit;
     int64_t limit, remaining;
     const char *limit_type;      /* for a rejection: "http", "concurrency", ... */
     int64_t current_count;
     int64_t upstream_ms;         /* -1 when not forwarded */
+    const char *upstream_error;  /* why the upstream gave no answer (its 502 or 504; a 499 whose
+                                    client left first); NULL when it answered */
     int64_t total_ms;
     uint64_t bytes_sent;
 };
@@ -52,9 +58,3 @@ struct log_throttle;
  * counted in that key's next line. */
 void log_rejection(struct log_throttle *throttle, const char *user, const char *plan, const char *limit_type,
                    int64_t limit_id, int64_t current_count, int64_t limit);
-
-/* A diagnostic line for stderr, one JSON object: "time" (now, UTC), "level" and "msg"
- * set; the caller adds its members, then log_line_write writes it and frees it. NULL when
- * out of memory. */
-json_t *log_line_start(const char *level, const char *msg);
-void log_line_write(json_t *line);

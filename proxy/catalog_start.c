@@ -5,6 +5,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "proxy/log.h"
 #include "tiers/catalog_follow.h"
 
 /* Each Redis call of the follower waits at most this long: a dead Redis delays the next
@@ -13,12 +14,12 @@
 
 static void follow_log(void *ctx, enum catalog_follow_level level, const char *message)
 {
-    const struct proxy_config *cfg = ctx;
-    bool quiet_warn = strcmp(cfg->log_level, "error") == 0;
-    bool quiet_info = quiet_warn || strcmp(cfg->log_level, "warn") == 0;
-    if ((level == CATALOG_FOLLOW_WARN && quiet_warn) || (level == CATALOG_FOLLOW_INFO && quiet_info))
-        return;
-    fprintf(stderr, "tierproxy: %s\n", message);
+    (void)ctx;
+    log_say(level == CATALOG_FOLLOW_ERROR  ? LOG_LEVEL_ERROR
+            : level == CATALOG_FOLLOW_WARN ? LOG_LEVEL_WARN
+            : level == CATALOG_FOLLOW_INFO ? LOG_LEVEL_INFO
+                                           : LOG_LEVEL_DEBUG,
+            "%s", message);
 }
 
 bool catalog_file_optional(const struct proxy_config *cfg)
@@ -40,7 +41,7 @@ int catalog_start(const struct proxy_config *cfg, struct snapshot_watch **pwatch
                   .key_prefix = cfg->key_prefix, .timeout_ms = FOLLOW_TIMEOUT_MS},
         .name = name,
         .log = follow_log,
-        .log_ctx = (void *)cfg,
+        .log_ctx = NULL,
     };
     struct catalog_follow *follow = NULL;
     int r = catalog_follow_create(&options, &follow, err, errlen);

@@ -1,87 +1,26 @@
-/* tierproxy's configuration: INI file (libinih), then command-line flags, then
- * TIERPROXY_<SECTION>_<KEY> environment variables, each overriding the one before. */
+/* tierproxy's configuration: defaults, then the INI file (libinih), then
+ * TIERPROXY_<SECTION>_<KEY> environment variables, then command-line flags, each overriding
+ * the one before (as a flag given by hand overrides what a unit's environment sets). */
 #pragma once
-#include <stdbool.h>
-#include <stddef.h>
-#include <stdint.h>
+#include "proxy/config_types.h"
 
-#include "proxy/netaddr.h"
-#include "proxy/ratelimit_headers.h"
-#include "store/limiter.h"
-
-enum store_kind { STORE_MEMORY = 0, STORE_REDIS };
-/* [limits] redis_mode: one Redis, or a Redis Cluster reached through seed nodes */
-enum redis_mode { REDIS_MODE_SINGLE = 0, REDIS_MODE_CLUSTER };
-
-struct proxy_config {
-    /* [proxy] */
-    char *listen_host;             /* "127.0.0.1" */
-    uint16_t listen_port;          /* 8080 */
-    char **upstreams;              /* "http://127.0.0.1:3000" or "https://...", without trailing slash */
-    size_t n_upstreams;
-    char *upstream_ca_file;        /* NULL: the system's CAs verify https upstreams */
-    bool upstream_tls_verify;      /* no: https upstreams' certificates are not checked */
-    int workers;                   /* resolved: 0 in the file becomes the number of cores */
-    int64_t connect_timeout_ms;
-    int64_t upstream_timeout_ms;
-    int64_t websocket_idle_timeout_ms; /* a tunnel with no frames either way this long closes; 0 = never */
-    int64_t max_body_bytes;
-    int64_t upstream_max_inflight; /* requests in flight to the upstream per process; 0 = no cap */
-    struct cidr *trusted_proxies;
-    size_t n_trusted_proxies;
-    char **exempt_paths;
-    size_t n_exempt_paths;
-    bool path_case_insensitive;    /* path_case = insensitive: exempt and route prefixes ignore ASCII case */
-    bool underscores_forward;      /* underscores_in_headers = forward; drop (the default) removes them */
-    /* [admin] */
-    char *admin_host;              /* NULL when the admin listener is off */
-    uint16_t admin_port;
-    /* [auth] */
-    char *key_header;              /* "Authorization" */
-    char *anonymous_plan;          /* NULL when keyless requests get 401 */
-    bool forward_key;
-    /* [plans] */
-    char *db;
-    int64_t refresh_ms;
-    bool follow_redis;             /* follow = redis: db caches the catalog published in [limits] redis */
-    /* [limits] */
-    enum store_kind store;
-    enum redis_mode redis_mode;
-    char *redis_url;               /* cluster mode: the seed URLs, comma-separated */
-    char *redis_ca_file;           /* rediss://: NULL verifies with the system's CAs */
-    char *key_prefix;
-    enum limiter_store_error rate_on_store_error;        /* on_store_error: open | closed | local */
-    enum limiter_store_error concurrency_on_store_error; /* concurrency_on_store_error */
-    double local_share;            /* the share of each limit one proxy admits alone in local mode */
-    int64_t lease_ttl_ms;
-    int64_t memory_max_subjects;   /* store = memory: subjects held before the LRU one is evicted */
-    unsigned headers;              /* HEADERS_* bits; 0 = off */
-    /* [log] */
-    char *access_log;              /* NULL = off, "-" = stdout, else a path */
-    char *log_level;               /* "debug" | "info" | "warn" | "error" */
-    /* where it came from, for reload */
-    char *config_path;             /* NULL when no -c */
-    int file_settings;             /* key = value lines read from it: none in a file that is
-                                      empty, or only comments and [section] lines */
-    struct config_origin *origins; /* where each value came from, for config_origin() */
-};
-
-enum config_action {
-    CONFIG_RUN = 0,
-    CONFIG_CHECK,      /* --check */
-    CONFIG_VERSION,    /* --version */
-    CONFIG_HELP,       /* --help */
-};
-
-/* Builds the configuration from defaults, the file named by -c (if any), argv and envp.
- * Returns 0 with *cfg filled and *paction set; -EINVAL with one line in err naming the
- * file, line and key (or the flag or variable) for bad input; 2 for a usage error
- * (unknown flag), with the usage line in err. On failure *cfg is left empty. */
+/* Builds the configuration from defaults, the file named by -c (if any), envp and argv,
+ * and tells problem (when not NULL) of every bad value found, in the order found: the
+ * file's, the environment's, the flags'. err (may be NULL) receives the first as one line,
+ * "where: why". Returns 0 with *cfg filled and *paction set; -EINVAL when a problem was
+ * found; 2 for a usage error (an unknown flag: only that one, with the usage line);
+ * -ENOMEM. On failure *cfg is left empty. */
+int config_load_reported(int argc, char **argv, char **envp, struct proxy_config *cfg, enum config_action *paction,
+                         config_problem_fn *problem, void *ctx, char *err, size_t errlen);
+/* The same, with only the first problem, in err. */
 int config_load(int argc, char **argv, char **envp, struct proxy_config *cfg,
                 enum config_action *paction, char *err, size_t errlen);
 
 /* Re-reads cfg->config_path with the same argv and envp into *fresh (for SIGHUP).
- * Same returns as config_load. */
+ * Same returns as config_load_reported, config_load. */
+int config_reload_reported(const struct proxy_config *current, int argc, char **argv, char **envp,
+                           struct proxy_config *fresh, config_problem_fn *problem, void *ctx, char *err,
+                           size_t errlen);
 int config_reload(const struct proxy_config *current, int argc, char **argv, char **envp,
                   struct proxy_config *fresh, char *err, size_t errlen);
 
@@ -98,6 +37,16 @@ void config_keep_restart_only(struct proxy_config *running, struct proxy_config 
  * "[section] key (default)". Writes into buf and returns it. */
 const char *config_origin(const struct proxy_config *cfg, const char *section, const char *key, char *buf,
                           size_t buflen);
+
+/* Calls fn for each setting: its name ("[proxy] listen"), the text it was given (a URL's
+ * password as ***; the default's when nothing set it) and where that came from
+ * ("FILE:LINE", "--flag", "TIERPROXY_SECTION_KEY" or "the default"). */
+typedef void config_setting_fn(void *ctx, const char *name, const char *value, const char *source);
+void config_settings(const struct proxy_config *cfg, config_setting_fn *fn, void *ctx);
+
+/* url quoted for a message, at most 80 characters, with the password of each URL in it
+ * (user:password@, or a lone password@) as ***. Returns buf (88 bytes are enough). */
+const char *config_quote_url(const char *url, char *buf, size_t buflen);
 
 /* Frees everything config_load allocated and zeroes *cfg. */
 void config_free(struct proxy_config *cfg);

@@ -16,6 +16,7 @@
 #include "proxy/head_screen.h"
 #include "proxy/http1.h"
 #include "proxy/metrics.h"
+#include "proxy/upstream_error.h"
 #include "proxy/upstream_tls.h"
 #include "store/clock.h"
 
@@ -26,7 +27,6 @@ struct forwarder {
     struct event_base *base;
     const struct proxy_config *cfg;
     struct metrics *metrics;
-    bool log_warnings;
     bool closing;
     CURLM *multi;
     struct event *timer;
@@ -161,8 +161,7 @@ static int on_curl_timer_set(CURLM *multi, long timeout_ms, void *userp)
     return 0;
 }
 
-struct forwarder *forwarder_create(struct event_base *base, const struct proxy_config *cfg, struct metrics *metrics,
-                                   bool log_warnings)
+struct forwarder *forwarder_create(struct event_base *base, const struct proxy_config *cfg, struct metrics *metrics)
 {
     pthread_once(&sock_table_once, sock_table_init);
     if (sock_table == NULL)
@@ -173,7 +172,6 @@ struct forwarder *forwarder_create(struct event_base *base, const struct proxy_c
     f->base = base;
     f->cfg = cfg;
     f->metrics = metrics;
-    f->log_warnings = log_warnings;
     f->multi = curl_multi_init();
     f->timer = evtimer_new(base, on_curl_timer, f);
     f->share = curl_share_init();
@@ -248,9 +246,10 @@ static void check_finished(struct forwarder *f)
         for (size_t i = 0; i < n; i++) {
             struct upstream *u = NULL;
             curl_easy_getinfo(done[i], CURLINFO_PRIVATE, (char **)&u);
+            if (results[i] != CURLE_OK)
+                curl_easy_getinfo(done[i], CURLINFO_OS_ERRNO, &u->os_errno);
             curl_multi_remove_handle(f->multi, done[i]);
-            if (f->log_warnings)
-                upstream_tls_log_failure(done[i], results[i], f->curl_error);
+            upstream_tls_log_failure(done[i], results[i], f->curl_error);
             upstream_finished(u, results[i]);
         }
     } while (n == 64);
@@ -605,6 +604,15 @@ static void set_transfer_options(struct upstream *u, const struct upstream_reque
     /* curl says GET, HEAD and POST-with-a-body by itself */
     bool curl_names_it = head || (has_body ? strcmp(m, "POST") == 0 : strcmp(m, "GET") == 0);
     curl_easy_setopt(e, CURLOPT_CUSTOMREQUEST, curl_names_it ? NULL : m);
+}
+
+const char *upstream_failure(const struct upstream *u)
+{
+    if (u->bad_head)
+        return "bad response head (malformed, or over 64 KiB)";
+    if (u->head_done || !u->done)
+        return NULL;
+    return upstream_error_of_transfer(u->result, u->os_errno, u->timed_out);
 }
 
 void upstream_init(struct upstream *u, struct forwarder *f, struct scratch *scratch, const struct upstream_hooks *hooks,

@@ -38,9 +38,8 @@ struct forwarder;
  * pages free, so pool_trim.c can give an idle connection's pages back. */
 #define FORWARD_CLIENT_POOL_BYTES (36 * 1024)
 
-/* One per worker. log_warnings: TLS failures are logged. NULL when curl cannot be set up. */
-struct forwarder *forwarder_create(struct event_base *base, const struct proxy_config *cfg, struct metrics *metrics,
-                                   bool log_warnings);
+/* One per worker; it logs TLS failures. NULL when curl cannot be set up. */
+struct forwarder *forwarder_create(struct event_base *base, const struct proxy_config *cfg, struct metrics *metrics);
 /* The configuration later transfers use (a reload); transfers under way keep theirs. */
 void forwarder_set_config(struct forwarder *f, const struct proxy_config *cfg);
 /* Shutting down past the drain: response bodies still streaming end with an error. */
@@ -98,6 +97,7 @@ struct upstream {
     bool done;                          /* the transfer is over, with `result` */
     bool timed_out;
     CURLcode result;
+    long os_errno;                      /* the system's error of a failed transfer (CURLINFO_OS_ERRNO) */
     long status;
     int64_t waited_ms;                  /* until the response head; -1 before */
     size_t head_bytes;                  /* of the response heads so far */
@@ -131,6 +131,10 @@ size_t upstream_body_pending(const struct upstream *u, const char **data);
 /* ... and hooks->body_in is called when the next bytes come. */
 void upstream_want_body(struct upstream *u);
 void upstream_body_sent(struct upstream *u, size_t n);
+
+/* Why the upstream gave no answer (upstream_error.h: "Connection refused", "Timeout was
+ * reached", ...), or NULL when it answered or the transfer is not over. */
+const char *upstream_failure(const struct upstream *u);
 
 /* Stops a transfer still under way (the client left, or the request ends). Idempotent. */
 void upstream_abort(struct upstream *u);

@@ -106,7 +106,10 @@ static enum gate_action refuse(struct gate_admission *out, unsigned status, cons
     out->refusal.status = status;
     out->refusal.error_code = error_code;
     out->refusal.www_authenticate = status == 401;
-    out->refusal.decision = status == 401 ? "unauthenticated" : NULL;
+    /* the access log tells a request without a key from one whose key is unknown */
+    out->refusal.decision = strcmp(error_code, "missing_api_key") == 0   ? "missing_key"
+                            : strcmp(error_code, "invalid_api_key") == 0 ? "invalid_key"
+                                                                         : NULL;
     return out->action;
 }
 

@@ -22,9 +22,11 @@
 #include "proxy/catalog_start.h"
 #include "proxy/config.h"
 #include "proxy/gate.h"
+#include "proxy/log.h"
 #include "proxy/log_throttle.h"
 #include "proxy/store_log.h"
 #include "proxy/netaddr.h"
+#include "proxy/start_check.h"
 #include "proxy/upstream_cap.h"
 #include "proxy/upstream_tls.h"
 #include "proxy/worker.h"
@@ -41,157 +43,53 @@
 #define REJECTION_WARNING_INTERVAL_MS 10000
 #define REJECTION_WARNING_KEYS 8192
 
-static const char *plural(size_t n, const char *one, const char *many)
+/* Each problem of a configuration loaded at start, one error line. */
+static void say_problem(void *ctx, const char *where, const char *why)
 {
-    return n == 1 ? one : many;
-}
-
-/* One error found before the start, named after where its value came from. */
-static void start_error(const struct proxy_config *cfg, const char *section, const char *key, const char *fmt,
-                        ...) __attribute__((format(printf, 4, 5)));
-static void start_error(const struct proxy_config *cfg, const char *section, const char *key, const char *fmt,
-                        ...)
-{
-    char origin[1200], what[1024];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(what, sizeof(what), fmt, ap);
-    va_end(ap);
-    fprintf(stderr, "tierproxy: %s: %s\n", config_origin(cfg, section, key, origin, sizeof(origin)), what);
-}
-
-static int check_listen_address(const struct proxy_config *cfg, const char *section, const char *host)
-{
-    struct sockaddr_storage ss;
-    if (host == NULL || sockaddr_from_ip_port(host, 1, &ss) == 0)
-        return 0;
-    start_error(cfg, section, "listen", "\"%s\" is not an IP address (such as 127.0.0.1 or [::1])", host);
-    return 1;
-}
-
-/* How long --check waits for each seed node of a cluster (to connect, then per command). */
-#define CLUSTER_PROBE_TIMEOUT_MS 2000
-
-/* What --check says of the store's answer (a probe's return and report): a store it cannot
- * reach is a warning (a start survives it: on_store_error decides until it answers), one
- * that refuses the login or is not what the configuration says is an error. Returns 0 or 1. */
-static int store_probe_said(const struct proxy_config *cfg, int probed, const char *report)
-{
-    if (probed == 0) {
-        fprintf(stderr, "tierproxy: [limits] redis: %s\n", report);
-        return 0;
-    }
-    if (probed == -EHOSTUNREACH) {
-        fprintf(stderr, "tierproxy: warning: [limits] redis: %s (until it answers, requests are decided "
-                        "by on_store_error)\n", report);
-        return 0;
-    }
-    start_error(cfg, "limits", "redis", "%s", report);
-    return 1;
-}
-
-/* [limits] redis as the store will read it: one URL, or in cluster mode the seed list;
- * with probe (--check), a cluster's state as its seeds tell it. */
-static int check_redis(const struct proxy_config *cfg, bool probe)
-{
-    char err[1200];
-    if (cfg->store != STORE_REDIS)
-        return 0;
-    if (cfg->redis_mode == REDIS_MODE_CLUSTER) {
-        if (limiter_redis_cluster_seeds_check(cfg->redis_url, err, sizeof(err)) != 0) {
-            start_error(cfg, "limits", "redis", "%s", err);
-            return 1;
-        }
-        if (probe && store_probe_said(cfg, cluster_probe(cfg->redis_url, cfg->redis_ca_file, CLUSTER_PROBE_TIMEOUT_MS,
-                                                         err, sizeof(err)), err) != 0)
-            return 1;
-        if (limiter_redis_cluster_prefix_check(cfg->key_prefix, err, sizeof(err)) != 0) {
-            start_error(cfg, "limits", "key_prefix", "%s", err);
-            return 1;
-        }
-        return 0;
-    }
-    if (limiter_redis_url_check(cfg->redis_url, err, sizeof(err)) != 0) {
-        start_error(cfg, "limits", "redis", "%s%s", err,
-                    strchr(cfg->redis_url, ',') != NULL ? " (several seed URLs need redis_mode = cluster)" : "");
-        return 1;
-    }
-    if (probe && store_probe_said(cfg, redis_probe(cfg->redis_url, cfg->redis_ca_file, CLUSTER_PROBE_TIMEOUT_MS, err,
-                                                   sizeof(err)), err) != 0)
-        return 1;
-    return 0;
-}
-
-/* Each upstream URL as libcurl, which sends the requests, reads it. */
-static int check_upstreams(const struct proxy_config *cfg)
-{
-    int rc = 0;
-    CURLU *u = curl_url();
-    if (u == NULL) {
-        fprintf(stderr, "tierproxy: out of memory\n");
-        return 1;
-    }
-    for (size_t i = 0; i < cfg->n_upstreams; i++) {
-        CURLUcode uc = curl_url_set(u, CURLUPART_URL, cfg->upstreams[i], 0);
-        if (uc != CURLUE_OK) {
-            start_error(cfg, "proxy", "upstream", "\"%s\": %s", cfg->upstreams[i], curl_url_strerror(uc));
-            rc = 1;
-        }
-    }
-    curl_url_cleanup(u);
-    return rc;
-}
-
-/* Everything a start checks before it listens; `tierproxy --check` runs the same. Reports
- * every error found on stderr, one line each, naming the file and line, flag or variable
- * the bad value came from. Opens the access log (creating the file, as the start would):
- * with plog the caller gets it, else it is closed again. Without plog (--check) it also
- * asks a Redis Cluster's seed nodes for the cluster's state. Returns 0 (with the
- * "configuration ok" line on stderr) or 1. */
-static int validate_start(const struct proxy_config *cfg, struct access_log **plog)
-{
-    char err[512];
-    int rc = 0;
-    struct snapshot *snap = NULL;
-    struct access_log *log = NULL;
-
-    rc |= check_listen_address(cfg, "proxy", cfg->listen_host);
-    rc |= check_listen_address(cfg, "admin", cfg->admin_host);
-    rc |= check_upstreams(cfg);
-    rc |= check_redis(cfg, plog == NULL);
-    if (cfg->access_log != NULL && access_log_open(cfg->access_log, &log, err, sizeof(err)) < 0) {
-        start_error(cfg, "log", "access", "%s", err);
-        rc = 1;
-    }
-    int loaded = snapshot_load(cfg->db, &snap, err, sizeof(err));
-    if (loaded == -ENOENT && catalog_file_optional(cfg)) {
-        fprintf(stderr, "tierproxy: catalog %s does not exist yet: it comes from the fleet's Redis\n", cfg->db);
-    } else if (loaded < 0) {
-        if (strstr(err, cfg->db) != NULL)
-            start_error(cfg, "plans", "db", "%s", err);
-        else
-            start_error(cfg, "plans", "db", "catalog %s: %s", cfg->db, err);
-        rc = 1;
-    } else if (cfg->anonymous_plan != NULL && snapshot_find_plan(snap, cfg->anonymous_plan) == NULL) {
-        start_error(cfg, "auth", "anonymous_plan", "no plan named \"%s\" in %s", cfg->anonymous_plan, cfg->db);
-        rc = 1;
-    }
-    if (rc == 0 && snap == NULL) {
-        fprintf(stderr, "tierproxy: configuration ok; catalog %s to come from the fleet's Redis\n", cfg->db);
-        upstream_tls_warn_unverified(cfg);
-    } else if (rc == 0) {
-        size_t users = snapshot_user_count(snap), keys = snapshot_key_count(snap);
-        fprintf(stderr, "tierproxy: configuration ok; catalog %s has %zu %s and %zu %s\n", cfg->db, users,
-                plural(users, "user", "users"), keys, plural(keys, "key", "keys"));
-        upstream_tls_warn_unverified(cfg);
-    }
-    if (snap != NULL)
-        snapshot_unref(snap);
-    if (rc == 0 && plog != NULL)
-        *plog = log;
+    (void)ctx;
+    if (where[0] != '\0')
+        log_where(LOG_LEVEL_ERROR, where, "%s", why);
     else
-        access_log_close(log);
-    return rc;
+        log_say(LOG_LEVEL_ERROR, "%s", why);
+}
+
+/* Each problem of a configuration a reload refused, one error line. */
+static void say_reload_problem(void *ctx, const char *where, const char *why)
+{
+    (void)ctx;
+    char msg[2048];
+    snprintf(msg, sizeof(msg), "SIGHUP: keeping the running configuration: %s%s%s", where, where[0] ? ": " : "", why);
+    json_t *line = log_line_start("error", msg);
+    if (line != NULL && where[0] != '\0')
+        json_object_set_new(line, "where", json_string(where));
+    log_line_write(line);
+}
+
+/* debug: each setting in force and where it came from. */
+static void say_setting(void *ctx, const char *name, const char *value, const char *source)
+{
+    (void)ctx;
+    char msg[512];
+    snprintf(msg, sizeof(msg), "setting %s = \"%.200s\" (from %s)", name, value, source);
+    json_t *line = log_line_start("debug", msg);
+    if (line == NULL)
+        return;
+    json_object_set_new(line, "key", json_string(name));
+    json_object_set_new(line, "value", json_string(value));
+    json_object_set_new(line, "from", json_string(source));
+    log_line_write(line);
+}
+
+/* [log] level; --check shows at least what info shows (its verdict and warnings). */
+static void apply_log_level(const struct proxy_config *cfg, bool at_least_info)
+{
+    enum log_level level = LOG_LEVEL_INFO;
+    log_level_parse(cfg->log_level, &level);
+    if (at_least_info && level < LOG_LEVEL_INFO)
+        level = LOG_LEVEL_INFO;
+    log_set_level(level);
+    if (log_enabled(LOG_LEVEL_DEBUG))
+        config_settings(cfg, say_setting, NULL);
 }
 
 /* Reads the configuration file again. Returns the new configuration, or NULL (with a log
@@ -199,31 +97,30 @@ static int validate_start(const struct proxy_config *cfg, struct access_log **pl
 static struct proxy_config *reload(struct proxy_config *running, int argc, char **argv, char **envp)
 {
     if (running->config_path == NULL) {
-        fprintf(stderr, "tierproxy: SIGHUP: no configuration file (-c) to reload\n");
+        log_say(LOG_LEVEL_WARN, "SIGHUP: no configuration file (-c) to reload");
         return NULL;
     }
     struct proxy_config *fresh = calloc(1, sizeof(*fresh));
     if (fresh == NULL)
         return NULL;
-    char err[1024];
-    if (config_reload(running, argc, argv, envp, fresh, err, sizeof(err)) != 0) {
-        fprintf(stderr, "tierproxy: SIGHUP: keeping the running configuration: %s\n", err);
+    if (config_reload_reported(running, argc, argv, envp, fresh, say_reload_problem, NULL, NULL, 0) != 0) {
         free(fresh);
         return NULL;
     }
     if (fresh->file_settings == 0) {
         /* a file caught truncated (an editor, a deploy half done) would put every default
            back: the upstream, exempt paths, the key header */
-        fprintf(stderr, "tierproxy: SIGHUP: keeping the running configuration: %s sets nothing "
-                "(it is empty, or holds only comments and [section] lines)\n", running->config_path);
+        log_say(LOG_LEVEL_ERROR, "SIGHUP: keeping the running configuration: %s sets nothing "
+                "(it is empty, or holds only comments and [section] lines)", running->config_path);
         config_free(fresh);
         free(fresh);
         return NULL;
     }
     char changed[512];
     config_keep_restart_only(running, fresh, changed, sizeof(changed));
+    apply_log_level(fresh, false);
     if (changed[0] != '\0')
-        fprintf(stderr, "tierproxy: SIGHUP: these take effect at restart, not now: %s\n", changed);
+        log_say(LOG_LEVEL_WARN, "SIGHUP: these take effect at restart, not now: %s", changed);
     if (running->upstream_tls_verify)
         upstream_tls_warn_unverified(fresh); /* said once, when verification goes off */
     return fresh;
@@ -291,25 +188,26 @@ static int serve(struct proxy_config *cfg, int argc, char **argv, char **envp)
 
     raise_nofile_limit();
     tune_malloc();
-    if (validate_start(cfg, &access_log) != 0)
+    struct start_addresses addrs;
+    if (start_check(cfg, false, &addrs, &access_log) != 0)
         goto out;
     if (catalog_start(cfg, &catalog, err, sizeof(err)) < 0) {
-        fprintf(stderr, "tierproxy: catalog %s: %s\n", cfg->db, err);
+        log_say(LOG_LEVEL_ERROR, "catalog %s: %s", cfg->db, err);
         goto out;
     }
     upstream_cap_set(&upstream_cap, cfg->upstream_max_inflight);
     /* with redis too: the local fallback (on_store_error = local) counts in it */
     if ((memory = memory_store_create()) == NULL) {
-        fprintf(stderr, "tierproxy: out of memory\n");
+        log_say(LOG_LEVEL_ERROR, "out of memory");
         goto out;
     }
     memory_store_set_max_subjects(memory, (size_t)cfg->memory_max_subjects);
     memory_store_set_evict_first(memory, GATE_ANONYMOUS_PREFIX);
     rejection_warnings = log_throttle_create(REJECTION_WARNING_KEYS, REJECTION_WARNING_INTERVAL_MS);
-    store_log = store_log_create((size_t)cfg->workers,
-                                 strcmp(cfg->log_level, "info") == 0 || strcmp(cfg->log_level, "debug") == 0);
+    /* its line of the store's return is an info line: [log] level decides, reloads too */
+    store_log = store_log_create((size_t)cfg->workers, true);
     if (rejection_warnings == NULL || store_log == NULL) {
-        fprintf(stderr, "tierproxy: out of memory\n");
+        log_say(LOG_LEVEL_ERROR, "out of memory");
         goto out;
     }
     struct proxy_shared shared = {
@@ -321,7 +219,7 @@ static int serve(struct proxy_config *cfg, int argc, char **argv, char **envp)
         .access_log = access_log,
         .rejection_warnings = rejection_warnings,
         .store_log = store_log,
-        .log_warnings = strcmp(cfg->log_level, "error") != 0,
+        .listen_addr = addrs.listen,
     };
     make_instance_id(shared.instance_id, sizeof(shared.instance_id));
     workers = calloc((size_t)cfg->workers, sizeof(*workers));
@@ -334,7 +232,7 @@ static int serve(struct proxy_config *cfg, int argc, char **argv, char **envp)
         if (rc == 0 && (rc = worker_start(&workers[started])) < 0)
             snprintf(err, sizeof(err), "cannot start worker %d: %s", started, strerror(-rc));
         if (rc < 0) {
-            fprintf(stderr, "tierproxy: %s\n", err);
+            log_say(LOG_LEVEL_ERROR, "%s", err);
             worker_join_and_destroy(&workers[started]);
             goto stop;
         }
@@ -349,16 +247,22 @@ static int serve(struct proxy_config *cfg, int argc, char **argv, char **envp)
             .n_workers = (size_t)cfg->workers,
             .store_is_remote = cfg->store == STORE_REDIS,
         };
-        if (admin_start(cfg->admin_host, cfg->admin_port, &sources, &admin, err, sizeof(err)) < 0) {
-            fprintf(stderr, "tierproxy: %s\n", err);
+        char admin_host[64];
+        sockaddr_to_text((const struct sockaddr *)&addrs.admin, admin_host, sizeof(admin_host));
+        if (admin_start(admin_host, cfg->admin_port, &sources, &admin, err, sizeof(err)) < 0) {
+            log_say(LOG_LEVEL_ERROR, "%s", err);
             goto stop;
         }
     }
     /* Type=notify: ready once every worker listens (a no-op outside systemd). */
     sd_notify(0, "READY=1");
-    fprintf(stderr, "tierproxy %s: listening on %s:%u, %d workers, %s store, upstream %s%s\n", TIERPROXY_VERSION,
-            cfg->listen_host, (unsigned)cfg->listen_port, cfg->workers, cfg->store == STORE_REDIS ? "redis" : "memory",
-            cfg->upstreams[0], cfg->n_upstreams > 1 ? " (and others)" : "");
+    char listening[64], upstream[96];
+    sockaddr_to_text((const struct sockaddr *)&addrs.listen, listening, sizeof(listening));
+    bool v6 = addrs.listen.ss_family == AF_INET6;
+    log_say(LOG_LEVEL_INFO, "tierproxy %s: listening on %s%s%s:%u, %d workers, %s store, upstream %s%s",
+            TIERPROXY_VERSION, v6 ? "[" : "", listening, v6 ? "]" : "", (unsigned)cfg->listen_port, cfg->workers,
+            cfg->store == STORE_REDIS ? "redis" : "memory", config_quote_url(cfg->upstreams[0], upstream, sizeof(upstream)),
+            cfg->n_upstreams > 1 ? " (and others)" : "");
 
     for (;;) {
         int sig = 0;
@@ -368,11 +272,11 @@ static int serve(struct proxy_config *cfg, int argc, char **argv, char **envp)
             /* logrotate: the file was renamed; write to a new one at the configured path */
             int rc = access_log_reopen(access_log, err, sizeof(err));
             if (rc < 0)
-                fprintf(stderr, "tierproxy: SIGUSR1: %s\n", err);
+                log_say(LOG_LEVEL_ERROR, "SIGUSR1: %s", err);
             else if (rc == 0)
-                fprintf(stderr, "tierproxy: SIGUSR1: access log reopened: %s\n", live->access_log);
+                log_say(LOG_LEVEL_INFO, "SIGUSR1: access log reopened: %s", live->access_log);
             else
-                fprintf(stderr, "tierproxy: SIGUSR1: the access log is %s, nothing to reopen\n",
+                log_say(LOG_LEVEL_INFO, "SIGUSR1: the access log is %s, nothing to reopen",
                         access_log == NULL ? "off" : "stdout");
             continue;
         }
@@ -399,11 +303,11 @@ static int serve(struct proxy_config *cfg, int argc, char **argv, char **envp)
                 free(live);
             }
             live = fresh;
-            fprintf(stderr, "tierproxy: SIGHUP: configuration reloaded from %s\n", live->config_path);
+            log_say(LOG_LEVEL_INFO, "SIGHUP: configuration reloaded from %s", live->config_path);
             sd_notify(0, "READY=1");
             continue;
         }
-        fprintf(stderr, "tierproxy: %s: draining\n", sig == SIGTERM ? "SIGTERM" : "SIGINT");
+        log_say(LOG_LEVEL_INFO, "%s: draining", sig == SIGTERM ? "SIGTERM" : "SIGINT");
         sd_notify(0, "STOPPING=1");
         break;
     }
@@ -436,16 +340,11 @@ int main(int argc, char **argv, char **envp)
 {
     struct proxy_config cfg;
     enum config_action action;
-    char err[1024];
-    int rc = config_load(argc, argv, envp, &cfg, &action, err, sizeof(err));
-    if (rc == 2) {
-        fprintf(stderr, "%s\n", err);
+    int rc = config_load_reported(argc, argv, envp, &cfg, &action, say_problem, NULL, NULL, 0);
+    if (rc == 2)
         return 2;
-    }
-    if (rc < 0) {
-        fprintf(stderr, "tierproxy: %s\n", err);
+    if (rc < 0)
         return 1;
-    }
     int status = 0;
     switch (action) {
     case CONFIG_HELP:
@@ -454,10 +353,16 @@ int main(int argc, char **argv, char **envp)
     case CONFIG_VERSION:
         printf("tierproxy %s\n", TIERPROXY_VERSION);
         break;
-    case CONFIG_CHECK:
-        status = validate_start(&cfg, NULL);
+    case CONFIG_CHECK: {
+        struct start_addresses addrs;
+        apply_log_level(&cfg, true);
+        curl_global_init(CURL_GLOBAL_DEFAULT);
+        status = start_check(&cfg, true, &addrs, NULL);
+        curl_global_cleanup();
         break;
+    }
     case CONFIG_RUN:
+        apply_log_level(&cfg, false);
         curl_global_init(CURL_GLOBAL_DEFAULT);
         evthread_use_pthreads();
         status = serve(&cfg, argc, argv, envp);

@@ -5,7 +5,9 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <netdb.h>
 #include <netinet/in.h>
+#include <stdio.h>
 #include <string.h>
 
 /* Longest text cidr_parse accepts: a full IPv6 address with an embedded IPv4 part,
@@ -241,6 +243,36 @@ int sockaddr_from_ip_port(const char *host, uint16_t port, struct sockaddr_stora
         return 0;
     }
     return -EINVAL;
+}
+
+int sockaddr_resolve(const char *host, uint16_t port, struct sockaddr_storage *ss, char *err, size_t errlen)
+{
+    if (sockaddr_from_ip_port(host, port, ss) == 0)
+        return 0;
+    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM}, *found = NULL;
+    int rc = getaddrinfo(host, NULL, &hints, &found);
+    if (rc != 0) {
+        snprintf(err, errlen, "%s", rc == EAI_SYSTEM ? strerror(errno) : gai_strerror(rc));
+        return -EINVAL;
+    }
+    const struct addrinfo *pick = NULL;
+    for (const struct addrinfo *ai = found; ai != NULL; ai = ai->ai_next)
+        if ((ai->ai_family == AF_INET || ai->ai_family == AF_INET6) &&
+            (pick == NULL || (pick->ai_family == AF_INET6 && ai->ai_family == AF_INET)))
+            pick = ai;
+    if (pick == NULL) {
+        freeaddrinfo(found);
+        snprintf(err, errlen, "no IPv4 or IPv6 address");
+        return -EINVAL;
+    }
+    memset(ss, 0, sizeof(*ss));
+    memcpy(ss, pick->ai_addr, pick->ai_addrlen);
+    if (pick->ai_family == AF_INET)
+        ((struct sockaddr_in *)ss)->sin_port = htons(port);
+    else
+        ((struct sockaddr_in6 *)ss)->sin6_port = htons(port);
+    freeaddrinfo(found);
+    return 0;
 }
 
 bool xff_client_address(const char *list, size_t len, const struct cidr *trusted, size_t n, char *out,

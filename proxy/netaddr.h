@@ -1,6 +1,7 @@
-/* IPv4/IPv6 addresses and CIDR ranges, for trusted_proxies. */
+/* IPv4/IPv6 addresses: CIDR ranges for trusted_proxies, client addresses, listen addresses. */
 #pragma once
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <sys/socket.h>
 
@@ -24,6 +25,11 @@ bool cidr_match_text(const struct cidr *ranges, size_t n, const char *text, size
 /* Fills *ss for an IP literal (v4 or v6, no brackets) and port. Returns 0, or -EINVAL
  * when host is not an IP address. */
 int sockaddr_from_ip_port(const char *host, uint16_t port, struct sockaddr_storage *ss);
+
+/* Fills *ss for host and port: an IP literal, or a host name resolved now (getaddrinfo):
+ * its first IPv4 address, else its first IPv6 one, as HAProxy binds a name. Returns 0, or
+ * -EINVAL with the resolver's reason in err. */
+int sockaddr_resolve(const char *host, uint16_t port, struct sockaddr_storage *ss, char *err, size_t errlen);
 
 /* Writes the address (without port) of sa as text. Returns buf, or "" when unknown or when
  * buflen is too small (an IPv4 address needs INET_ADDRSTRLEN, an IPv6 one INET6_ADDRSTRLEN). */

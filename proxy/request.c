@@ -763,7 +763,7 @@ static void apply_verdict(struct request *r, const struct limiter_result *result
         const struct limit_verdict *over = rejecting_verdict(r);
         r->limit_type = out.limit_type_name;
         metrics_count_limit_hit(ctx->metrics, out.limit_type, r->plan->name);
-        if (ctx->log_warnings)
+        if (log_enabled(LOG_LEVEL_WARN))
             log_rejection(ctx->rejection_warnings, r->user_id, r->plan->name, r->limit_type,
                           r->gate.rules[over - r->verdict.verdicts].id, over->limit - over->remaining, over->limit);
     }
@@ -1038,6 +1038,7 @@ static void count_and_log(struct request *r)
         .plan = plan,
         .decision = r->decision != NULL ? r->decision : "error",
         .upstream_ms = r->ws != NULL ? ws_upstream_ms(r->ws) : r->forwarded ? r->up.waited_ms : -1,
+        .upstream_error = r->ws != NULL ? ws_upstream_error(r->ws) : r->forwarded ? upstream_failure(&r->up) : NULL,
         .total_ms = store_mono_ms() - r->started_ms,
         .bytes_sent = r->bytes_sent,
     };

@@ -37,7 +37,6 @@ struct request_context {
     struct access_log *access_log;     /* NULL when off */
     struct log_throttle *rejection_warnings;
     struct pool_trim *pool_trim;       /* told of each head and each end (pool_trim.h) */
-    bool log_warnings;
     const char *instance_id;           /* names this process's concurrency leases */
     int worker_index;
     void (*kick_mhd)(void *ctx);       /* gets libmicrohttpd to run soon: the way to move it

@@ -15,6 +15,7 @@
 #include <openssl/x509v3.h>
 
 #include "proxy/config.h"
+#include "proxy/log.h"
 #include "store/clock.h"
 
 /* A broken certificate fails every request: one line per worker per this long. */
@@ -61,9 +62,7 @@ void upstream_tls_warn_unverified(const struct proxy_config *cfg)
     bool any = false;
     for (size_t i = 0; i < cfg->n_upstreams; i++)
         any |= upstream_is_https(cfg->upstreams[i]);
-    fprintf(stderr,
-            "tierproxy: warning: [proxy] upstream_tls_verify = no: the certificates of https upstreams "
-            "are not verified%s\n",
+    log_say(LOG_LEVEL_WARN, "[proxy] upstream_tls_verify = no: the certificates of https upstreams are not verified%s",
             any ? "; anyone on the path to them can read and change the traffic" : " (none is configured now)");
 }
 
@@ -120,9 +119,9 @@ void upstream_tls_log_failure(CURL *e, CURLcode result, const char *curl_error)
        reports a name mismatch as X509_V_ERR_UNSPECIFIED, which says nothing) */
     bool have_text = curl_error != NULL && curl_error[0] != '\0';
     bool say_verdict = !have_text && verify_result != X509_V_OK && verify_result != X509_V_ERR_UNSPECIFIED;
-    fprintf(stderr, "tierproxy: upstream %s: TLS failed: %s%s%s (502; like failures are not logged for 10 s)\n",
-            origin, have_text ? curl_error : curl_easy_strerror(result),
-            say_verdict ? ": certificate: " : "", say_verdict ? X509_verify_cert_error_string(verify_result) : "");
+    log_say(LOG_LEVEL_ERROR, "upstream %s: TLS failed: %s%s%s (502; like failures are not logged for 10 s)", origin,
+            have_text ? curl_error : curl_easy_strerror(result), say_verdict ? ": certificate: " : "",
+            say_verdict ? X509_verify_cert_error_string(verify_result) : "");
 }
 
 struct upstream_tls {
@@ -229,6 +228,6 @@ void upstream_tls_log_handshake_failure(SSL *ssl, unsigned long err_code, const 
         ERR_error_string_n(err_code, why, sizeof(why));
     char origin[300];
     url_origin(upstream, origin, sizeof(origin));
-    fprintf(stderr, "tierproxy: upstream %s: WebSocket TLS failed: %s (502; like failures are not logged for 10 s)\n",
+    log_say(LOG_LEVEL_ERROR, "upstream %s: WebSocket TLS failed: %s (502; like failures are not logged for 10 s)",
             origin, why);
 }

@@ -21,6 +21,7 @@
 #include "proxy/http1.h"
 #include "proxy/metrics.h"
 #include "proxy/pool_trim.h"
+#include "proxy/upstream_error.h"
 #include "proxy/upstream_tls.h"
 #include "proxy/ws_101.h"
 #include "proxy/ws_frame.h"
@@ -56,7 +57,6 @@ struct ws_context {
     const struct proxy_config *cfg;
     struct metrics *metrics;
     struct log_throttle *rejection_warnings;
-    bool log_warnings;
     struct ws_upstreams *upstreams;  /* cfg's upstreams, resolved */
     struct upstream_tls *tls;        /* TLS settings of tunnels to https upstreams */
     unsigned next;                   /* round robin over the upstreams */
@@ -88,6 +88,7 @@ struct ws_tunnel {
     long status;
     int64_t started_ns;              /* the handshake left for the upstream */
     int64_t upstream_ms;             /* until the upstream's answer; -1 before */
+    const char *upstream_error;      /* why the handshake's connection failed (upstream_error.h) */
     struct ws_field *headers;
     size_t n_headers;
     int64_t body_need;               /* -1: until the upstream closes */
@@ -225,7 +226,7 @@ struct ws_context *ws_context_create(const struct ws_context_params *p, char *er
         return NULL;
     *ctx = (struct ws_context){
         .base = p->base, .cfg = p->cfg, .metrics = p->metrics, .rejection_warnings = p->rejection_warnings,
-        .log_warnings = p->log_warnings, .pool_trim = p->pool_trim, .kick_mhd = p->kick_mhd, .kick_ctx = p->kick_ctx,
+        .pool_trim = p->pool_trim, .kick_mhd = p->kick_mhd, .kick_ctx = p->kick_ctx,
     };
     LIST_INIT(&ctx->tunnels);
     if (resolve_upstreams(ctx, p->cfg, err, errlen) < 0) {
@@ -382,7 +383,7 @@ static void maybe_closed_after_flush(struct ws_tunnel *t)
 static void refuse_message(struct ws_tunnel *t)
 {
     metrics_count_limit_hit(t->ctx->metrics, LIMIT_HIT_WS_MESSAGE, t->plan_name);
-    if (t->ctx->log_warnings && t->plan_name != NULL)
+    if (log_enabled(LOG_LEVEL_WARN) && t->plan_name != NULL)
         log_rejection(t->ctx->rejection_warnings, t->user_id, t->plan_name, "ws_message", t->ws_rule.id,
                       t->ws_rule.rate, t->ws_rule.rate);
     if (t->shadow)
@@ -728,7 +729,8 @@ static void on_up_handshake_event(struct bufferevent *bev, short what, void *arg
         return;
     }
     bool slow = (what & BEV_EVENT_TIMEOUT) != 0;
-    if (!slow && t->state == TUNNEL_CONNECTING && t->upstream->tls && t->ctx->log_warnings) {
+    t->upstream_error = upstream_error_of_socket(what, errno);
+    if (!slow && t->state == TUNNEL_CONNECTING && t->upstream->tls) {
         unsigned long code = bufferevent_get_openssl_error(bev);
         upstream_tls_log_handshake_failure(bufferevent_openssl_get_ssl(bev), code, t->upstream->url);
     }
@@ -745,8 +747,7 @@ static struct bufferevent *upstream_bufferevent(struct ws_context *wc, const str
     SSL_CTX *ctx;
     char err[256];
     if (upstream_tls_context(&wc->tls, wc->cfg, &ctx, err, sizeof(err)) < 0) {
-        if (wc->log_warnings)
-            fprintf(stderr, "tierproxy: upstream %s: WebSocket TLS: %s\n", ua->url, err);
+        log_say(LOG_LEVEL_ERROR, "upstream %s: WebSocket TLS: %s", ua->url, err);
         return NULL;
     }
     SSL *ssl = upstream_tls_ssl_new(ctx, ua->host);
@@ -869,6 +870,11 @@ bool ws_connection_done(struct ws_tunnel *t, bool *upgrade_missed)
 int64_t ws_upstream_ms(const struct ws_tunnel *t)
 {
     return t->upstream_ms;
+}
+
+const char *ws_upstream_error(const struct ws_tunnel *t)
+{
+    return t->upstream_error;
 }
 
 void ws_free(struct ws_tunnel *t)

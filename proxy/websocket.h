@@ -31,7 +31,6 @@ struct ws_context_params {
     const struct proxy_config *cfg;
     struct metrics *metrics;
     struct log_throttle *rejection_warnings;
-    bool log_warnings;
     struct pool_trim *pool_trim;   /* told when a connection is upgraded */
     void (*kick_mhd)(void *ctx);   /* gets libmicrohttpd to run soon (from a loop callback) */
     void *kick_ctx;
@@ -94,6 +93,8 @@ bool ws_connection_done(struct ws_tunnel *t, bool *upgrade_missed);
 
 /* How long the upstream took to answer the handshake, in ms; -1 before it did. */
 int64_t ws_upstream_ms(const struct ws_tunnel *t);
+/* Why the handshake's connection to the upstream failed; NULL when it did not. */
+const char *ws_upstream_error(const struct ws_tunnel *t);
 
 /* Frees the tunnel (the owner, when it ends). NULL is fine. */
 void ws_free(struct ws_tunnel *t);

@@ -16,6 +16,7 @@
 #include "proxy/config.h"
 #include "proxy/forward.h"
 #include "proxy/intake.h"
+#include "proxy/log.h"
 #include "proxy/metrics.h"
 #include "proxy/pool_trim.h"
 #include "proxy/request.h"
@@ -156,11 +157,9 @@ static void accept_connections(struct worker *w)
                 continue;
             /* EMFILE, ENFILE, ENOBUFS, ENOMEM (or anything unexpected): the client stays in
                the backlog. Never retried in a loop: a timer, or a connection closing. */
-            if (!w->out_of_fds && w->shared->log_warnings)
-                fprintf(stderr,
-                        "tierproxy: worker %d: cannot accept (%s) with %u connections open; "
-                        "clients wait until descriptors free up\n",
-                        w->index, strerror(err), w->connections);
+            if (!w->out_of_fds)
+                log_say(LOG_LEVEL_WARN, "worker %d: cannot accept (%s) with %u connections open; "
+                        "clients wait until descriptors free up", w->index, strerror(err), w->connections);
             w->out_of_fds = true;
             accept_watch(w, false);
             struct timeval retry = store_ms_to_timeval(ACCEPT_RETRY_MS);
@@ -279,7 +278,7 @@ static void on_reload(evutil_socket_t fd, short what, void *arg)
     char resolve_err[256] = "";
     if (ws_context_reload(w->ws, w->cfg, resolve_err, sizeof(resolve_err)) == 0 && resolve_err[0] != '\0' &&
         w->index == 0)
-        fprintf(stderr, "tierproxy: SIGHUP: %s\n", resolve_err);
+        log_say(LOG_LEVEL_WARN, "SIGHUP: %s", resolve_err);
     sem_post(w->reload_done);
 }
 
@@ -351,12 +350,7 @@ int worker_init(struct worker *w, int index, const struct proxy_shared *shared, 
         return -ENOMEM;
     }
 
-    struct sockaddr_storage addr;
-    if (sockaddr_from_ip_port(cfg->listen_host, cfg->listen_port, &addr) < 0) {
-        snprintf(err, errlen, "listen address \"%s\" is not an IP address", cfg->listen_host);
-        return -EINVAL;
-    }
-    w->listen_fd = open_listener(&addr);
+    w->listen_fd = open_listener(&shared->listen_addr);
     if (w->listen_fd < 0) {
         snprintf(err, errlen, "cannot listen on %s:%u (%s)", cfg->listen_host, (unsigned)cfg->listen_port,
                  strerror(-w->listen_fd));
@@ -412,7 +406,6 @@ int worker_init(struct worker *w, int index, const struct proxy_shared *shared, 
         .cfg = cfg,
         .metrics = w->metrics,
         .rejection_warnings = shared->rejection_warnings,
-        .log_warnings = shared->log_warnings,
         .pool_trim = w->pool_trim,
         .kick_mhd = kick_mhd,
         .kick_ctx = w,
@@ -423,8 +416,8 @@ int worker_init(struct worker *w, int index, const struct proxy_shared *shared, 
         return -ENOMEM;
     }
     if (resolve_err[0] != '\0' && index == 0)
-        fprintf(stderr, "tierproxy: %s\n", resolve_err);
-    w->forwarder = forwarder_create(w->base, cfg, w->metrics, shared->log_warnings);
+        log_say(LOG_LEVEL_WARN, "%s", resolve_err);
+    w->forwarder = forwarder_create(w->base, cfg, w->metrics);
     if (w->forwarder == NULL) {
         snprintf(err, errlen, "cannot set up libcurl");
         return -ENOMEM;
@@ -470,7 +463,6 @@ int worker_init(struct worker *w, int index, const struct proxy_shared *shared, 
     rc->catalog = shared->catalog;
     rc->access_log = shared->access_log;
     rc->rejection_warnings = shared->rejection_warnings;
-    rc->log_warnings = shared->log_warnings;
     rc->pool_trim = w->pool_trim;
     rc->instance_id = shared->instance_id;
     rc->worker_index = index;

@@ -43,7 +43,7 @@ struct proxy_shared {
     struct log_throttle *rejection_warnings; /* one line per user and limit per 10 s */
     struct store_log *store_log;     /* the store's faults on stderr */
     char instance_id[24];            /* names this process's concurrency leases */
-    bool log_warnings;               /* [log] level is debug, info or warn */
+    struct sockaddr_storage listen_addr; /* [proxy] listen, a host name resolved at start */
 };
 
 struct worker {

@@ -172,6 +172,8 @@ static int64_t published_version(struct catalog_follow *f)
     if (f->away)
         say(f, CATALOG_FOLLOW_INFO, "catalog: %s answers again", fleet_redis_where(f->redis));
     f->away = false;
+    say(f, CATALOG_FOLLOW_DEBUG, "catalog: %s publishes version %" PRId64 "; %s holds version %" PRId64,
+        fleet_redis_where(f->redis), version, f->db_path, f->local_version);
     if (version == 0 && !f->nothing_said)
         say(f, CATALOG_FOLLOW_WARN, "catalog: no catalog is published at %s (flushed, or never published); serving"
             " version %" PRId64 " from %s", fleet_redis_where(f->redis), f->local_version, f->db_path);

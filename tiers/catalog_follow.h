@@ -7,14 +7,16 @@
  *
  * It says what happens in one line each, through the log callback: a version installed, a
  * version refused (and the proxy keeps what it has), nothing published, a published
- * version older than the file's, the Redis unreachable and back. */
+ * version older than the file's, the Redis unreachable and back; and, at DEBUG, what each
+ * poll found. */
 #pragma once
 #include <stdbool.h>
 #include <stdint.h>
 
 #include "store/fleet_redis.h"
 
-enum catalog_follow_level { CATALOG_FOLLOW_INFO, CATALOG_FOLLOW_WARN, CATALOG_FOLLOW_ERROR };
+/* DEBUG: each poll's answer (the version published and the one held) */
+enum catalog_follow_level { CATALOG_FOLLOW_DEBUG, CATALOG_FOLLOW_INFO, CATALOG_FOLLOW_WARN, CATALOG_FOLLOW_ERROR };
 
 typedef void catalog_follow_log_fn(void *ctx, enum catalog_follow_level level, const char *message);
 

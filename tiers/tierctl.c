@@ -34,6 +34,7 @@
 #include "store/limit.h"
 #include "tiers/apikey.h"
 #include "tiers/catalog_json.h"
+#include "tiers/catalog_path.h"
 #include "store/limiter.h"
 #include "store/utf8.h"
 #include "tiers/limit_bounds.h"
@@ -203,7 +204,8 @@ static const struct help_row help_table[] = {
     {"--redis", "URL", "(usage) the proxies' Redis, instead of the INI file's", NULL, 0, 0, 0, 0, FLAG_REDIS, false},
     {"--key-prefix", "P", "(usage) the proxies' [limits] key_prefix (default tierproxy:)",
      NULL, 0, 0, 0, 0, FLAG_KEY_PREFIX, false},
-    {"--db", "PATH", "the catalog; default $TIERPROXY_DB, else " DEFAULT_DB, NULL, 0, 0, 0, 0, FLAG_DB, false},
+    {"--db", "PATH", "the catalog; default $TIERPROXY_PLANS_DB, else $TIERPROXY_DB, else [plans] db of --config FILE,"
+     " else " DEFAULT_DB, NULL, 0, 0, 0, 0, FLAG_DB, false},
     {"--help", NULL, "print this help", NULL, 0, 0, 0, 0, FLAG_HELP, false},
     {"--version", NULL, "print the version", NULL, 0, 0, 0, 0, FLAG_VERSION, false},
 };
@@ -267,8 +269,8 @@ static int usage_error(const struct help_row *cmd, const char *fmt, ...)
 
 static void print_help(FILE *f)
 {
-    fprintf(f, "usage: tierctl [--db PATH] COMMAND ...        PATH defaults to $TIERPROXY_DB, else %s\n",
-            DEFAULT_DB);
+    fprintf(f, "usage: tierctl [--db PATH] COMMAND ...        PATH defaults to $TIERPROXY_PLANS_DB, else "
+            "$TIERPROXY_DB, else [plans] db of --config FILE, else %s\n", DEFAULT_DB);
     for (int pass = 0; pass < 3; pass++) {
         if (pass == 1)
             fprintf(f, "LIMIT-FLAGS:\n");
@@ -2214,17 +2216,15 @@ int main(int argc, char **argv)
                sqlite3_libversion());
         return 0;
     }
-    c.db_path = c.flag[FLAG_DB];
-    if (!c.db_path || !c.db_path[0]) {
-        const char *env = getenv("TIERPROXY_DB");
-        c.db_path = env && env[0] ? env : DEFAULT_DB;
-    }
+    char db_from_config[4096], err[512];
+    if (catalog_path_find(c.flag[FLAG_DB], c.flag[FLAG_CONFIG], DEFAULT_DB, &c.db_path, db_from_config,
+                          sizeof(db_from_config), err, sizeof(err)) != 0)
+        return fail("%s", err);
     if (c.cmd->access == ACCESS_NONE)
         return c.cmd->run(&c);   /* opens what it needs itself */
     enum catalog_mode mode = c.cmd->access == ACCESS_READ ? CATALOG_READ_ONLY
                            : c.cmd->access == ACCESS_WRITE ? CATALOG_READ_WRITE
                            : CATALOG_CREATE;
-    char err[512];
     struct fleet_config fleet = {0};
     if (c.cmd->access != ACCESS_READ && (status = read_fleet_config(&c, &fleet, false)) != 0)
         return status;

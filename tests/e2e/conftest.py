@@ -1087,6 +1087,20 @@ def assert_json_error(r, status, expected=None):
     return body
 
 
+def log_lines(text):
+    """tierproxy's stderr (one JSON object per line: time, level, msg and fields) as a
+    list of dicts; a line that is not one fails the test."""
+    out = []
+    for ln in text.splitlines():
+        try:
+            obj = json.loads(ln)
+        except ValueError:
+            raise AssertionError("a stderr line is not JSON: %r" % ln)
+        assert isinstance(obj, dict) and "level" in obj and "msg" in obj, ln
+        out.append(obj)
+    return out
+
+
 def retry_after_bounds(first, rejected, window_s):
     """The whole seconds a sliding log must report when `first` was the oldest admitted
     request and `rejected` was refused: ceil of the exact wait, whose bounds follow from

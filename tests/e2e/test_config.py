@@ -1,5 +1,5 @@
 """What an operator sees: --check, configuration errors naming file, line and key, and the
-precedence file < command-line flag < TIERPROXY_<SECTION>_<KEY>."""
+precedence file < TIERPROXY_<SECTION>_<KEY> < command-line flag."""
 import subprocess
 
 import pytest
@@ -99,28 +99,30 @@ def test_version_and_help():
     assert cp.returncode == 0 and "--listen" in cp.stdout + cp.stderr, cp
 
 
-def test_flag_overrides_file_and_env_overrides_both(proxies, catalog, tmp_path):
+def test_env_overrides_file_and_flag_overrides_both(proxies, catalog, tmp_path):
+    # SPEC "Day two": a command-line flag overrides an environment variable, which
+    # overrides the file (test_day2_config.py holds it for upstream and db too)
     _, key = catalog.user_key("free")
     ini = proxies.config(catalog, store="memory")
     file_port = int(ini["proxy"]["listen"].rsplit(":", 1)[1])
     flag_port, env_port = free_port(), free_port()
-    # the flag wins over the file
-    p = proxies.start_ini(ini, args=["--listen", "127.0.0.1:%d" % flag_port], wait=False)
-    p.port = flag_port
+    # the environment wins over the file
+    p = proxies.start_ini(ini, env={"TIERPROXY_PROXY_LISTEN": "127.0.0.1:%d" % env_port}, wait=False)
+    p.port = env_port
     p.wait_ready()
     assert p.get("/x", key=key).status == 200
     assert not port_open(file_port)
     problems = p.stop()
     assert not problems, problems
-    # the environment wins over both
+    # the flag wins over both
     ini = proxies.config(catalog, store="memory")
     file_port = int(ini["proxy"]["listen"].rsplit(":", 1)[1])
     p = proxies.start_ini(ini, args=["--listen", "127.0.0.1:%d" % flag_port],
                           env={"TIERPROXY_PROXY_LISTEN": "127.0.0.1:%d" % env_port}, wait=False)
-    p.port = env_port
+    p.port = flag_port
     p.wait_ready()
     assert p.get("/x", key=key).status == 200
-    assert not port_open(file_port) and not port_open(flag_port)
+    assert not port_open(file_port) and not port_open(env_port)
 
 
 def test_env_bad_value_fails_check(proxies, catalog, tmp_path):

@@ -231,9 +231,11 @@ def test_check_refuses_an_anonymous_plan_missing_from_the_catalog(proxies, catal
     assert "anonymous_plan" in out and "nosuchplan" in out, out
 
 
-def test_check_refuses_a_listen_address_that_is_not_an_ip(proxies, catalog, tmp_path):
+def test_check_refuses_a_listen_name_that_does_not_resolve(proxies, catalog, tmp_path):
+    # a host name is resolved (SPEC "Day two": listen = localhost:8080 works); one that
+    # does not resolve is refused, naming where it came from
     path, _ = good_ini(proxies, catalog, tmp_path,
-                       proxy={"listen": "localhost:%d" % free_port()})
+                       proxy={"listen": "no-such-host.invalid:%d" % free_port()})
     cp, out = run(["-c", str(path), "--check"])
     assert cp.returncode == 1, out
     assert "%s:%d" % (path, line_of(path, "listen =")) in out and "listen" in out, out

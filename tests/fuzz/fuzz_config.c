@@ -77,7 +77,8 @@ static void check_valid(const struct proxy_config *c, enum config_action action)
     CHECK(c->refresh_ms >= 1 && c->refresh_ms <= MAX_TIMEOUT_MS);
     CHECK(c->store == STORE_MEMORY || c->store == STORE_REDIS);
     CHECK(c->redis_url != NULL &&
-          (strncasecmp(c->redis_url, "redis://", 8) == 0 || strncasecmp(c->redis_url, "unix://", 7) == 0));
+          (strncasecmp(c->redis_url, "redis://", 8) == 0 || strncasecmp(c->redis_url, "rediss://", 9) == 0 ||
+           strncasecmp(c->redis_url, "unix://", 7) == 0));
     CHECK(c->key_prefix != NULL && no_ctl(c->key_prefix));
     CHECK(c->lease_ttl_ms >= 1 && c->lease_ttl_ms <= MAX_TIMEOUT_MS);
     CHECK((unsigned)c->headers <= HEADERS_OFF);

@@ -402,10 +402,12 @@ static const struct bad_case bad_cases[] = {
     {"plans", "refresh_ms", "0", "expected a whole number from 1 to 86400000, got \"0\""},
     {"limits", "store", "rediss", "expected memory or redis, got \"rediss\""},
     {"limits", "store", "", "expected memory or redis, got \"\""},
-    {"limits", "redis", "redisx://h:1/0", "expected redis://[[user]:password@]host:port/db, rediss://... (TLS) or unix:///path, got \"redisx://...\""},
-    {"limits", "redis", "127.0.0.1:6379", "expected redis://[[user]:password@]host:port/db, rediss://... (TLS) or unix:///path, got \"...\""},
-    {"limits", "redis", "redis://", "expected redis://[[user]:password@]host:port/db, rediss://... (TLS) or unix:///path, got \"redis://...\""},
-    {"limits", "redis", "rediss://", "expected redis://[[user]:password@]host:port/db, rediss://... (TLS) or unix:///path, got \"rediss://...\""},
+    /* the value is quoted, its password masked */
+    {"limits", "redis", "http://u:pw@h:1/0", "expected redis://[[user]:password@]host:port/db, rediss://... (TLS) or unix:///path, got \"http://u:***@h:1/0\""},
+    {"limits", "redis", "127.0.0.1:6379", "expected redis://[[user]:password@]host:port/db, rediss://... (TLS) or unix:///path, got \"127.0.0.1:6379\""},
+    {"limits", "redis", ":pw@127.0.0.1:6379", "expected redis://[[user]:password@]host:port/db, rediss://... (TLS) or unix:///path, got \":***@127.0.0.1:6379\""},
+    {"limits", "redis", "redis://", "expected redis://[[user]:password@]host:port/db, rediss://... (TLS) or unix:///path, got \"redis://\""},
+    {"limits", "redis", "rediss://", "expected redis://[[user]:password@]host:port/db, rediss://... (TLS) or unix:///path, got \"rediss://\""},
     {"limits", "redis_ca_file", "/nonexistent/ca.pem", "cannot read \"/nonexistent/ca.pem\": No such file or directory"},
     {"limits", "on_store_error", "fail", "expected open, closed or local, got \"fail\""},
     {"limits", "concurrency_on_store_error", "yes", "expected open, closed or local, got \"yes\""},
@@ -584,10 +586,10 @@ static void test_flags(void **state)
     assert_true(c.upstream_tls_verify);
     assert_null(c.upstream_ca_file);
     config_free(&c);
-    const char *bad3[] = {"--redis", "redis2://x:1", NULL};
+    const char *bad3[] = {"--redis", "http://:pw@x:1", NULL};
     assert_int_equal(load(NULL, bad3, NULL, &c, &action, err, sizeof(err)), -EINVAL);
     assert_string_equal(err, "--redis: expected redis://[[user]:password@]host:port/db, rediss://... (TLS) or "
-                             "unix:///path, got \"redis2://...\"");
+                             "unix:///path, got \"http://:***@x:1\"");
 }
 
 static void test_actions(void **state)
@@ -743,12 +745,23 @@ static void test_precedence(void **state)
     assert_int_equal(c.workers, 2);
     config_free(&c);
 
-    /* environment over flag and file, whatever the order in argv */
-    assert_int_equal(load(file, flags, env, &c, &action, err, sizeof(err)), 0);
+    /* environment over file */
+    assert_int_equal(load(file, NULL, env, &c, &action, err, sizeof(err)), 0);
     assert_string_equal(c.listen_host, "10.0.0.3");
     assert_int_equal(c.listen_port, 1003);
     assert_int_equal(c.store, STORE_MEMORY);
+    config_free(&c);
+
+    /* flag over environment and file, whatever the order in argv */
+    assert_int_equal(load(file, flags, env, &c, &action, err, sizeof(err)), 0);
+    assert_string_equal(c.listen_host, "10.0.0.2");
+    assert_int_equal(c.listen_port, 1002);
+    assert_int_equal(c.store, STORE_MEMORY);
     assert_int_equal(c.headers, HEADERS_X);
+    config_free(&c);
+    const char *redis_flag[] = {"--redis", "redis://10.0.0.5:6379/0", NULL};
+    assert_int_equal(load(file, redis_flag, env, &c, &action, err, sizeof(err)), 0);
+    assert_int_equal(c.store, STORE_REDIS); /* --redis sets store = redis over the variable */
     config_free(&c);
 
     /* a flag placed before -c still beats the file */
@@ -757,10 +770,130 @@ static void test_precedence(void **state)
     assert_string_equal(c.listen_host, "10.0.0.4");
     config_free(&c);
 
-    /* an environment error wins over a good flag, and a flag error is reported before env */
+    /* a bad flag is an error even when the environment sets the key well */
     const char *badflag[] = {"--listen", "x", NULL};
     assert_int_equal(load(file, badflag, env, &c, &action, err, sizeof(err)), -EINVAL);
     assert_string_equal(err, "--listen: expected HOST:PORT (IPv6 as [::1]:8080), got \"x\"");
+}
+
+struct problems {
+    char lines[12][512];
+    size_t n;
+};
+
+static void collect(void *ctx, const char *where, const char *why)
+{
+    struct problems *p = ctx;
+    if (p->n < 12)
+        snprintf(p->lines[p->n++], sizeof(p->lines[0]), "%s|%s", where, why);
+}
+
+/* Every bad value is reported in one load, in the order found: the file's, the
+ * environment's, the flags'; the first is in err. */
+static void test_every_problem_is_reported(void **state)
+{
+    const char *path = write_ini("[proxy]\nworkers = lots\nlisten = nope\n[nosuch]\nx = 1\n[limits]\n"
+                                 "headers = rfc\nbogus line\nheaders = x\n[empty]\n");
+    char *argv[] = {(char *)"tierproxy", (char *)"-c", (char *)path, (char *)"--upstream=ftp://x", NULL};
+    char *envp[] = {(char *)"TIERPROXY_LIMITS_STORE=rediss", (char *)"TIERPROXY_LIMITS_STOR=x", NULL};
+    struct proxy_config c;
+    enum config_action action;
+    struct problems got = {.n = 0};
+    char err[512], want[12][512];
+    int n = 0;
+    snprintf(want[n++], sizeof(want[0]), "%s:2: [proxy] workers|expected a whole number from 0 to 1024, got \"lots\"",
+             path);
+    snprintf(want[n++], sizeof(want[0]), "%s:3: [proxy] listen|expected HOST:PORT (IPv6 as [::1]:8080), got \"nope\"",
+             path);
+    snprintf(want[n++], sizeof(want[0]),
+             "%s:5|unknown section [nosuch] for key \"x\" (known: proxy, admin, auth, plans, limits, log)", path);
+    snprintf(want[n++], sizeof(want[0]), "%s:7: [limits] headers|expected draft, ietf, x or off, got \"rfc\"", path);
+    snprintf(want[n++], sizeof(want[0]), "%s:8|expected [section] or key = value", path);
+    snprintf(want[n++], sizeof(want[0]), "%s:9: [limits] headers|set twice (first on line 7)", path);
+    snprintf(want[n++], sizeof(want[0]), "%s:10|unknown section [empty] (known: proxy, admin, auth, plans, limits, log)",
+             path);
+    snprintf(want[n++], sizeof(want[0]), "TIERPROXY_LIMITS_STORE|expected memory or redis, got \"rediss\"");
+    snprintf(want[n++], sizeof(want[0]), "TIERPROXY_LIMITS_STOR|unknown variable: [limits] has no such key");
+    snprintf(want[n++], sizeof(want[0]), "--upstream|expected http://HOST[:PORT][/PATH] or https://..., got \"ftp://x\"");
+    assert_int_equal(config_load_reported(4, argv, envp, &c, &action, collect, &got, err, sizeof(err)), -EINVAL);
+    for (int i = 0; i < n && i < (int)got.n; i++)
+        assert_string_equal(got.lines[i], want[i]);
+    assert_int_equal(got.n, n);
+    snprintf(want[0], sizeof(want[0]), "%s:2: [proxy] workers: expected a whole number from 0 to 1024, got \"lots\"",
+             path);
+    assert_string_equal(err, want[0]);
+    assert_null(c.listen_host);
+}
+
+/* A URL in a message: quoted with each password as ***, never in clear. */
+static void test_quote_url_masks_passwords(void **state)
+{
+    static const struct {
+        const char *url, *want;
+    } cases[] = {
+        {"redis://127.0.0.1:6379/0", "redis://127.0.0.1:6379/0"},
+        {"redis://:pw@h:1/0", "redis://:***@h:1/0"},
+        {"redis://alice:pw@h:1/0", "redis://alice:***@h:1/0"},
+        {"rediss://pw@h:1/0", "rediss://***@h:1/0"},
+        {"redis://a:p@ss@h:1", "redis://a:***@h:1"},      /* an '@' in the password */
+        {"redis://a:p/w@h:1", "redis://a:***@h:1"},       /* a '/' in the password */
+        {"redis://a:p@h1:1,redis://b:q@h2:2", "redis://a:***@h1:1,redis://b:***@h2:2"},
+        {"redis://h1:1,redis://:q@h2:2", "redis://h1:1,redis://:***@h2:2"},
+        {"u:pw@h:1", "u:***@h:1"},
+        {"http://user:pw@up:80/x", "http://user:***@up:80/x"},
+        {"", ""},
+    };
+    char buf[96];
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
+        assert_string_equal(config_quote_url(cases[i].url, buf, sizeof(buf)), cases[i].want);
+}
+
+struct setting_seen {
+    char value[128], source[256];
+};
+
+static void find_listen(void *ctx, const char *name, const char *value, const char *source)
+{
+    struct setting_seen *seen = ctx;
+    if (strcmp(name, "[proxy] listen") == 0) {
+        snprintf(seen->value, sizeof(seen->value), "%s", value);
+        snprintf(seen->source, sizeof(seen->source), "%s", source);
+    } else if (strcmp(name, "[limits] redis") == 0) {
+        assert_null(strstr(value, "secret"));
+    }
+}
+
+/* What [log] level = debug lists: each setting's text and where it came from. */
+static void test_settings_name_their_source(void **state)
+{
+    struct proxy_config c;
+    enum config_action action;
+    char err[512], want[256];
+    struct setting_seen seen = {"", ""};
+    const char *path = write_ini("[proxy]\nlisten = localhost:81\n[limits]\nredis = redis://:secret@h:1/0\n");
+    const char *flag[] = {"--listen", "10.0.0.9:99", NULL};
+    const char *env[] = {"TIERPROXY_PROXY_LISTEN=10.0.0.8:98", NULL};
+    snprintf(want, sizeof(want), "%s:2", path);
+    assert_int_equal(load(path, NULL, NULL, &c, &action, err, sizeof(err)), 0);
+    config_settings(&c, find_listen, &seen);
+    assert_string_equal(seen.value, "localhost:81");
+    assert_string_equal(seen.source, want);
+    config_free(&c);
+    assert_int_equal(load(path, NULL, env, &c, &action, err, sizeof(err)), 0);
+    config_settings(&c, find_listen, &seen);
+    assert_string_equal(seen.value, "10.0.0.8:98");
+    assert_string_equal(seen.source, "TIERPROXY_PROXY_LISTEN");
+    config_free(&c);
+    assert_int_equal(load(path, flag, env, &c, &action, err, sizeof(err)), 0);
+    config_settings(&c, find_listen, &seen);
+    assert_string_equal(seen.value, "10.0.0.9:99");
+    assert_string_equal(seen.source, "--listen");
+    config_free(&c);
+    assert_int_equal(load(NULL, NULL, NULL, &c, &action, err, sizeof(err)), 0);
+    config_settings(&c, find_listen, &seen);
+    assert_string_equal(seen.value, "127.0.0.1:8080");
+    assert_string_equal(seen.source, "the default");
+    config_free(&c);
 }
 
 /* ---------------------------------------------------------------- reload */
@@ -892,6 +1025,9 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_usage_errors),
         cmocka_unit_test(test_env),
         cmocka_unit_test(test_precedence),
+        cmocka_unit_test(test_every_problem_is_reported),
+        cmocka_unit_test(test_quote_url_masks_passwords),
+        cmocka_unit_test(test_settings_name_their_source),
         cmocka_unit_test(test_reload),
         cmocka_unit_test(test_null_and_small_buffers),
         cmocka_unit_test(test_origin_names_file_line_flag_or_variable),

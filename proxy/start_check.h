@@ -1,0 +1,24 @@
+/* What a start checks before it listens, and what `tierproxy --check` checks besides. Every
+ * problem is one error line on stderr (log.h) naming where its value came from (the file
+ * and line, the flag or the variable), all of them, not only the first. */
+#pragma once
+#include <stdbool.h>
+#include <sys/socket.h>
+
+struct proxy_config;
+struct access_log;
+
+/* The listen addresses, host names resolved (at start, as nginx and HAProxy do). */
+struct start_addresses {
+    struct sockaddr_storage listen; /* [proxy] listen */
+    struct sockaddr_storage admin;  /* [admin] listen, when it is on */
+};
+
+/* Checks cfg as a start does: the listen addresses (resolved into *addrs), the upstream
+ * URLs, [limits] redis, the access log (opened, as the start would: *plog gets it when
+ * plog is not NULL, else it is closed again), the catalog and the plan the configuration
+ * names. With probe (--check) it also asks Redis (a refused login is an error), connects
+ * to each upstream and binds each listen address for a moment: one that cannot be reached
+ * or is in use is a warning, as a start survives it. Writes the "configuration ok" line
+ * when all is well. Returns 0, or 1 when any error was found. */
+int start_check(const struct proxy_config *cfg, bool probe, struct start_addresses *addrs, struct access_log **plog);
