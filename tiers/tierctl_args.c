@@ -319,19 +319,18 @@ static int read_flags(int argc, char **argv, const struct parted *p, struct cli_
             continue;
         if (!(spec->global & CLI_FLAG(id)) && !(a->cmd->flags & CLI_FLAG(id)))
             return cli_usage_error(a, "%s does not take %s", a->cmd->words, f->name);
-        bool on = true;
-        const char *value = "";
-        if (f->arg)
-            value = eq ? eq + 1 : i + 1 < argc ? argv[i + 1] : NULL;
-        else if (eq && cli_parse_bool(eq + 1, &on) != 0)
-            return cli_usage_error(a, "%s takes no value (or =yes, =no), not \"%s\"", f->name, eq + 1);
-        if (!value)
+        if (f->arg && !eq && i + 1 >= argc)
             return cli_usage_error(a, "%s needs a value (%s)", f->name, f->arg);
-        int r = on ? record(a, id, value) : 0;
+        bool on = true;
+        if (!f->arg && eq && cli_parse_bool(eq + 1, &on) != 0)
+            return cli_usage_error(a, "%s takes no value (or =yes, =no), not \"%s\"", f->name, eq + 1);
+        if (!on) {
+            a->flag[id] = NULL;   /* --json=no: as if not given */
+            continue;
+        }
+        int r = record(a, id, !f->arg ? "" : eq ? eq + 1 : argv[i + 1]);
         if (r)
             return r;
-        if (!on)
-            a->flag[id] = NULL;
     }
     return 0;
 }
@@ -386,6 +385,11 @@ static int read_command_line(int argc, char **argv, struct parted *p, struct cli
         return CLI_HELPED;
     if (p->version)
         return CLI_VERSION;
+    for (int k = 0; !a->cmd && k < p->nflags; k++) {
+        const char *arg = argv[p->flags[k]];
+        if (flag_id(a->spec, arg) < 0)   /* it may have parted a value from its flag */
+            return cli_usage_error(a, "unknown option \"%.*s\"", (int)strcspn(arg, "="), arg);
+    }
     if (!a->cmd)
         return command_error(a, words, n);
     for (int i = count_words(a->cmd->words); i < n; i++) {
