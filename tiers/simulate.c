@@ -24,8 +24,6 @@
 /* The lease TTL a concurrency rule carries; one process never lets a lease expire. */
 #define LEASE_TTL_MS 30000
 #define ARENA_BLOCK 65536
-#define READ_BLOCK (1 << 20)
-#define SHOWN_SKIPS 10
 #define SHOWN_LINES 20
 
 /* ---- an arena for the strings of the kept lines ---- */
@@ -649,6 +647,11 @@ static int count(struct simulation *sim)
     return 0;
 }
 
+const struct simulate_report *simulation_counts(const struct simulation *sim)
+{
+    return &sim->report;
+}
+
 int simulation_run(struct simulation *sim, const struct simulate_report **preport)
 {
     if (sim->ran)
@@ -738,173 +741,4 @@ int simulate_report_print(const struct simulate_report *rep, const char *log_pat
         fputc('\n', out);
     }
     return ferror(out) ? -EIO : 0;
-}
-
-/* ---- reading the log ---- */
-
-/* Reads lines of at most SIMULATE_MAX_LINE bytes through one fixed buffer. */
-struct line_reader {
-    FILE *f;
-    char *buf;
-    size_t cap, start, end;
-    bool eof;
-    int error;               /* errno of a failed read */
-};
-
-/* Returns 1 with the next line (*ptoo_long: it was longer than the cap and is not given;
- * *pcut: it had no newline, the end of the file came first), 0 at the end, -EIO. */
-static int next_line(struct line_reader *lr, const char **pline, size_t *plen, bool *ptoo_long, bool *pcut)
-{
-    *ptoo_long = false;
-    *pcut = false;
-    for (;;) {
-        size_t have = lr->end - lr->start;
-        char *nl = memchr(lr->buf + lr->start, '\n', have);
-        if (nl != NULL && (size_t)(nl - (lr->buf + lr->start)) <= SIMULATE_MAX_LINE) {
-            *pline = lr->buf + lr->start;
-            *plen = (size_t)(nl - *pline);
-            lr->start += *plen + 1;
-            return 1;
-        }
-        if (have > SIMULATE_MAX_LINE) {
-            /* Too long: drop everything up to its newline. */
-            *ptoo_long = true;
-            *plen = 0;
-            for (;;) {
-                if (nl != NULL) {
-                    lr->start = (size_t)(nl - lr->buf) + 1;
-                    return 1;
-                }
-                lr->start = lr->end = 0;
-                size_t n = fread(lr->buf, 1, lr->cap, lr->f);
-                if (n == 0) {
-                    if (ferror(lr->f)) {
-                        lr->error = errno;
-                        return -EIO;
-                    }
-                    lr->eof = true;
-                    return 1;
-                }
-                lr->end = n;
-                nl = memchr(lr->buf, '\n', n);
-            }
-        }
-        if (lr->eof) {
-            if (have == 0)
-                return 0;
-            *pline = lr->buf + lr->start;
-            *plen = have;
-            *pcut = true;
-            lr->start = lr->end;
-            return 1;
-        }
-        memmove(lr->buf, lr->buf + lr->start, have);
-        lr->start = 0;
-        lr->end = have;
-        size_t n = fread(lr->buf + lr->end, 1, lr->cap - lr->end, lr->f);
-        if (n == 0) {
-            if (ferror(lr->f)) {
-                lr->error = errno;
-                return -EIO;
-            }
-            lr->eof = true;
-        }
-        lr->end += n;
-    }
-}
-
-static bool blank(const char *s, size_t n)
-{
-    for (size_t i = 0; i < n; i++)
-        if (s[i] != ' ' && s[i] != '\t' && s[i] != '\r')
-            return false;
-    return true;
-}
-
-int simulate_file(const char *log_path, const struct simulate_options *options, const char *against, bool json,
-                  FILE *out, FILE *diag, char *err, size_t errlen)
-{
-    struct simulation *sim = NULL;
-    struct line_reader lr = {.cap = READ_BLOCK + SIMULATE_MAX_LINE + 1};
-    int r = simulation_create(options, &sim);
-    if (r != 0) {
-        snprintf(err, errlen, "%s", r == -ENOMEM ? "out of memory" : "invalid limits to simulate");
-        return r;
-    }
-    lr.f = fopen(log_path, "r");
-    if (lr.f == NULL) {
-        r = -errno;
-        snprintf(err, errlen, "%s: %s", log_path, strerror(errno));
-        goto out;
-    }
-    lr.buf = malloc(lr.cap);
-    if (lr.buf == NULL) {
-        r = -ENOMEM;
-        snprintf(err, errlen, "out of memory");
-        goto out;
-    }
-    uint64_t lineno = 0;
-    const char *text;
-    size_t len;
-    bool too_long, cut;
-    while ((r = next_line(&lr, &text, &len, &too_long, &cut)) == 1) {
-        lineno++;
-        char why[256];
-        int added;
-        if (too_long) {
-            simulation_skip(sim);
-            snprintf(why, sizeof(why), "longer than %d bytes", SIMULATE_MAX_LINE);
-            added = 1;
-        } else if (blank(text, len)) {
-            continue;
-        } else {
-            added = simulation_add(sim, lineno, text, len, why, sizeof(why));
-        }
-        if (added < 0) {
-            r = added;
-            snprintf(err, errlen, "out of memory");
-            goto out;
-        }
-        if (added == 1 && sim->report.skipped <= SHOWN_SKIPS)
-            fprintf(diag, "tierctl: %s:%" PRIu64 ": skipped: %s%s\n", log_path, lineno, cut ? "incomplete last line, " : "",
-                    why);
-    }
-    if (r < 0) {
-        snprintf(err, errlen, "%s: %s", log_path, strerror(lr.error ? lr.error : EIO));
-        goto out;
-    }
-    const struct simulate_report *rep = &sim->report;
-    if (rep->skipped > SHOWN_SKIPS)
-        fprintf(diag, "tierctl: %s: %" PRIu64 " more lines skipped\n", log_path, rep->skipped - SHOWN_SKIPS);
-    if (rep->skipped > 0 && rep->skipped == rep->lines) {
-        r = -EINVAL;
-        snprintf(err, errlen, "%s: no access-log lines (%" PRIu64 " lines skipped)", log_path, rep->skipped);
-        goto out;
-    }
-    r = simulation_run(sim, &rep);
-    if (r != 0) {
-        snprintf(err, errlen, "out of memory");
-        goto out;
-    }
-    if (json) {
-        json_t *doc = simulate_report_json(rep, log_path, against);
-        if (doc == NULL) {
-            r = -ENOMEM;
-            snprintf(err, errlen, "cannot build the JSON report (out of memory, or a name that is not UTF-8)");
-            goto out;
-        }
-        if (json_dumpf(doc, out, JSON_INDENT(2) | JSON_PRESERVE_ORDER) != 0 || fputc('\n', out) == EOF)
-            r = -EIO;
-        json_decref(doc);
-    } else {
-        r = simulate_report_print(rep, log_path, against, out);
-    }
-    if (r != 0)
-        snprintf(err, errlen, "cannot write the report");
-out:
-    free(lr.buf);
-    if (lr.f != NULL)
-        fclose(lr.f);
-    simulation_destroy(sim);
-    return r;
 }

@@ -36,7 +36,7 @@
 #include "tiers/snapshot.h"
 
 #define SIMULATE_MAX_LINE 65536       /* longer lines are skipped */
-#define SIMULATE_MAX_GIVEN 4          /* rules given on the command line */
+#define SIMULATE_MAX_GIVEN 5          /* rules given on the command line: 4 rates, a concurrency */
 #define SIMULATE_TOP_USERS 10
 
 /* What a replay runs against. Exactly one of: n_given > 0 (given rules: rate rules and at
@@ -104,6 +104,10 @@ int simulation_add(struct simulation *sim, uint64_t lineno, const char *text, si
 
 /* Counts a line that was never parsed (longer than SIMULATE_MAX_LINE). */
 void simulation_skip(struct simulation *sim);
+
+/* The counts so far (lines, skipped); the whole report once simulation_run returned.
+ * Valid until simulation_destroy. */
+const struct simulate_report *simulation_counts(const struct simulation *sim);
 
 /* Replays what was added. Returns 0 with the report (valid until simulation_destroy),
  * -EINVAL when called twice, or -ENOMEM. */
