@@ -6,6 +6,7 @@
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -30,9 +31,9 @@ static int on_ini(void *ctx, const char *section, const char *name, const char *
     else if (strcmp(section, "limits") == 0 && strcmp(name, "redis_ca_file") == 0)
         snprintf(fc->redis_ca_file, sizeof(fc->redis_ca_file), "%s", value);
     else if (strcmp(section, "limits") == 0 && strcmp(name, "redis_mode") == 0)
-        fc->cluster = strcmp(value, "cluster") == 0;
+        fc->cluster = strcasecmp(value, "cluster") == 0;
     else if (strcmp(section, "plans") == 0 && strcmp(name, "follow") == 0)
-        fc->follow = strcmp(value, "redis") == 0;
+        fc->follow = strcasecmp(value, "redis") == 0;
     return 1;   /* the proxy checks its file; here only these matter */
 }
 
@@ -62,9 +63,9 @@ int fleet_config_read(const char *config_flag, struct fleet_config *fc, char *er
     if ((env = getenv("TIERPROXY_LIMITS_REDIS_CA_FILE")))
         snprintf(fc->redis_ca_file, sizeof(fc->redis_ca_file), "%s", env);
     if ((env = getenv("TIERPROXY_LIMITS_REDIS_MODE")) && env[0])
-        fc->cluster = strcmp(env, "cluster") == 0;
+        fc->cluster = strcasecmp(env, "cluster") == 0;
     if ((env = getenv("TIERPROXY_PLANS_FOLLOW")) && env[0])
-        fc->follow = strcmp(env, "redis") == 0;
+        fc->follow = strcasecmp(env, "redis") == 0;
     return 0;
 }
 
