@@ -347,6 +347,8 @@ static int serve(struct proxy_config *cfg, int argc, char **argv, char **envp)
             .metrics = metrics,
             .n_workers = (size_t)cfg->workers,
             .store_is_remote = cfg->store == STORE_REDIS,
+            .rate_on_store_error = cfg->rate_on_store_error,
+            .concurrency_on_store_error = cfg->concurrency_on_store_error,
         };
         if (admin_start(cfg->admin_host, cfg->admin_port, &sources, &admin, err, sizeof(err)) < 0) {
             fprintf(stderr, "tierproxy: %s\n", err);
@@ -392,6 +394,7 @@ static int serve(struct proxy_config *cfg, int argc, char **argv, char **envp)
                 while (sem_wait(&switched) != 0)
                     ;
             sem_destroy(&switched);
+            admin_set_store_error_modes(admin, fresh->rate_on_store_error, fresh->concurrency_on_store_error);
             /* No worker looks at the old configuration any more. */
             if (live != cfg) {
                 config_free(live);
