@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "store/hash.h"
+#include "store/keyed_hash.h"
 
 /* 4-way sets: a direct-mapped table let 100 denied subjects evict each other (~18% of
  * their repeats still asked the store). */
@@ -55,7 +56,8 @@ void denial_cache_destroy(struct denial_cache *cache)
 
 uint64_t denial_cache_key(const char *subject, size_t subject_len, const struct limit_rule *rules, size_t n)
 {
-    uint64_t h = hash_fnv1a(HASH_FNV_BASIS, subject, subject_len);
+    /* the subject keyed (a client chooses it), the rules (the catalog's) mixed in */
+    uint64_t h = hash_keyed(subject, subject_len);
     for (size_t i = 0; i < n; i++) {
         /* The cost too: a rejection of a cost-10 request says nothing of a cost-1 one. */
         int64_t fields[7] = { rules[i].id, (int64_t)rules[i].kind, rules[i].rate, rules[i].burst,
