@@ -5,11 +5,12 @@ requests would get 503 (the store unreachable under closed, or no catalog). One 
 line when the store becomes unreachable (with the reason) and one when it is back (with
 how long it was away), each one JSON object."""
 import json
+import signal
 import time
 
 import pytest
 
-from conftest import SLOW, wait_until
+from conftest import SLOW, wait_until, write_ini
 
 
 def health(p):
@@ -120,6 +121,23 @@ def test_a_store_answering_errors_is_decided_as_an_unreachable_one(catalog, prox
     assert body.get("status") == ("degraded" if expect == 200 else "unavailable"), body
     rd.cmd("CONFIG", "SET", "maxmemory", "0")
     assert wait_until(lambda: p.get("/after", key=key).status == 200 and store_is_ok(p), 5 * SLOW), health(p)
+
+
+def test_a_reload_of_on_store_error_is_seen_by_health(catalog, proxies, redis_factory):
+    """SIGHUP from local to closed while Redis is away: requests get 503 from then on, and
+    so does /health."""
+    key = limited_user(catalog)
+    rd = redis_factory()
+    p = start_on_redis(catalog, proxies, rd, "local")
+    rd.stop()
+    status, body = wait_for_health(p, lambda s, b: b.get("store") == "local", 5 * SLOW)
+    assert status == 200, (status, body)
+    p.ini["limits"].update({"on_store_error": "closed", "concurrency_on_store_error": "closed"})
+    write_ini(p.ini_path, p.ini)
+    p.signal(signal.SIGHUP)
+    assert wait_until(lambda: p.get("/during", key=key).status == 503, 5 * SLOW)
+    status, body = health(p)
+    assert status == 503 and body.get("store") == "unreachable", (status, body)
 
 
 def json_lines(text):
