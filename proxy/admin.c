@@ -17,6 +17,8 @@
 #include "store/limiter.h"
 #include "tiers/snapshot.h"
 
+#define REASON_MAX 256          /* a store's failure, as limiter_health says it */
+
 struct admin {
     struct MHD_Daemon *daemon;
     struct admin_sources sources;
@@ -45,7 +47,7 @@ static enum health_store store_state(const struct admin_sources *s, char *reason
         return HEALTH_STORE_OK;
     bool up = false;
     for (size_t i = 0; i < s->n_workers; i++) {
-        char why[256];
+        char why[REASON_MAX];
         enum limiter_health health = limiter_health(s->limiters[i], why, sizeof(why));
         if (health == LIMITER_HEALTH_ERROR) {
             snprintf(reason, reason_len, "%s", why);
@@ -195,7 +197,7 @@ static void health_body(struct text *body, const struct health_verdict *v, int64
     if (v->concurrency != NULL)
         text_printf(body, ",\"concurrency\":\"%s\"", v->concurrency);
     if (reason[0] != '\0') {
-        char quoted[2 * 256];
+        char quoted[2 * REASON_MAX];
         quoted_name(quoted, sizeof(quoted), reason);
         text_printf(body, ",\"store_error\":\"%s\"", quoted);
     }
@@ -213,7 +215,7 @@ static void health_body(struct text *body, const struct health_verdict *v, int64
 
 static enum MHD_Result answer_health(struct admin *a, struct MHD_Connection *conn)
 {
-    char reason[256];
+    char reason[REASON_MAX];
     enum health_store store = store_state(&a->sources, reason, sizeof(reason));
     struct node_views nodes = gather_nodes(&a->sources);
     struct health_input in = {
