@@ -1,6 +1,7 @@
 #include "proxy/admin.h"
 
 #include <errno.h>
+#include <stdatomic.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -9,15 +10,20 @@
 
 #include <microhttpd.h>
 
+#include "proxy/health.h"
 #include "proxy/metrics.h"
 #include "proxy/netaddr.h"
 #include "proxy/text.h"
 #include "store/limiter.h"
 #include "tiers/snapshot.h"
 
+#define REASON_MAX 256          /* a store's failure, as limiter_health says it */
+
 struct admin {
     struct MHD_Daemon *daemon;
     struct admin_sources sources;
+    _Atomic int rate_on_store_error;          /* enum limiter_store_error; a reload changes them */
+    _Atomic int concurrency_on_store_error;
 };
 
 static enum MHD_Result answer(struct MHD_Connection *conn, unsigned status, const char *type, char *body,
@@ -32,23 +38,28 @@ static enum MHD_Result answer(struct MHD_Connection *conn, unsigned status, cons
     return ret;
 }
 
-/* The store as the workers meet it: "error" when one's store answers with errors (the
- * reason in reason), else "ok" when one's answers, else "unreachable". */
-static const char *store_state(const struct admin_sources *s, char *reason, size_t reason_len)
+/* The store as the workers meet it: ERROR when one's store answers with errors, else OK
+ * when one's answers, else UNREACHABLE; the reason (a failing worker's) in reason. */
+static enum health_store store_state(const struct admin_sources *s, char *reason, size_t reason_len)
 {
     reason[0] = '\0';
     if (!s->store_is_remote)
-        return "ok";
+        return HEALTH_STORE_OK;
     bool up = false;
     for (size_t i = 0; i < s->n_workers; i++) {
-        char why[256];
-        if (limiter_health(s->limiters[i], why, sizeof(why)) == LIMITER_HEALTH_ERROR) {
+        char why[REASON_MAX];
+        enum limiter_health health = limiter_health(s->limiters[i], why, sizeof(why));
+        if (health == LIMITER_HEALTH_ERROR) {
             snprintf(reason, reason_len, "%s", why);
-            return "error";
+            return HEALTH_STORE_ERROR;
         }
+        if (health == LIMITER_HEALTH_UNREACHABLE && reason[0] == '\0')
+            snprintf(reason, reason_len, "%s", why);
         up = up || limiter_available(s->limiters[i]);
     }
-    return up ? "ok" : "unreachable";
+    if (up)
+        reason[0] = '\0';
+    return up ? HEALTH_STORE_OK : HEALTH_STORE_UNREACHABLE;
 }
 
 /* ---- the nodes of a store made of several (Redis Cluster masters) ---- */
@@ -156,6 +167,76 @@ static void catalog_metrics(struct text *t, const struct snapshot_watch *catalog
                 (unsigned long long)snapshot_watch_catalog_refused(catalog));
 }
 
+/* The store's part of the health: a Redis Cluster is ok with every master answering,
+ * partial with some (the other masters' users are served), unreachable with none. */
+static enum health_store cluster_state(enum health_store store, const struct node_views *nodes)
+{
+    if (nodes->v == NULL || store == HEALTH_STORE_ERROR)
+        return store;
+    size_t up = 0;
+    for (size_t i = 0; i < nodes->n; i++)
+        up += nodes->v[i].up;
+    return up == nodes->n ? HEALTH_STORE_OK : up > 0 ? HEALTH_STORE_PARTIAL : HEALTH_STORE_UNREACHABLE;
+}
+
+static enum health_plans plans_state(const struct snapshot_watch *catalog)
+{
+    if (snapshot_watch_catalog_version(catalog) < 0)
+        return HEALTH_PLANS_MISSING;
+    return snapshot_watch_healthy(catalog) ? HEALTH_PLANS_OK : HEALTH_PLANS_UNREACHABLE;
+}
+
+/* {"status":..,"store":..,"plans":..,"catalog_version":N, and while the store fails
+ * "store_error":reason, "concurrency":mode; a cluster's "nodes"} */
+static void health_body(struct text *body, const struct health_verdict *v, int64_t catalog_version,
+                        const char *reason, const struct node_views *nodes)
+{
+    text_printf(body, "{\"status\":\"%s\",\"store\":\"%s\",\"plans\":\"%s\"", v->status, v->store, v->plans);
+    if (catalog_version >= 0)
+        text_printf(body, ",\"catalog_version\":%lld", (long long)catalog_version);
+    if (v->concurrency != NULL)
+        text_printf(body, ",\"concurrency\":\"%s\"", v->concurrency);
+    if (reason[0] != '\0') {
+        char quoted[2 * REASON_MAX];
+        quoted_name(quoted, sizeof(quoted), reason);
+        text_printf(body, ",\"store_error\":\"%s\"", quoted);
+    }
+    if (nodes->v != NULL) {
+        text_printf(body, ",\"nodes\":{");
+        for (size_t i = 0; i < nodes->n; i++) {
+            char name[2 * NODE_NAME_MAX];
+            quoted_name(name, sizeof(name), nodes->v[i].name);
+            text_printf(body, "%s\"%s\":\"%s\"", i ? "," : "", name, nodes->v[i].up ? "ok" : "unreachable");
+        }
+        text_printf(body, "}");
+    }
+    text_printf(body, "}");
+}
+
+static enum MHD_Result answer_health(struct admin *a, struct MHD_Connection *conn)
+{
+    char reason[REASON_MAX];
+    enum health_store store = store_state(&a->sources, reason, sizeof(reason));
+    struct node_views nodes = gather_nodes(&a->sources);
+    struct health_input in = {
+        .store = cluster_state(store, &nodes),
+        .plans = plans_state(a->sources.catalog),
+        .rate = (enum limiter_store_error)atomic_load(&a->rate_on_store_error),
+        .concurrency = (enum limiter_store_error)atomic_load(&a->concurrency_on_store_error),
+    };
+    if (in.store == HEALTH_STORE_OK || in.store == HEALTH_STORE_PARTIAL)
+        reason[0] = '\0';
+    struct health_verdict v = health_decide(&in);
+    struct text body = {0};
+    health_body(&body, &v, snapshot_watch_catalog_version(a->sources.catalog), reason, &nodes);
+    free(nodes.v);
+    if (body.failed) {
+        free(body.data);
+        return MHD_NO;
+    }
+    return answer(conn, v.http_status, "application/json", body.data, MHD_RESPMEM_MUST_FREE);
+}
+
 static enum MHD_Result handle(void *cls, struct MHD_Connection *conn, const char *url, const char *method,
                               const char *version, const char *upload_data, size_t *upload_data_size, void **req_cls)
 {
@@ -172,51 +253,8 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *conn, const char
     if (strcmp(method, "GET") != 0 && strcmp(method, "HEAD") != 0)
         return answer(conn, MHD_HTTP_METHOD_NOT_ALLOWED, json, "{\"error_code\":\"method_not_allowed\"}",
                       MHD_RESPMEM_PERSISTENT);
-    if (strcmp(url, "/health") == 0) {
-        char reason[256];
-        const char *store_word = store_state(&a->sources, reason, sizeof(reason));
-        bool store = strcmp(store_word, "ok") == 0;
-        bool plans = snapshot_watch_healthy(a->sources.catalog);
-        struct node_views nodes = gather_nodes(&a->sources);
-        if (nodes.v != NULL && reason[0] == '\0') {
-            /* a cluster: ok with every master answering, degraded (still 200: the other
-               masters' users are served) with some, unreachable with none */
-            size_t up = 0;
-            for (size_t i = 0; i < nodes.n; i++)
-                up += nodes.v[i].up;
-            store = up > 0;
-            store_word = up == nodes.n ? "ok" : up > 0 ? "degraded" : "unreachable";
-        }
-        struct text body = {0};
-        int64_t catalog_version = snapshot_watch_catalog_version(a->sources.catalog);
-        text_printf(&body, "{\"status\":\"%s\",\"store\":\"%s\",\"plans\":\"%s\"",
-                 store && plans ? "ok" : "unavailable", store_word,
-                 plans ? "ok" : catalog_version < 0 ? "missing" : "unreachable");
-        if (catalog_version >= 0)
-            text_printf(&body, ",\"catalog_version\":%lld", (long long)catalog_version);
-        if (reason[0] != '\0') {
-            char quoted[2 * sizeof(reason)];
-            quoted_name(quoted, sizeof(quoted), reason);
-            text_printf(&body, ",\"store_error\":\"%s\"", quoted);
-        }
-        if (nodes.v != NULL) {
-            text_printf(&body, ",\"nodes\":{");
-            for (size_t i = 0; i < nodes.n; i++) {
-                char name[2 * NODE_NAME_MAX];
-                quoted_name(name, sizeof(name), nodes.v[i].name);
-                text_printf(&body, "%s\"%s\":\"%s\"", i ? "," : "", name, nodes.v[i].up ? "ok" : "unreachable");
-            }
-            text_printf(&body, "}");
-        }
-        text_printf(&body, "}");
-        free(nodes.v);
-        if (body.failed) {
-            free(body.data);
-            return MHD_NO;
-        }
-        return answer(conn, store && plans ? MHD_HTTP_OK : MHD_HTTP_SERVICE_UNAVAILABLE, json, body.data,
-                      MHD_RESPMEM_MUST_FREE);
-    }
+    if (strcmp(url, "/health") == 0)
+        return answer_health(a, conn);
     if (strcmp(url, "/metrics") == 0) {
         char *rendered = metrics_render(a->sources.metrics, a->sources.n_workers);
         if (rendered == NULL)
@@ -252,6 +290,8 @@ int admin_start(const char *host, uint16_t port, const struct admin_sources *sou
     if (a == NULL)
         return -ENOMEM;
     a->sources = *sources;
+    atomic_init(&a->rate_on_store_error, (int)sources->rate_on_store_error);
+    atomic_init(&a->concurrency_on_store_error, (int)sources->concurrency_on_store_error);
     a->daemon = MHD_start_daemon(flags, 0, NULL, NULL, handle, a, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&ss,
                                  MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)30, MHD_OPTION_CONNECTION_LIMIT,
                                  (unsigned)64, MHD_OPTION_END);
@@ -262,6 +302,15 @@ int admin_start(const char *host, uint16_t port, const struct admin_sources *sou
     }
     *padmin = a;
     return 0;
+}
+
+void admin_set_store_error_modes(struct admin *admin, enum limiter_store_error rate,
+                                 enum limiter_store_error concurrency)
+{
+    if (admin == NULL)
+        return;
+    atomic_store(&admin->rate_on_store_error, (int)rate);
+    atomic_store(&admin->concurrency_on_store_error, (int)concurrency);
 }
 
 void admin_stop(struct admin *admin)

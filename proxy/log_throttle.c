@@ -2,10 +2,8 @@
 
 #include <pthread.h>
 #include <stdlib.h>
-#include <sys/random.h>
-#include <time.h>
 
-#include "store/hash.h"
+#include "store/keyed_hash.h"
 
 /* Keys per set: a new key evicts within its set only, so a lookup reads one cache line
  * or two and the table never grows. */
@@ -19,7 +17,6 @@ struct throttle_entry {
 
 struct log_throttle {
     pthread_mutex_t lock;
-    uint64_t seed;
     int64_t interval_ms;
     size_t set_mask;       /* number of sets - 1 */
     struct throttle_entry *entries; /* (set_mask + 1) * WAYS */
@@ -38,11 +35,6 @@ struct log_throttle *log_throttle_create(size_t capacity, int64_t interval_ms)
         free(t);
         return NULL;
     }
-    if (getrandom(&t->seed, sizeof(t->seed), GRND_NONBLOCK) != (ssize_t)sizeof(t->seed)) {
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        t->seed = (uint64_t)ts.tv_nsec * 0x9e3779b97f4a7c15ULL ^ (uint64_t)ts.tv_sec;
-    }
     pthread_mutex_init(&t->lock, NULL);
     t->interval_ms = interval_ms;
     t->set_mask = sets - 1;
@@ -60,7 +52,7 @@ void log_throttle_destroy(struct log_throttle *t)
 
 bool log_throttle_hit(struct log_throttle *t, const void *key, size_t len, int64_t now_ms, uint64_t *pcount)
 {
-    uint64_t h = hash_mix(hash_fnv1a(HASH_FNV_BASIS ^ t->seed, key, len));
+    uint64_t h = hash_keyed(key, len);   /* keys name users and clients */
     if (h == 0)
         h = 1; /* 0 marks an empty entry */
     pthread_mutex_lock(&t->lock);

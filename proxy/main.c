@@ -246,6 +246,8 @@ static int serve(struct proxy_config *cfg, int argc, char **argv, char **envp)
             .metrics = metrics,
             .n_workers = (size_t)cfg->workers,
             .store_is_remote = cfg->store == STORE_REDIS,
+            .rate_on_store_error = cfg->rate_on_store_error,
+            .concurrency_on_store_error = cfg->concurrency_on_store_error,
         };
         char admin_host[64];
         sockaddr_to_text((const struct sockaddr *)&addrs.admin, admin_host, sizeof(admin_host));
@@ -297,6 +299,7 @@ static int serve(struct proxy_config *cfg, int argc, char **argv, char **envp)
                 while (sem_wait(&switched) != 0)
                     ;
             sem_destroy(&switched);
+            admin_set_store_error_modes(admin, fresh->rate_on_store_error, fresh->concurrency_on_store_error);
             /* No worker looks at the old configuration any more. */
             if (live != cfg) {
                 config_free(live);

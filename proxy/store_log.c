@@ -6,12 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "proxy/access_log.h"
-#include "proxy/log_throttle.h"
+#include "proxy/log.h"
 #include "store/clock.h"
-
-#define REASON_INTERVAL_MS 10000   /* one line per reason at most this often */
-#define REASON_KEYS 64             /* reasons remembered at once */
 
 struct store_log_worker {
     struct store_log *log;
@@ -20,11 +16,12 @@ struct store_log_worker {
 
 struct store_log {
     pthread_mutex_t lock;          /* guards what follows, and the order of the lines */
-    struct log_throttle *reasons;
     bool log_back;
     size_t n_down;                 /* workers whose store is unreachable or failing */
     int64_t down_since_ms;         /* mono: when the first of them went */
     uint64_t events;               /* failed checks and connections since then */
+    bool said_unreachable;         /* this outage's lines written so far */
+    bool said_error;
     size_t n_workers;
     struct store_log_worker workers[];
 };
@@ -34,11 +31,6 @@ struct store_log *store_log_create(size_t workers, bool log_back)
     struct store_log *log = calloc(1, sizeof(*log) + workers * sizeof(log->workers[0]));
     if (log == NULL)
         return NULL;
-    log->reasons = log_throttle_create(REASON_KEYS, REASON_INTERVAL_MS);
-    if (log->reasons == NULL) {
-        free(log);
-        return NULL;
-    }
     pthread_mutex_init(&log->lock, NULL);
     log->log_back = log_back;
     log->n_workers = workers;
@@ -51,7 +43,6 @@ void store_log_destroy(struct store_log *log)
 {
     if (log == NULL)
         return;
-    log_throttle_destroy(log->reasons);
     pthread_mutex_destroy(&log->lock);
     free(log);
 }
@@ -61,16 +52,17 @@ void *store_log_hook_arg(struct store_log *log, size_t index)
     return index < log->n_workers ? &log->workers[index] : NULL;
 }
 
-/* "store unreachable: <reason>" or "store error: <reason>", with the events it stands for. */
-static void write_reason(enum limiter_health health, const char *reason, uint64_t count)
+/* "store unreachable: <reason>" or "store error: <reason>". */
+static void write_gone(enum limiter_health health, const char *reason)
 {
+    const char *word = health == LIMITER_HEALTH_ERROR ? "error" : "unreachable";
     char msg[320];
-    snprintf(msg, sizeof(msg), "store %s: %s", health == LIMITER_HEALTH_ERROR ? "error" : "unreachable", reason);
+    snprintf(msg, sizeof(msg), "store %s: %s", word, reason);
     json_t *line = log_line_start("error", msg);
     if (line == NULL)
         return;
+    json_object_set_new(line, "store", json_string(word));
     json_object_set_new(line, "store_error", json_string(reason));
-    json_object_set_new(line, "count", json_integer((json_int_t)count));
     log_line_write(line);
 }
 
@@ -81,9 +73,23 @@ static void write_back(int64_t away_ms, uint64_t events)
     json_t *line = log_line_start("info", msg);
     if (line == NULL)
         return;
+    json_object_set_new(line, "store", json_string("ok"));
     json_object_set_new(line, "away_ms", json_integer((json_int_t)away_ms));
     json_object_set_new(line, "count", json_integer((json_int_t)events));
     log_line_write(line);
+}
+
+/* A failure during an outage: its line when it is the outage's first of its kind. Two
+ * kinds, as what an operator must do differs: a store gone (start it, mend the network)
+ * and a store answering errors (a password, its memory). */
+static void note_failure(struct store_log *log, enum limiter_health health, const char *reason)
+{
+    bool *said = health == LIMITER_HEALTH_ERROR ? &log->said_error : &log->said_unreachable;
+    log->events++;
+    if (*said)
+        return;
+    *said = true;
+    write_gone(health, reason);
 }
 
 void store_log_event(void *arg, enum limiter_health health, const char *reason)
@@ -102,15 +108,10 @@ void store_log_event(void *arg, enum limiter_health health, const char *reason)
         if (!w->down && log->n_down++ == 0) {
             log->down_since_ms = now;
             log->events = 0;
+            log->said_unreachable = log->said_error = false;
         }
         w->down = true;
-        log->events++;
-        char key[256];
-        int len = snprintf(key, sizeof(key), "%d %s", (int)health, reason);
-        uint64_t count = 1;
-        if (len > 0 && log_throttle_hit(log->reasons, key, (size_t)len < sizeof(key) ? (size_t)len : sizeof(key) - 1,
-                                        now, &count))
-            write_reason(health, reason, count);
+        note_failure(log, health, reason);
     }
     pthread_mutex_unlock(&log->lock);
 }

@@ -1,8 +1,11 @@
-/* The store's faults on stderr (SPEC "Faults keep their promises"): each worker's limiter
- * tells (limiter_set_event_hook) every check the store could not decide and every lost
- * connection, with the reason; this writes one line per reason at most every 10 s, with
- * how many events it stands for, and one line when every worker's store answers again,
- * with how long it was away. One per process, shared by the workers (thread-safe). */
+/* The store's outages on stderr (SPEC "Day two"): each worker's limiter tells
+ * (limiter_set_event_hook) every check the store could not decide and every lost
+ * connection, with the reason, and its return. An outage runs from the first worker's
+ * failure until every worker's store answers again; it gets one JSON line when it starts,
+ * naming the reason ("store unreachable: ..." or "store error: ..."), one more only if the
+ * store then fails the other way (gone, then refusing the password), and one when it ends,
+ * with how long it lasted and how many failures it held. One per process, shared by the
+ * workers (thread-safe). */
 #pragma once
 #include <stdbool.h>
 #include <stddef.h>

@@ -1,10 +1,9 @@
-/* FNV-1a over bytes and a final avalanche mix: the hash of subjects, lease ids and rule
- * lists in store/ (not for anything an attacker can aim at a fixed table size alone). */
+/* FNV-1a over bytes and a final avalanche mix, unkeyed: for values the proxy or the catalog
+ * chose (rule fields, lease ids), mixed into a keyed hash of what a client chose. Never the
+ * hash of a string a client chooses on its own: that is keyed_hash.h's hash_keyed. */
 #pragma once
 #include <stddef.h>
 #include <stdint.h>
-
-#define HASH_FNV_BASIS 1469598103934665603ULL
 
 static inline uint64_t hash_fnv1a(uint64_t h, const void *data, size_t len)
 {

@@ -6,13 +6,14 @@
 #include <string.h>
 
 #include "store/hash.h"
+#include "store/keyed_hash.h"
 
 #define INITIAL_BUCKETS 16
 
+/* The subject is a client's address or a user id: keyed; the rule id is the catalog's. */
 static uint64_t group_hash(const char *subject, size_t subject_len, int64_t rule_id)
 {
-    uint64_t h = hash_fnv1a(HASH_FNV_BASIS, &rule_id, sizeof(rule_id));
-    return hash_mix(hash_fnv1a(h, subject, subject_len));
+    return hash_mix(hash_fnv1a(hash_keyed(subject, subject_len), &rule_id, sizeof(rule_id)));
 }
 
 static uint64_t lease_hash(uint64_t ghash, const char *id, size_t id_len)

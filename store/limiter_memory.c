@@ -38,7 +38,7 @@
 
 #include "store/algorithms.h"
 #include "store/clock.h"
-#include "store/hash.h"
+#include "store/keyed_hash.h"
 
 #define STRIPES 64            /* power of two */
 #define INITIAL_BUCKETS 16    /* per stripe, power of two */
@@ -89,9 +89,11 @@ struct memory_limiter {
 
 static const struct limiter_ops memory_ops;
 
+/* Subjects are client addresses and user ids: keyed, so no client can aim at a stripe or
+ * a bucket. */
 static uint64_t hash_subject(const char *s, size_t len)
 {
-    return hash_mix(hash_fnv1a(HASH_FNV_BASIS, s, len));
+    return hash_keyed(s, len);
 }
 
 static void lru_unlink(struct mem_stripe *st, struct mem_entry *e)

@@ -13,7 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "store/hash.h"
+#include "store/keyed_hash.h"
 #include "store/limiter.h"
 #include "tiers/plan_rules.h"
 #include "tiers/request_target.h"
@@ -318,7 +318,7 @@ static int grow_table(struct simulation *sim)
 static int intern_subject(struct simulation *sim, const char *key, size_t key_len, const char *user,
                           const char *client, uint32_t *pindex)
 {
-    uint64_t hash = hash_mix(hash_fnv1a(HASH_FNV_BASIS, key, key_len));
+    uint64_t hash = hash_keyed(key, key_len);   /* the log's client addresses */
     size_t s = (size_t)hash & sim->table_mask;
     for (; sim->table[s] != 0; s = (s + 1) & sim->table_mask) {
         const struct subject *sub = &sim->subjects[sim->table[s] - 1];

@@ -17,9 +17,9 @@ For each fault:
 - requests were admitted during it (restarted empty: requests and tunnels were in flight
   when Redis went away) and after it;
 - each proxy names it on stderr ("store unreachable ..."; "store error: ... OOM ...";
-  "store error: ... WRONGPASS|NOAUTH ...") and in /health ("store": "unreachable", or
-  "error" with a "store_error" naming OOM, WRONGPASS or NOAUTH); /health's store is "ok"
-  again within a few seconds of the removal.
+  "store error: ... WRONGPASS|NOAUTH ...") and in /health ("store": "local", what decides
+  while the store is unreachable, or "error" with a "store_error" naming OOM, WRONGPASS or
+  NOAUTH); /health's store is "ok" again within a few seconds of the removal.
 Neither password ever appears on stderr.
 
 Two faults that can write a line of the same cause (a connection Redis closes, a connection
@@ -73,11 +73,12 @@ class Fault:
 
 
 def unreachable(s):
-    return s[2] == "unreachable"
+    # on_store_error = local (the default) decides while the store is unreachable
+    return s[2] == "local"
 
 
 def unreachable_or_error(s):
-    return s[2] in ("unreachable", "error")
+    return s[2] in ("local", "error")
 
 
 def store_error_names(*words):
