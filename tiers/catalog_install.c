@@ -117,6 +117,22 @@ int catalog_install_check(struct catalog *cat, char *err, size_t errlen)
     return r;
 }
 
+/* Checks the records, marks them with version and commits. cat holds a write transaction
+ * when the records were copied in, none when an image file is used as it is. */
+static int finish_records(struct catalog *cat, bool in_transaction, int64_t version, char *err, size_t errlen)
+{
+    int r = in_transaction ? 0 : catalog_begin(cat, true);
+    if (r == 0)
+        r = catalog_install_check(cat, err, errlen);
+    if (r == 0)
+        r = catalog_fleet_mark_set(cat, version);
+    if (r == 0)
+        r = catalog_commit(cat);
+    if (r && !err[0])
+        snprintf(err, errlen, "%s", catalog_errmsg(cat));
+    return r;
+}
+
 int catalog_install_image(struct catalog *cat, const unsigned char *image, size_t len, int64_t version, char *err,
                           size_t errlen)
 {
@@ -128,11 +144,7 @@ int catalog_install_image(struct catalog *cat, const unsigned char *image, size_
     if (r == 0)
         r = catalog_image_copy(cat);
     if (r == 0)
-        r = catalog_install_check(cat, err, errlen);
-    if (r == 0)
-        r = catalog_fleet_mark_set(cat, version);
-    if (r == 0)
-        r = catalog_commit(cat);
+        r = finish_records(cat, true, version, err, errlen);
     if (r) {
         if (!err[0])
             snprintf(err, errlen, "%s", catalog_errmsg(cat));
@@ -191,22 +203,6 @@ static int build_by_copy(const char *tmp, const unsigned char *image, size_t len
     return r;
 }
 
-/* Checks the new file's records, marks it and commits. cat holds a write transaction
- * when copied, none when the image was written as it is. */
-static int finish_file(struct catalog *cat, bool in_transaction, int64_t version, char *err, size_t errlen)
-{
-    int r = in_transaction ? 0 : catalog_begin(cat, true);
-    if (r == 0)
-        r = catalog_install_check(cat, err, errlen);
-    if (r == 0)
-        r = catalog_fleet_mark_set(cat, version);
-    if (r == 0)
-        r = catalog_commit(cat);
-    if (r && !err[0])
-        snprintf(err, errlen, "%s", catalog_errmsg(cat));
-    return r;
-}
-
 static int make_temp(const char *db_path, char *tmp, size_t tmplen, int *pfd)
 {
     snprintf(tmp, tmplen, "%s.fleet-XXXXXX", db_path);
@@ -254,7 +250,7 @@ int catalog_install_file(const char *db_path, const unsigned char *image, size_t
         r = build_by_copy(tmp, image, len, &cat, err, errlen);
     }
     if (r == 0)
-        r = finish_file(cat, copied, version, err, errlen);
+        r = finish_records(cat, copied, version, err, errlen);
     catalog_close(cat);
     if (r == 0 && rename(tmp, db_path) != 0) {
         r = -errno;
