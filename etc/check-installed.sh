@@ -35,7 +35,7 @@ check() {
     shift
     checks=$((checks + 1))
     if "$@" >"$work/check.out" 2>&1; then
-        out=$(tr '\n' ' ' <"$work/check.out" | cut -c1-300)
+        out=$(tr '\n' ' ' <"$work/check.out" | sed 's/ *$//' | cut -c1-300)
         echo "ok    $what${out:+: $out}"
         return 0
     fi

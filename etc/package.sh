@@ -70,15 +70,15 @@ strip --strip-unneeded --remove-section=.comment --remove-section=.note \
     "$stage/usr/bin/tierproxy" "$stage/usr/bin/tierctl"
 find "$stage/usr/share/man" -type f -name '*.[0-9]' -exec gzip -9n {} +
 
-# Depends: dpkg-shlibdeps names the package (and least version) of each library linked;
-# it wants a debian/control to read, which this tree does not otherwise need.
+# Depends: dpkg-shlibdeps names the package (and least version) of each library linked.
+# It wants a debian/control to read, which this tree does not otherwise need, and finds
+# the package's root by its DEBIAN directory.
+mkdir -p "$stage/DEBIAN"
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 mkdir -p "$work/debian"
 printf 'Source: tierproxy\n\nPackage: tierproxy\nArchitecture: any\n' >"$work/debian/control"
-ln -s "$stage" "$work/debian/tierproxy"     # where it looks for a package's files
-depends=$(cd "$work" &&
-          dpkg-shlibdeps -O debian/tierproxy/usr/bin/tierproxy debian/tierproxy/usr/bin/tierctl |
+depends=$(cd "$work" && dpkg-shlibdeps -O "$stage/usr/bin/tierproxy" "$stage/usr/bin/tierctl" |
           sed -n 's/^shlibs:Depends=//p')
 [[ -n $depends ]] || { say "dpkg-shlibdeps found no dependencies"; exit 1; }
 
@@ -92,7 +92,6 @@ elif author=$(git -C "$ROOT" log -1 --format='%an <%ae>' 2>/dev/null) && [[ -n $
     maintainer=$author
 fi
 
-mkdir -p "$stage/DEBIAN"
 (cd "$stage" && find etc -type f | sed 's|^|/|' | sort) >"$stage/DEBIAN/conffiles"
 (cd "$stage" && find . -path ./DEBIAN -prune -o -path ./etc -prune -o -type f -print |
     sed 's|^\./||' | sort | xargs md5sum) >"$stage/DEBIAN/md5sums"
