@@ -55,11 +55,10 @@ options=(--prefix=/usr --sysconfdir=/etc --localstatedir=/var --buildtype=plain
          -Dman=enabled "-Dc_args=$cflags" "-Dc_link_args=$ldflags"
          -Dsystemdsystemunitdir=/lib/systemd/system)   # where Debian 12's packages put units
 say "meson setup $builddir (prefix /usr, dpkg-buildflags)"
-if [[ -f $builddir/build.ninja ]]; then
-    meson setup --reconfigure "$builddir" "${options[@]}" >"$builddir/package-setup.log"
-else
-    meson setup "$builddir" "${options[@]}" >"$builddir/package-setup.log"
-fi
+reconfigure=()
+[[ -f $builddir/build.ninja ]] && reconfigure=(--reconfigure)
+meson setup "${reconfigure[@]}" "$builddir" "${options[@]}" >"$builddir/package-setup.log" 2>&1 ||
+    { tail -20 "$builddir/package-setup.log" >&2; say "meson setup failed"; exit 1; }
 ninja -C "$builddir" >"$builddir/package-build.log" ||
     { tail -40 "$builddir/package-build.log" >&2; say "the build failed"; exit 1; }
 
