@@ -40,6 +40,10 @@ done
 
 mkdir -p "$builddir"
 builddir=$(cd "$builddir" && pwd)
+# One build at a time in a build directory (the test suite's plain and sanitizer runs both
+# package, at the same time, in build-deb): the second waits, then finds it built.
+exec 9>"$builddir/package.lock"
+flock 9
 output=${output:-$builddir}
 mkdir -p "$output"
 output=$(cd "$output" && pwd)

@@ -6,8 +6,10 @@ depends on the libraries the programs link.
 
 The build under test is the meson build directory that holds TIERPROXY_BIN
 (build/proxy/tierproxy -> build/), or TIERPROXY_BUILD_DIR. `meson install --destdir` puts it
-in the test's temporary directory: nothing on the host changes. The package test builds in
-<that build directory>/package-test, so that only its first run compiles everything.
+in the test's temporary directory: nothing on the host changes. The package test runs
+etc/package.sh as it is, in its own build directory build-deb/ (a release build, the same
+whatever build is under test), so that only the first run compiles everything; the plain and
+sanitizer runs of etc/test.sh take turns there (package.sh locks it).
 """
 import configparser
 import json
@@ -323,11 +325,10 @@ def needed_packages(binary):
 def test_package_holds_every_file_and_depends_on_what_it_links(tmp_path):
     if shutil.which("dpkg-deb") is None:
         pytest.skip("dpkg-deb is not installed: not a Debian system, no package to build")
-    build = build_dir()
     out = tmp_path / "out"
     assert (ROOT / "etc" / "package.sh").is_file(), "no etc/package.sh"
     cp = subprocess.run([str(ROOT / "etc" / "package.sh"), "--builddir",
-                         str(build / "package-test"), "--output", str(out)],
+                         str(ROOT / "build-deb"), "--output", str(out)],
                         capture_output=True, text=True, timeout=1200,
                         stdin=subprocess.DEVNULL, cwd=str(ROOT))
     assert cp.returncode == 0, "etc/package.sh exited %d:\n%s\n%s" % (
