@@ -6,12 +6,18 @@
 #   etc/demo.sh            then the curl line it printed, which must answer 200
 #   etc/demo.sh stop
 #   etc/test.sh            whose last line must be "N passed, 0 failed"
+#   etc/package.sh         the Debian package, then installed with `apt install ./*.deb` in
+#                          a second fresh root (a copy of the debootstrapped one, nothing
+#                          else installed), where etc/check-installed.sh starts the
+#                          installed tierproxy by hand with the installed configuration and
+#                          a catalog made with the installed tierctl, curls its /health,
+#                          runs systemd-analyze verify on the installed unit and man -w
 # Everything the commands need comes from Debian's archive inside the chroot (etc/setup.sh),
-# none of the host's packages are visible. Prints the test command's last line and a
-# verdict; exits 0 only when both commands kept their promise. Run as root on a Debian
-# host (the archive is the one this host's apt sources name).
+# none of the host's packages are visible. Prints the test command's last line, the
+# package's and a verdict; exits 0 only when every command kept its promise. Run as root on
+# a Debian host (the archive is the one this host's apt sources name).
 #
-#   etc/fresh-machine.sh [--keep] [--rootfs BASE] [--dir DIR] [REPO [COMMIT]]
+#   etc/fresh-machine.sh [--keep] [--rootfs BASE] [--dir DIR] [--package-only] [REPO [COMMIT]]
 #
 #   REPO           a git repository (path or URL; default: the one this script is in)
 #   COMMIT         what to check out (default: REPO's HEAD); uncommitted changes are not
@@ -23,14 +29,17 @@
 #                  debootstrap (BASE is made first when it does not exist, and is never
 #                  changed after that); saves a minute or two when iterating. A verdict
 #                  worth reporting comes from a run without it.
+#   --package-only the package steps alone (no demo, no test suite): a few minutes, for
+#                  iterating on them; its verdict says so
 set -euo pipefail
 
-usage() { sed -n '2,25p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,33p' "$0" | sed 's/^# \{0,1\}//'; }
 
-keep=0 base= dir= repo= commit=
+keep=0 base= dir= repo= commit= package_only=0
 while [[ $# -gt 0 ]]; do
     case "$1" in
         --keep) keep=1 ;;
+        --package-only) package_only=1 ;;
         --rootfs) base=${2:?--rootfs needs a directory}; shift ;;
         --dir) dir=${2:?--dir needs a directory}; shift ;;
         -h|--help) usage; exit 0 ;;
@@ -119,9 +128,10 @@ fi
 mkdir -p "$dir/logs"
 dir=$(cd "$dir" && pwd)
 root=$dir/rootfs
+pkgroot=$dir/pkgroot        # where the package is installed: fresh, but for the package
 logs=$dir/logs
-if [[ -e $root ]]; then
-    say "$root exists already; give a new --dir"
+if [[ -e $root || -e $pkgroot ]]; then
+    say "$root or $pkgroot exists already; give a new --dir"
     exit 2
 fi
 
@@ -133,7 +143,8 @@ kill_chroot_processes() {
     for sig in TERM KILL; do
         for p in /proc/[0-9]*; do
             r=$(readlink "$p/root" 2>/dev/null) || continue
-            if [[ $r == "$root" || $r == "$root"/* ]]; then
+            if [[ $r == "$root" || $r == "$root"/* ||
+                  $r == "$pkgroot" || $r == "$pkgroot"/* ]]; then
                 kill -s "$sig" "${p#/proc/}" 2>/dev/null || true
             fi
         done
@@ -148,13 +159,16 @@ cleanup() {
         umount "${mounted[i]}" 2>/dev/null || umount -l "${mounted[i]}" || true
     done
     mounted=()
-    if [[ $keep -eq 0 && -d $root ]]; then
-        if grep -q " $root/" /proc/mounts; then
-            say "something is still mounted under $root; not removing it"
-        else
-            rm -rf --one-file-system "$root"
+    local tree
+    for tree in "$root" "$pkgroot"; do
+        if [[ $keep -eq 0 && -d $tree ]]; then
+            if grep -q " $tree/" /proc/mounts; then
+                say "something is still mounted under $tree; not removing it"
+            else
+                rm -rf --one-file-system "$tree"
+            fi
         fi
-    fi
+    done
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
@@ -216,11 +230,17 @@ if [[ ! -e $root/etc/hosts ]]; then
         "$(cat /proc/sys/kernel/hostname)" >"$root/etc/hosts"
 fi
 
-mount_in "$root/proc" -t proc proc
-mount_in "$root/sys" -t sysfs sysfs
-mount_in "$root/dev" -t devtmpfs devtmpfs
-mount_in "$root/dev/pts" -t devpts -o gid=5,mode=620,ptmxmode=666 devpts
-mount_in "$root/dev/shm" -t tmpfs -o mode=1777,nosuid,nodev shm
+# the root the package will be installed in: the same fresh system, before anything else
+say "copying $root to $pkgroot (for the package)"
+cp -a "$root" "$pkgroot"
+
+for tree in "$root" "$pkgroot"; do
+    mount_in "$tree/proc" -t proc proc
+    mount_in "$tree/sys" -t sysfs sysfs
+    mount_in "$tree/dev" -t devtmpfs devtmpfs
+    mount_in "$tree/dev/pts" -t devpts -o gid=5,mode=620,ptmxmode=666 devpts
+    mount_in "$tree/dev/shm" -t tmpfs -o mode=1777,nosuid,nodev shm
+done
 
 # --------------------------------------------------------------------------------------
 # a fresh clone, made from the host (a newcomer has one before typing the README's
@@ -243,48 +263,105 @@ say "testing commit $(git_ -C "$dest" log -1 --format='%h %s' | cut -c1-100)"
 # the README's commands, in the chroot, with the environment of a root login on a
 # fresh machine: no locale set (as in the debian:12 image), no systemd running
 
-in_chroot() {   # in_chroot SHELL-COMMAND: runs it in /root/tierproxy
-    chroot "$root" /usr/bin/env -i HOME=/root USER=root LOGNAME=root SHELL=/bin/bash \
+in_root() {     # in_root TREE DIR SHELL-COMMAND: runs it in DIR of TREE
+    chroot "$1" /usr/bin/env -i HOME=/root USER=root LOGNAME=root SHELL=/bin/bash \
         TERM=dumb PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
-        /bin/bash -c "cd /root/tierproxy && $1"
+        /bin/bash -c "cd $2 && $3"
 }
+in_chroot() { in_root "$root" /root/tierproxy "$1"; }    # in the clone, in the build root
+in_pkgroot() { in_root "$pkgroot" /root "$1"; }
 
 demo_ok=0 test_line= test_rc=1
-say "etc/demo.sh (installs the packages and builds: a few minutes); log: $logs/demo.log"
-t0=$SECONDS
-if in_chroot 'etc/demo.sh' >"$logs/demo.log" 2>&1; then
-    say "etc/demo.sh took $((SECONDS - t0)) s"
-    curl_line=$(grep -m1 '^curl ' "$logs/demo.log" || true)
-    if [[ -z $curl_line ]]; then
-        say "etc/demo.sh printed no curl line"
-    else
-        echo "\$ $curl_line" >"$logs/demo-curl.log"
-        in_chroot "$curl_line" >>"$logs/demo-curl.log" 2>&1 || true
-        status=$(grep -a -m1 '^HTTP/' "$logs/demo-curl.log" | tr -d '\r' || true)
-        say "the demo's curl line answered: ${status:-nothing}"
-        [[ $status =~ ^HTTP/[0-9.]+\ 200 ]] && demo_ok=1
-    fi
+if [[ $package_only -eq 1 ]]; then
+    say "--package-only: no etc/demo.sh, no etc/test.sh"
 else
-    say "etc/demo.sh failed (exit $?) after $((SECONDS - t0)) s; last lines:"
-    tail -20 "$logs/demo.log" >&2
-fi
-in_chroot 'etc/demo.sh stop' >>"$logs/demo.log" 2>&1 || say "etc/demo.sh stop failed"
 
-say "etc/test.sh (the whole suite, plain and ASan/UBSan); log: $logs/test.log"
+    say "etc/demo.sh (installs the packages and builds: a few minutes); log: $logs/demo.log"
+    t0=$SECONDS
+    if in_chroot 'etc/demo.sh' >"$logs/demo.log" 2>&1; then
+        say "etc/demo.sh took $((SECONDS - t0)) s"
+        curl_line=$(grep -m1 '^curl ' "$logs/demo.log" || true)
+        if [[ -z $curl_line ]]; then
+            say "etc/demo.sh printed no curl line"
+        else
+            echo "\$ $curl_line" >"$logs/demo-curl.log"
+            in_chroot "$curl_line" >>"$logs/demo-curl.log" 2>&1 || true
+            status=$(grep -a -m1 '^HTTP/' "$logs/demo-curl.log" | tr -d '\r' || true)
+            say "the demo's curl line answered: ${status:-nothing}"
+            [[ $status =~ ^HTTP/[0-9.]+\ 200 ]] && demo_ok=1
+        fi
+    else
+        say "etc/demo.sh failed (exit $?) after $((SECONDS - t0)) s; last lines:"
+        tail -20 "$logs/demo.log" >&2
+    fi
+    in_chroot 'etc/demo.sh stop' >>"$logs/demo.log" 2>&1 || say "etc/demo.sh stop failed"
+
+    say "etc/test.sh (the whole suite, plain and ASan/UBSan); log: $logs/test.log"
+    t0=$SECONDS
+    set +e
+    in_chroot 'etc/test.sh' >"$logs/test.log" 2>&1
+    test_rc=$?
+    set -e
+    test_line=$(tail -n 1 "$logs/test.log")
+    say "etc/test.sh took $((SECONDS - t0)) s, exit $test_rc"
+    grep -E '^(FAILED|ERROR) |^==> ' "$logs/test.log" | tail -40 >&2 || true
+fi
+
+# --------------------------------------------------------------------------------------
+# the package: built in the build root, installed in the second root as an operator would
+# (apt resolves its Depends from the archive), then checked there from the inside
+
+package_ok=0 package_line="etc/package.sh failed"
+say "etc/package.sh (builds the Debian package); log: $logs/package.log"
 t0=$SECONDS
-set +e
-in_chroot 'etc/test.sh' >"$logs/test.log" 2>&1
-test_rc=$?
-set -e
-test_line=$(tail -n 1 "$logs/test.log")
-say "etc/test.sh took $((SECONDS - t0)) s, exit $test_rc"
-grep -E '^(FAILED|ERROR) |^==> ' "$logs/test.log" | tail -40 >&2 || true
+if in_chroot 'etc/package.sh' >"$logs/package.log" 2>&1; then
+    deb=$(tail -n 1 "$logs/package.log")        # its path in the build root
+    say "etc/package.sh took $((SECONDS - t0)) s: $deb"
+    cp "$root$deb" "$pkgroot/root/"
+    cp "$dest/etc/check-installed.sh" "$pkgroot/root/"
+    say "apt install ./${deb##*/} in a fresh root; log: $logs/package-install.log"
+    package_line="apt install ./${deb##*/} failed"
+    apt_install="DEBIAN_FRONTEND=noninteractive apt-get install -y -q"
+    if in_pkgroot "apt-get update -qq && $apt_install ./${deb##*/}" \
+            >"$logs/package-install.log" 2>&1; then
+        # what the checks run, not what the package needs: curl, man, systemd-analyze, and
+        # /bin/kill, which the unit's ExecReload names (a Debian 12 system has procps)
+        package_line="installing curl man-db systemd procps failed"
+        if in_pkgroot "$apt_install --no-install-recommends curl man-db systemd procps" \
+                >>"$logs/package-install.log" 2>&1; then
+            say "etc/check-installed.sh in that root; log: $logs/package-check.log"
+            set +e
+            in_pkgroot './check-installed.sh' >"$logs/package-check.log" 2>&1
+            check_rc=$?
+            set -e
+            grep -E '^(ok|FAIL) ' "$logs/package-check.log" >&2 || true
+            package_line="installed in a fresh root: $(tail -n 1 "$logs/package-check.log")"
+            [[ $check_rc -eq 0 ]] && package_ok=1
+        fi
+    fi
+    [[ $package_ok -eq 1 ]] || tail -20 "$logs/package-install.log" >&2
+else
+    say "etc/package.sh failed after $((SECONDS - t0)) s; last lines:"
+    tail -20 "$logs/package.log" >&2
+fi
 
 echo "commit:        $commit"
+if [[ $package_only -eq 1 ]]; then
+    echo "package:       $package_line"
+    if [[ $package_ok -eq 1 ]]; then
+        echo "verdict:       PACKAGE ONLY, PASS: no demo, no test suite (logs: $logs)"
+        exit 0
+    fi
+    echo "verdict:       PACKAGE ONLY, FAIL (logs: $logs)"
+    exit 1
+fi
 echo "demo:          $([[ $demo_ok -eq 1 ]] && echo 'curl line answered 200' || echo 'FAILED')"
 echo "etc/test.sh:   $test_line"
-if [[ $demo_ok -eq 1 && $test_rc -eq 0 && $test_line =~ ^[0-9]+\ passed,\ 0\ failed$ ]]; then
-    echo "verdict:       PASS: a fresh Debian 12 keeps the README's promise (logs: $logs)"
+echo "package:       $package_line"
+if [[ $demo_ok -eq 1 && $test_rc -eq 0 && $test_line =~ ^[0-9]+\ passed,\ 0\ failed$ &&
+      $package_ok -eq 1 ]]; then
+    echo "verdict:       PASS: a fresh Debian 12 keeps the README's promise and the package's" \
+         "(logs: $logs)"
     exit 0
 fi
 echo "verdict:       FAIL (logs: $logs)"

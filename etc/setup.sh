@@ -4,13 +4,15 @@
 # something is missing. Idempotent and silent when there is nothing to do.
 #
 #   etc/setup.sh            build + test packages: everything etc/demo.sh and etc/test.sh run
+#   etc/setup.sh --build-only   the build packages only: what etc/package.sh needs
 #   etc/setup.sh --bench    also nginx, and what ../shared/bench/run.sh needs (haproxy, nginx lua)
 #   etc/setup.sh --fuzz     also clang and its libFuzzer runtime, for etc/fuzz.sh
 set -euo pipefail
 
+# scdoc: the man pages (man/*.scd); dpkg-dev: etc/package.sh (dpkg-buildflags, dpkg-shlibdeps)
 build_pkgs=(gcc libc6-dev meson ninja-build pkg-config libmicrohttpd-dev libcurl4-openssl-dev
             libhiredis-dev libsqlite3-dev libevent-dev libinih-dev libjansson-dev
-            libssl-dev libcmocka-dev libsystemd-dev)
+            libssl-dev libcmocka-dev libsystemd-dev scdoc dpkg-dev)
 # Every program the demo and the test suite start, by the package that has it (a minimal
 # Debian 12, debootstrap --variant=minbase or the debian:12 image, has none of them):
 #   python3, python3-pytest   /usr/bin/python3 -m pytest (tests/e2e), upstream.py (demo too)
@@ -24,19 +26,21 @@ build_pkgs=(gcc libc6-dev meson ninja-build pkg-config libmicrohttpd-dev libcurl
 #   iproute2                  ss: etc/demo.sh stop finds a demo left without PID files
 #   procps                    /bin/kill: etc/tierproxy.service's ExecReload, which
 #                             systemd-analyze verify checks (a minimal Debian lacks it)
+#   man-db                    man: test_day2_install.py renders and finds the man pages
 # A test whose program is missing fails naming the package (tests/e2e/conftest.py:
 # require_program), so add a program here when a test starts using it.
 test_pkgs=(python3 python3-pytest python3-requests python3-websocket redis-server redis-tools
-           wrk systemd procps valgrind curl iproute2 openssl)
+           wrk systemd procps valgrind curl iproute2 openssl man-db)
 bench_pkgs=(wrk nginx haproxy libnginx-mod-http-lua lua-nginx-redis redis-tools curl)
 fuzz_pkgs=(clang libclang-rt-14-dev)
 
 want=("${build_pkgs[@]}" "${test_pkgs[@]}")
 for arg in "$@"; do
     case "$arg" in
+        --build-only) want=("${build_pkgs[@]}") ;;
         --bench) want+=("${bench_pkgs[@]}") ;;
         --fuzz) want+=("${fuzz_pkgs[@]}") ;;
-        -h|--help) sed -n '2,8p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        -h|--help) sed -n '2,9p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
         *) echo "setup.sh: unknown argument: $arg" >&2; exit 2 ;;
     esac
 done
