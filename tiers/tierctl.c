@@ -11,6 +11,7 @@
 #include "tiers/limit_bounds.h"
 #include "tiers/table.h"
 #include "tiers/catalog_path.h"
+#include "tiers/proxy_settings.h"
 #include "tiers/tierctl.h"
 #include "tiers/tierctl_fleet.h"
 
@@ -111,7 +112,7 @@ static const struct cli_flag flags[N_FLAGS] = {
     [FLAG_JSON] = {"--json", NULL, "(list, show, key create, usage) print JSON", false},
     [FLAG_CONFIG] = {"--config", "FILE", "the proxy's INI file: the fleet's Redis ([limits] redis, redis_mode, "
                      "key_prefix) and [plans] follow (redis: every change is also published); default "
-                     "$TIERPROXY_CONFIG, else " USAGE_DEFAULT_CONFIG, false},
+                     "$TIERPROXY_CONFIG, else " PROXY_SETTINGS_DEFAULT_FILE, false},
     [FLAG_FORCE] = {"--force", NULL, "(publish) publish even when the fleet's catalog changed since", false},
     [FLAG_REDIS] = {"--redis", "URL", "(usage) the proxies' Redis, instead of the INI file's", false},
     [FLAG_KEY_PREFIX] = {"--key-prefix", "P", "(usage) the proxies' [limits] key_prefix (default tierproxy:)", false},
@@ -222,7 +223,7 @@ static int run_in_transaction(struct cli *c)
                            : access == ACCESS_WRITE ? CATALOG_READ_WRITE
                            : CATALOG_CREATE;
     char err[512];
-    struct fleet_config fleet = {0};
+    struct proxy_settings fleet = {0};
     int status;
     if (access != ACCESS_READ && (status = read_fleet_config(c, &fleet, false)) != 0)
         return status;

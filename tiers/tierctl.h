@@ -32,7 +32,6 @@
 #include "tiers/tierctl_args.h"
 
 #define DEFAULT_DB "./plans.db"
-#define USAGE_DEFAULT_CONFIG "/etc/tierproxy/tierproxy.ini"
 #define MAX_RATE_FLAGS CLI_MAX_REPEAT   /* --rate given that often in one command */
 #define MAX_FLAG_LIMITS (MAX_RATE_FLAGS + 3)   /* and one of each other kind */
 
@@ -201,12 +200,12 @@ int list_key(void *ctx, const struct catalog_key *key);
 
 /* ---- tierctl_transfer.c ---- */
 
-struct fleet_config;
+struct proxy_settings;
 
 /* Reads where the fleet's catalog lives (tierctl_fleet.h); needed: a file must be found.
  * Returns 0 or the status, said why. */
-int read_fleet_config(struct cli *c, struct fleet_config *fc, bool needed);
+int read_fleet_config(struct cli *c, struct proxy_settings *fc, bool needed);
 
 /* Publishes the catalog in a write transaction of its own; status 0 or 1 (said why, after
  * failed). */
-int publish_in_transaction(struct cli *c, const struct fleet_config *fc, bool force, const char *failed);
+int publish_in_transaction(struct cli *c, const struct proxy_settings *fc, bool force, const char *failed);

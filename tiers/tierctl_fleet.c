@@ -6,73 +6,29 @@
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 #include <time.h>
 #include <unistd.h>
 
-#include <ini.h>
 #include <jansson.h>
 
 #include "store/catalog_image.h"
 #include "store/fleet_redis.h"
 #include "tiers/catalog_install.h"
 
-#define FLEET_DEFAULT_CONFIG "/etc/tierproxy/tierproxy.ini"
 #define FLEET_TIMEOUT_MS 5000
 #define FOLLOWER_PREFIX "tierproxy-follower:"
 
-static int on_ini(void *ctx, const char *section, const char *name, const char *value)
+int fleet_config_read(const char *config_flag, struct proxy_settings *fc, char *err, size_t errlen)
 {
-    struct fleet_config *fc = ctx;
-    if (strcmp(section, "limits") == 0 && strcmp(name, "redis") == 0)
-        snprintf(fc->redis, sizeof(fc->redis), "%s", value);
-    else if (strcmp(section, "limits") == 0 && strcmp(name, "key_prefix") == 0)
-        snprintf(fc->key_prefix, sizeof(fc->key_prefix), "%s", value);
-    else if (strcmp(section, "limits") == 0 && strcmp(name, "redis_ca_file") == 0)
-        snprintf(fc->redis_ca_file, sizeof(fc->redis_ca_file), "%s", value);
-    else if (strcmp(section, "limits") == 0 && strcmp(name, "redis_mode") == 0)
-        fc->cluster = strcasecmp(value, "cluster") == 0;
-    else if (strcmp(section, "plans") == 0 && strcmp(name, "follow") == 0)
-        fc->follow = strcasecmp(value, "redis") == 0;
-    return 1;   /* the proxy checks its file; here only these matter */
-}
-
-int fleet_config_read(const char *config_flag, struct fleet_config *fc, char *err, size_t errlen)
-{
-    *fc = (struct fleet_config){.redis = "redis://127.0.0.1:6379/0", .key_prefix = "tierproxy:"};
     const char *env = getenv("TIERPROXY_CONFIG");
-    const char *file = config_flag ? config_flag : env && env[0] ? env : FLEET_DEFAULT_CONFIG;
-    bool must_exist = file != (const char *)FLEET_DEFAULT_CONFIG;
-    snprintf(fc->file, sizeof(fc->file), "%s", file);
-    if (!must_exist && access(file, F_OK) != 0)
-        return 0;
-    int line = ini_parse(file, on_ini, fc);
-    if (line < 0) {
-        snprintf(err, errlen, "cannot read %s: %s", file, strerror(errno));
-        return -1;
-    }
-    if (line > 0) {
-        snprintf(err, errlen, "%s:%d: cannot read the file there", file, line);
-        return -1;
-    }
-    fc->found = true;
-    if ((env = getenv("TIERPROXY_LIMITS_REDIS")) && env[0])
-        snprintf(fc->redis, sizeof(fc->redis), "%s", env);
-    if ((env = getenv("TIERPROXY_LIMITS_KEY_PREFIX")))
-        snprintf(fc->key_prefix, sizeof(fc->key_prefix), "%s", env);
-    if ((env = getenv("TIERPROXY_LIMITS_REDIS_CA_FILE")))
-        snprintf(fc->redis_ca_file, sizeof(fc->redis_ca_file), "%s", env);
-    if ((env = getenv("TIERPROXY_LIMITS_REDIS_MODE")) && env[0])
-        fc->cluster = strcasecmp(env, "cluster") == 0;
-    if ((env = getenv("TIERPROXY_PLANS_FOLLOW")) && env[0])
-        fc->follow = strcasecmp(env, "redis") == 0;
-    return 0;
+    const char *file = config_flag ? config_flag : env && env[0] ? env : PROXY_SETTINGS_DEFAULT_FILE;
+    return proxy_settings_read(file, file != (const char *)PROXY_SETTINGS_DEFAULT_FILE, fc, err, errlen);
 }
 
-static int open_redis(const struct fleet_config *fc, struct fleet_redis **pfr, char *msg, size_t msglen)
+static int open_redis(const struct proxy_settings *fc, struct fleet_redis **pfr, char *msg, size_t msglen)
 {
     struct fleet_redis_options o = {
-        .redis = fc->redis, .tls_ca_file = fc->redis_ca_file, .cluster = fc->cluster, .key_prefix = fc->key_prefix,
+        .redis = fc->redis, .tls_ca_file = fc->redis_ca_file, .cluster = proxy_settings_cluster(fc), .key_prefix = fc->key_prefix,
         .timeout_ms = FLEET_TIMEOUT_MS,
     };
     char err[512];
@@ -90,7 +46,7 @@ static void publisher_name(char *by, size_t len)
     snprintf(by, len, "tierctl@%s", host[0] ? host : "?");
 }
 
-int fleet_publish(struct catalog *cat, const char *db_path, const struct fleet_config *fc, bool force, char *msg,
+int fleet_publish(struct catalog *cat, const char *db_path, const struct proxy_settings *fc, bool force, char *msg,
                   size_t msglen)
 {
     int64_t base = 0, version = 0, current = 0;
@@ -130,7 +86,7 @@ int fleet_publish(struct catalog *cat, const char *db_path, const struct fleet_c
     return r;
 }
 
-int fleet_pull(struct catalog *cat, const char *db_path, const struct fleet_config *fc, char *msg, size_t msglen)
+int fleet_pull(struct catalog *cat, const char *db_path, const struct proxy_settings *fc, char *msg, size_t msglen)
 {
     struct fleet_redis *fr = NULL;
     if (open_redis(fc, &fr, msg, msglen) != 0)
@@ -181,7 +137,7 @@ static void iso_time(int64_t unix_s, char *out, size_t len)
 }
 
 /* The published head and followers as JSON members of doc; -1 with why when Redis could not tell. */
-static int fleet_side(const struct fleet_config *fc, json_t *doc, char *err, size_t errlen)
+static int fleet_side(const struct proxy_settings *fc, json_t *doc, char *err, size_t errlen)
 {
     struct fleet_redis *fr = NULL;
     if (open_redis(fc, &fr, err, errlen) != 0)
@@ -239,7 +195,7 @@ static void print_text(json_t *doc, FILE *out)
         fprintf(out, "following  unknown (%s)\n", json_string_value(json_object_get(doc, "followers_error")));
 }
 
-int fleet_status(struct catalog *cat, const char *db_path, const struct fleet_config *fc, bool json, FILE *out,
+int fleet_status(struct catalog *cat, const char *db_path, const struct proxy_settings *fc, bool json, FILE *out,
                  char *err, size_t errlen)
 {
     int64_t version = 0;

@@ -1,43 +1,33 @@
 /* tierctl's side of the fleet's catalog: `publish`, `pull`, `status`, and the publication
  * that follows every change when the proxy's file says `[plans] follow = redis`.
  * tierctl finds the fleet's Redis as `usage` does: --config FILE, else $TIERPROXY_CONFIG,
- * else the default path; its [limits] redis, redis_ca_file, redis_mode and key_prefix (and the
- * TIERPROXY_LIMITS_* variables over them). */
+ * else the default path (proxy_settings.h). */
 #pragma once
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdio.h>
 
 #include "store/catalog.h"
-
-struct fleet_config {
-    bool found;                        /* a file was read (the default path may be absent) */
-    bool follow;                       /* [plans] follow = redis */
-    bool cluster;                      /* [limits] redis_mode = cluster */
-    char redis[1024];
-    char redis_ca_file[1024];          /* [limits] redis_ca_file: "" for the system's CAs */
-    char key_prefix[128];
-    char file[1024];                   /* where the settings came from */
-};
+#include "tiers/proxy_settings.h"
 
 /* Reads the settings. config_flag: --config, or NULL. A file named by --config or the
  * variable must be readable; the default path may be absent (found false). Returns 0, or
  * -1 with why in err. */
-int fleet_config_read(const char *config_flag, struct fleet_config *fc, char *err, size_t errlen);
+int fleet_config_read(const char *config_flag, struct proxy_settings *fc, char *err, size_t errlen);
 
 /* Publishes the catalog of cat, which holds a write transaction, and marks it published
  * in that transaction (the caller commits). Returns 0 with what was done in msg; 1 when
  * refused (the fleet's catalog changed since this file last published or pulled; force
  * overrides); -1 when it could not be published; why in msg. */
-int fleet_publish(struct catalog *cat, const char *db_path, const struct fleet_config *fc, bool force, char *msg,
+int fleet_publish(struct catalog *cat, const char *db_path, const struct proxy_settings *fc, bool force, char *msg,
                   size_t msglen);
 
 /* Replaces the catalog of cat (open read-write, no transaction) by the fleet's. Returns 0
  * with what was done in msg, or -1 with why. */
-int fleet_pull(struct catalog *cat, const char *db_path, const struct fleet_config *fc, char *msg, size_t msglen);
+int fleet_pull(struct catalog *cat, const char *db_path, const struct proxy_settings *fc, char *msg, size_t msglen);
 
 /* Writes the local version (cat NULL: no file yet; else in a read transaction), the
  * published one and the proxies following to out. Returns 0, or -1 with why in err
  * (what could be said is written). */
-int fleet_status(struct catalog *cat, const char *db_path, const struct fleet_config *fc, bool json, FILE *out,
+int fleet_status(struct catalog *cat, const char *db_path, const struct proxy_settings *fc, bool json, FILE *out,
                  char *err, size_t errlen);

@@ -109,7 +109,7 @@ int cmd_import(struct cli *c)
 
 /* ---- the fleet's catalog ---- */
 
-int read_fleet_config(struct cli *c, struct fleet_config *fc, bool needed)
+int read_fleet_config(struct cli *c, struct proxy_settings *fc, bool needed)
 {
     char err[1200];
     if (fleet_config_read(c->args.flag[FLAG_CONFIG], fc, err, sizeof(err)) != 0)
@@ -120,7 +120,7 @@ int read_fleet_config(struct cli *c, struct fleet_config *fc, bool needed)
     return 0;
 }
 
-int publish_in_transaction(struct cli *c, const struct fleet_config *fc, bool force, const char *failed)
+int publish_in_transaction(struct cli *c, const struct proxy_settings *fc, bool force, const char *failed)
 {
     char msg[1536];
     int r = catalog_begin(c->cat, true);
@@ -141,7 +141,7 @@ int publish_in_transaction(struct cli *c, const struct fleet_config *fc, bool fo
 
 /* Reads the fleet's settings (a file must be found) and opens the catalog in mode. Returns
  * 0 or the status, said why. */
-static int open_for_fleet(struct cli *c, struct fleet_config *fc, enum catalog_mode mode)
+static int open_for_fleet(struct cli *c, struct proxy_settings *fc, enum catalog_mode mode)
 {
     char err[512];
     int r = read_fleet_config(c, fc, true);
@@ -152,7 +152,7 @@ static int open_for_fleet(struct cli *c, struct fleet_config *fc, enum catalog_m
 
 int cmd_publish(struct cli *c)
 {
-    struct fleet_config fc;
+    struct proxy_settings fc;
     int r = open_for_fleet(c, &fc, CATALOG_READ_WRITE);
     if (r)
         return r;
@@ -163,7 +163,7 @@ int cmd_publish(struct cli *c)
 
 int cmd_pull(struct cli *c)
 {
-    struct fleet_config fc;
+    struct proxy_settings fc;
     char msg[1536];
     int r = open_for_fleet(c, &fc, CATALOG_CREATE);
     if (r)
@@ -195,7 +195,7 @@ static int open_if_present(struct cli *c)
 
 int cmd_status(struct cli *c)
 {
-    struct fleet_config fc;
+    struct proxy_settings fc;
     char err[1024];
     int r = read_fleet_config(c, &fc, true);
     if (r || (r = open_if_present(c)) != 0)

@@ -9,89 +9,36 @@
 #include <string.h>
 
 #include <event2/event.h>
-#include <ini.h>
 
 #include "store/limiter.h"
 #include "tiers/catalog_json.h"
+#include "tiers/proxy_settings.h"
 #include "tiers/snapshot.h"
 #include "tiers/table.h"
 #include "tiers/tierctl.h"
 
 /* ---- where the counts are ---- */
 
-/* Where the proxies keep their counts: [limits] of the proxy's INI file, or --redis. */
-struct store_config {
-    char store[16];                    /* "memory" or "redis" */
-    char redis[1024];
-    char redis_ca_file[1024];          /* rediss://: "" verifies with the system's CAs */
-    char key_prefix[128];
-    char redis_mode[16];               /* "single" or "cluster" (redis then holds the seeds) */
-    int64_t lease_ttl_ms;
-};
-
-static int on_ini(void *ctx, const char *section, const char *name, const char *value)
+/* Where the proxies keep their counts: the proxy's settings (--config FILE, else
+ * $TIERPROXY_CONFIG, else the default path; none with --redis alone), then --redis and
+ * --key-prefix over them. */
+static int read_store_config(const struct cli *c, struct proxy_settings *sc, char *where, size_t wherelen)
 {
-    struct store_config *sc = ctx;
-    if (strcmp(section, "limits") != 0)
-        return 1;   /* the proxy checks the rest; here only [limits] matters */
-    if (strcmp(name, "store") == 0)
-        snprintf(sc->store, sizeof(sc->store), "%s", value);
-    else if (strcmp(name, "redis") == 0)
-        snprintf(sc->redis, sizeof(sc->redis), "%s", value);
-    else if (strcmp(name, "key_prefix") == 0)
-        snprintf(sc->key_prefix, sizeof(sc->key_prefix), "%s", value);
-    else if (strcmp(name, "redis_ca_file") == 0)
-        snprintf(sc->redis_ca_file, sizeof(sc->redis_ca_file), "%s", value);
-    else if (strcmp(name, "redis_mode") == 0)
-        snprintf(sc->redis_mode, sizeof(sc->redis_mode), "%s", value);
-    else if (strcmp(name, "lease_ttl_ms") == 0 && cli_parse_int(value, 1, INT64_MAX / 4, &sc->lease_ttl_ms) != 0)
-        return 0;
-    return 1;
-}
-
-/* The TIERPROXY_LIMITS_* variables, then --redis and --key-prefix, over what was read. */
-static void override_store_config(const struct cli *c, struct store_config *sc)
-{
-    const char *env;
-    if ((env = getenv("TIERPROXY_LIMITS_STORE")) && env[0])
-        snprintf(sc->store, sizeof(sc->store), "%s", env);
-    if ((env = getenv("TIERPROXY_LIMITS_REDIS")) && env[0])
-        snprintf(sc->redis, sizeof(sc->redis), "%s", env);
-    if ((env = getenv("TIERPROXY_LIMITS_KEY_PREFIX")))
-        snprintf(sc->key_prefix, sizeof(sc->key_prefix), "%s", env);
-    if ((env = getenv("TIERPROXY_LIMITS_REDIS_CA_FILE")))
-        snprintf(sc->redis_ca_file, sizeof(sc->redis_ca_file), "%s", env);
-    if ((env = getenv("TIERPROXY_LIMITS_REDIS_MODE")) && env[0])
-        snprintf(sc->redis_mode, sizeof(sc->redis_mode), "%s", env);
+    const char *file = c->args.flag[FLAG_CONFIG];
+    if (!file && !c->args.flag[FLAG_REDIS]) {
+        const char *env = getenv("TIERPROXY_CONFIG");
+        file = env && env[0] ? env : PROXY_SETTINGS_DEFAULT_FILE;
+    }
+    snprintf(where, wherelen, "%s", file ? file : "--redis");
+    char err[1400];
+    if (proxy_settings_read(file, true, sc, err, sizeof(err)) != 0)
+        return cli_fail("%s (give --config FILE, the proxy's, or --redis URL)", err);
     if (c->args.flag[FLAG_REDIS]) {
         snprintf(sc->store, sizeof(sc->store), "redis");
         snprintf(sc->redis, sizeof(sc->redis), "%s", c->args.flag[FLAG_REDIS]);
     }
     if (c->args.flag[FLAG_KEY_PREFIX])
         snprintf(sc->key_prefix, sizeof(sc->key_prefix), "%s", c->args.flag[FLAG_KEY_PREFIX]);
-}
-
-/* The proxy's defaults, its INI file (--config, $TIERPROXY_CONFIG, the default path), its
- * TIERPROXY_LIMITS_* variables, then --redis and --key-prefix, each over the one before. */
-static int read_store_config(const struct cli *c, struct store_config *sc, char *where, size_t wherelen)
-{
-    *sc = (struct store_config){.store = "memory", .redis = "redis://127.0.0.1:6379/0",
-                                .key_prefix = "tierproxy:", .redis_mode = "single", .lease_ttl_ms = 30000};
-    const char *file = c->args.flag[FLAG_CONFIG];
-    if (!file && !c->args.flag[FLAG_REDIS]) {
-        const char *env = getenv("TIERPROXY_CONFIG");
-        file = env && env[0] ? env : USAGE_DEFAULT_CONFIG;
-    }
-    snprintf(where, wherelen, "%s", file ? file : "--redis");
-    if (file) {
-        int line = ini_parse(file, on_ini, sc);
-        if (line < 0)
-            return cli_fail("cannot read %s: %s (give --config FILE, the proxy's, or --redis URL)", file,
-                            strerror(errno));
-        if (line > 0)
-            return cli_fail("%s:%d: cannot read [limits] there", file, line);
-    }
-    override_store_config(c, sc);
     if (strcmp(sc->store, "redis") != 0)
         return cli_fail("%s has [limits] store = %s: the counts live inside each tierproxy process, where tierctl"
                         " cannot read them (usage needs store = redis; a proxy's RateLimit headers show its counts)",
@@ -178,7 +125,7 @@ static size_t usage_rows(const struct tier_plan *plan, int64_t lease_ttl_ms, str
 
 /* Peeks the rows' rules for the user, LIMITER_MAX_RULES at a time. Returns 0 or the
  * status, said why. */
-static int peek_rows(struct limiter *limiter, struct event_base *base, const struct store_config *sc,
+static int peek_rows(struct limiter *limiter, struct event_base *base, const struct proxy_settings *sc,
                      const char *user_id, struct usage_row *rows, size_t n)
 {
     char subject[CATALOG_USER_ID_MAX + 8];
@@ -206,7 +153,7 @@ static int peek_rows(struct limiter *limiter, struct event_base *base, const str
 
 /* Connects to the proxies' Redis (cluster mode: the map from the seeds, then the user's
  * slot's master) and peeks the rows. Returns 0 or the status, said why. */
-static int ask_store(const struct store_config *sc, const char *where, const char *user_id, struct usage_row *rows,
+static int ask_store(const struct proxy_settings *sc, const char *where, const char *user_id, struct usage_row *rows,
                      size_t n)
 {
     char err[512];
@@ -215,7 +162,7 @@ static int ask_store(const struct store_config *sc, const char *where, const cha
         .url = sc->redis, .tls_ca_file = sc->redis_ca_file, .key_prefix = sc->key_prefix, .command_timeout_ms = 2000,
         .lease_ttl_ms = sc->lease_ttl_ms,
     };
-    bool cluster = strcmp(sc->redis_mode, "cluster") == 0;
+    bool cluster = proxy_settings_cluster(sc);
     struct limiter *limiter = !base ? NULL
                               : cluster ? limiter_redis_cluster_create(base, &opts, err, sizeof(err))
                                         : limiter_redis_create(base, &opts, err, sizeof(err));
@@ -329,7 +276,7 @@ int cmd_usage(struct cli *c)
     if (snapshot_load(c->db_path, &snap, err, sizeof(err)))
         return cli_fail("%s", err);
     const struct tier_user *user = snapshot_find_user(snap, user_id);
-    struct store_config sc;
+    struct proxy_settings sc;
     struct usage_row *rows = NULL;
     if (!user) {
         r = cli_fail("no user \"%s\"", user_id);
