@@ -328,7 +328,8 @@ class Bench:
         self.procs, self.proxies = [], []
 
     def ctl_args(self, *args):
-        return [self.ctl, "--db", self.admin_db, "--config", self.admin_ini] + list(args)
+        nice = ["nice", "-n", str(self.a.admin_nice)] if self.a.admin_nice else []
+        return nice + [self.ctl, "--db", self.admin_db, "--config", self.admin_ini] + list(args)
 
     # ---- set-up
 
@@ -743,6 +744,9 @@ def main():
     ap.add_argument("--saturated-pairs", type=int, default=1)
     ap.add_argument("--store", choices=("redis", "memory"), default="redis",
                     help="the proxies' limiter store (the catalog comes through Redis either way)")
+    ap.add_argument("--admin-nice", type=int, default=0,
+                    help="run tierctl at this nice value: in a fleet the admin's command runs on "
+                         "another host, here it shares the proxies' two cores")
     ap.add_argument("--perf", action="store_true",
                     help="one more publication under perf record --call-graph dwarf (proxy A, redis-server)")
     a = ap.parse_args()
