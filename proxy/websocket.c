@@ -176,7 +176,8 @@ static void free_headers(struct ws_tunnel *t)
 }
 
 
-/* Over the message limit: close 1008 to the client, and the upstream side at once. */
+/* Over the message limit: close 1008 to both sides. The refused frame's head was not
+ * forwarded, so the upstream's stream ends at a frame's end. */
 static void refuse_message(struct ws_tunnel *t)
 {
     metrics_count_limit_hit(t->ctx->metrics, LIMIT_HIT_WS_MESSAGE, t->plan_name);
@@ -185,12 +186,13 @@ static void refuse_message(struct ws_tunnel *t)
                       t->ws_rule.rate, t->ws_rule.rate);
     if (t->shadow)
         return; /* counted and reported; a shadow plan refuses nothing */
-    ws_close_initiate(t, 1008, "message rate limit exceeded");
+    ws_close_initiate(t, 1008, "message rate limit exceeded", false);
 }
 
+/* A bad frame: close 1002 to both sides, after the frames forwarded before it. */
 static void protocol_error(struct ws_tunnel *t)
 {
-    ws_close_initiate(t, 1002, "protocol error");
+    ws_close_initiate(t, 1002, "protocol error", false);
 }
 
 /* Moves client bytes to the upstream, a frame at a time as far as heads go, payloads in
@@ -251,6 +253,8 @@ static void on_client_read(struct bufferevent *bev, void *arg)
 static void on_up_open_read(struct bufferevent *bev, void *arg)
 {
     struct ws_tunnel *t = arg;
+    if (t->state == TUNNEL_CLOSING)
+        ws_close_upstream_read(t);
     if (t->state != TUNNEL_OPEN)
         return;
     ws_close_idle_arm(t);
@@ -290,8 +294,7 @@ static void on_up_open_event(struct bufferevent *bev, short what, void *arg)
     if (what & (BEV_EVENT_EOF | BEV_EVENT_ERROR)) {
         if (t->state == TUNNEL_OPEN)
             on_up_open_read(bev, t); /* what it sent before closing still goes to the client */
-        evbuffer_drain(bufferevent_get_output(bev), evbuffer_get_length(bufferevent_get_output(bev)));
-        ws_close_shutdown(t);
+        ws_close_upstream_gone(t);
     }
 }
 
@@ -638,7 +641,7 @@ void ws_close_all(struct ws_context *ctx)
     for (struct ws_tunnel *t = LIST_FIRST(&ctx->tunnels); t != NULL; t = next) {
         next = LIST_NEXT(t, all); /* closing may free t */
         if (t->state == TUNNEL_OPEN && t->client != NULL)
-            ws_close_initiate(t, 1001, "going away");
+            ws_close_initiate(t, 1001, "going away", t->frames.in_payload);
         else if (t->state == TUNNEL_WAIT_UPGRADE) {
             ws_close_finish(t);
         }

@@ -5,6 +5,7 @@
 #include <event2/buffer.h>
 #include <event2/bufferevent.h>
 #include <event2/event.h>
+#include <openssl/rand.h>
 
 #include "proxy/config.h"
 #include "proxy/metrics.h"
@@ -13,13 +14,13 @@
 #include "proxy/ws_tunnel.h"
 #include "store/clock.h"
 
-/* How long a closing tunnel may take to flush what it holds. */
+/* How long a closing tunnel may take to flush what it holds and to get the peers' answers
+ * to its close frames. */
 #define CLOSE_FLUSH_MS 2000
 
-static bool output_pending(const struct ws_tunnel *t)
+static bool queued(struct bufferevent *bev)
 {
-    return (t->up != NULL && evbuffer_get_length(bufferevent_get_output(t->up)) > 0) ||
-           (t->client != NULL && evbuffer_get_length(bufferevent_get_output(t->client)) > 0);
+    return bev != NULL && evbuffer_get_length(bufferevent_get_output(bev)) > 0;
 }
 
 /* After our own close frame has gone out: half-close, and wait for the client's close
@@ -64,36 +65,58 @@ void ws_close_finish(struct ws_tunnel *t)
     }
 }
 
-/* Stops reading both sides and closes once what is queued has been written (or after
- * CLOSE_FLUSH_MS). */
+/* A closing tunnel ends once both sides are done: what was queued for each is written,
+ * and each side we sent a close frame answered it or went away. */
+static void end_when_done(struct ws_tunnel *t)
+{
+    if (t->state != TUNNEL_CLOSING)
+        return;
+    if (!queued(t->client) && t->await_client_close)
+        shut_client_writes(t); /* the client's EOF, or the timer, ends its side */
+    if (!queued(t->client) && !queued(t->up) && !t->await_client_close && !t->await_up_close)
+        ws_close_finish(t);
+}
+
+/* Stops reading the sides not asked for a close answer, and ends the tunnel once both are
+ * done (or after CLOSE_FLUSH_MS). */
 void ws_close_shutdown(struct ws_tunnel *t)
 {
     if (t->state == TUNNEL_CLOSING || t->state == TUNNEL_CLOSED)
         return;
     t->state = TUNNEL_CLOSING;
-    if (t->up != NULL)
+    if (t->up != NULL && t->await_up_close)
+        bufferevent_enable(t->up, EV_READ); /* for its EOF, even when backpressure stopped it */
+    else if (t->up != NULL)
         bufferevent_disable(t->up, EV_READ);
     if (t->client != NULL && !t->await_client_close)
         bufferevent_disable(t->client, EV_READ);
-    if (!output_pending(t) && !t->await_client_close) {
-        ws_close_finish(t);
-        return;
-    }
-    if (!output_pending(t))
-        shut_client_writes(t);
     struct timeval tv = store_ms_to_timeval(CLOSE_FLUSH_MS);
     evtimer_add(t->timer, &tv);
+    end_when_done(t);
 }
 
-/* Ends the tunnel from our side: the upstream and the slot at once, the client with a
- * close frame whose answer we wait for (RFC 6455 7.1.1). */
-void ws_close_initiate(struct ws_tunnel *t, uint16_t code, const char *reason)
+/* Our close frame toward the upstream: masked, as a client's (RFC 6455 5.3), after the
+ * frames already queued for it. Only at a frame's end: in the middle of a frame it would be
+ * read as payload, so then the upstream gets what is queued and a TCP close. */
+static void close_upstream(struct ws_tunnel *t, uint16_t code, const char *reason, bool mid_frame)
 {
-    if (t->up != NULL) {
-        bufferevent_free(t->up);
-        t->up = NULL;
-    }
+    uint8_t mask[4], frame[136];
+    if (t->up == NULL || mid_frame)
+        return;
+    if (RAND_bytes(mask, sizeof(mask)) != 1)
+        return;
+    size_t n = ws_close_frame_masked(code, reason, mask, frame, sizeof(frame));
+    if (n > 0 && bufferevent_write(t->up, frame, n) == 0)
+        t->await_up_close = true;
+}
+
+/* Ends the tunnel from our side with a close frame to each side, after what was already
+ * queued for it (RFC 6455 7.1.1: we then wait for each side's answer, briefly); the slot
+ * goes back at once. */
+void ws_close_initiate(struct ws_tunnel *t, uint16_t code, const char *reason, bool mid_frame_upstream)
+{
     t->hooks->release_slots(t->owner);
+    close_upstream(t, code, reason, mid_frame_upstream);
     uint8_t frame[128];
     size_t n = ws_close_frame(code, reason, frame, sizeof(frame));
     bufferevent_write(t->client, frame, n);
@@ -101,13 +124,13 @@ void ws_close_initiate(struct ws_tunnel *t, uint16_t code, const char *reason)
     ws_close_shutdown(t);
 }
 
-/* Open: idle too long, close 1001 to the client (as nginx does at proxy_read_timeout).
- * Closing: what was queued did not flush in time. */
+/* Open: idle too long, close 1001 (as nginx does at proxy_read_timeout). Closing: the
+ * flush or an answer to our close did not come in time. */
 static void on_timer(evutil_socket_t fd, short what, void *arg)
 {
     struct ws_tunnel *t = arg;
     if (t->state == TUNNEL_OPEN)
-        ws_close_initiate(t, 1001, "idle timeout");
+        ws_close_initiate(t, 1001, "idle timeout", t->frames.in_payload);
     else if (t->state == TUNNEL_CLOSING)
         ws_close_finish(t);
 }
@@ -128,12 +151,13 @@ void ws_close_idle_arm(struct ws_tunnel *t)
 
 void ws_close_after_flush(struct ws_tunnel *t)
 {
-    if (t->state != TUNNEL_CLOSING || output_pending(t))
-        return;
-    if (t->await_client_close)
-        shut_client_writes(t); /* the client's EOF, or the timer, ends it */
-    else
-        ws_close_finish(t);
+    end_when_done(t);
+}
+
+void ws_close_upstream_read(struct ws_tunnel *t)
+{
+    struct evbuffer *in = bufferevent_get_input(t->up);
+    evbuffer_drain(in, evbuffer_get_length(in));
 }
 
 void ws_close_client_gone(struct ws_tunnel *t)
@@ -141,8 +165,19 @@ void ws_close_client_gone(struct ws_tunnel *t)
     struct evbuffer *out = bufferevent_get_output(t->client);
     evbuffer_drain(out, evbuffer_get_length(out));
     t->await_client_close = false;
-    if (t->state == TUNNEL_CLOSING && !output_pending(t))
-        ws_close_finish(t);
+    if (t->state == TUNNEL_CLOSING)
+        end_when_done(t);
+    else
+        ws_close_shutdown(t);
+}
+
+void ws_close_upstream_gone(struct ws_tunnel *t)
+{
+    struct evbuffer *out = bufferevent_get_output(t->up);
+    evbuffer_drain(out, evbuffer_get_length(out));
+    t->await_up_close = false;
+    if (t->state == TUNNEL_CLOSING)
+        end_when_done(t);
     else
         ws_close_shutdown(t);
 }

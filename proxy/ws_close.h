@@ -3,6 +3,7 @@
  * (sockets closed, the slot given back, the owner told). The relay in websocket.c calls in
  * here; nothing here calls the relay. */
 #pragma once
+#include <stdbool.h>
 #include <stdint.h>
 
 struct event;
@@ -15,9 +16,11 @@ struct event *ws_close_timer_create(struct ws_tunnel *t);
 /* Traffic passed: the idle timeout starts again (websocket_idle_timeout_ms; 0 is off). */
 void ws_close_idle_arm(struct ws_tunnel *t);
 
-/* The proxy ends an open tunnel: the upstream side and the slot at once, the client with a
- * close frame (code and reason, the reason cut at 123 bytes) whose answer it waits for. */
-void ws_close_initiate(struct ws_tunnel *t, uint16_t code, const char *reason);
+/* The proxy ends an open tunnel: the slot goes back at once, and each side gets a close
+ * frame (code and reason, the reason cut at 123 bytes) after what is already queued for it,
+ * whose answer the proxy waits for briefly. mid_frame_upstream: what went to the upstream
+ * ends inside a frame, so it gets no close frame, only a TCP close after what is queued. */
+void ws_close_initiate(struct ws_tunnel *t, uint16_t code, const char *reason, bool mid_frame_upstream);
 
 /* Either side ended (or the proxy did): stop reading, and end the tunnel once what is
  * queued has been written, or after a short flush time. */
@@ -28,6 +31,13 @@ void ws_close_after_flush(struct ws_tunnel *t);
 
 /* The client's connection ended (EOF or an error): nothing more can reach it. */
 void ws_close_client_gone(struct ws_tunnel *t);
+
+/* The upstream's connection ended (EOF or an error): nothing more can reach it. */
+void ws_close_upstream_gone(struct ws_tunnel *t);
+
+/* The upstream sent something while the tunnel closes (its answer to our close frame, or
+ * frames that crossed it): nothing of it goes to the client any more. */
+void ws_close_upstream_read(struct ws_tunnel *t);
 
 /* Ends the tunnel now: sockets closed, slot given back, the owner let go (which may free
  * the tunnel). Does nothing on a tunnel already ended. */

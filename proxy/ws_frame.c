@@ -120,3 +120,23 @@ size_t ws_close_frame(uint16_t code, const char *reason, uint8_t *buf, size_t bu
     memcpy(buf + 4, reason, rlen);
     return 4 + rlen;
 }
+
+size_t ws_close_frame_masked(uint16_t code, const char *reason, const uint8_t mask[4], uint8_t *buf,
+                             size_t buflen)
+{
+    if (buflen < 4)
+        return 0;
+    /* The unmasked frame written 4 bytes on has its payload where the masked one needs it,
+     * after the 2-byte head and the key; its own head is overwritten by the key. */
+    size_t n = ws_close_frame(code, reason, buf + 4, buflen - 4);
+    if (n == 0)
+        return 0;
+    uint8_t *payload = buf + 6;
+    size_t len = n - 2;
+    buf[0] = 0x80 | WS_CLOSE;
+    buf[1] = (uint8_t)(0x80 | len);
+    memcpy(buf + 2, mask, 4);
+    for (size_t i = 0; i < len; i++)
+        payload[i] ^= mask[i % 4];
+    return 2 + 4 + len;
+}

@@ -55,3 +55,9 @@ enum ws_event ws_frame_read(struct ws_frame_reader *fr, const uint8_t *data, siz
 /* Writes an unmasked (server-to-client) close frame with code and reason into buf
  * (at least 4 + strlen(reason) bytes, reason at most 123 bytes). Returns its length. */
 size_t ws_close_frame(uint16_t code, const char *reason, uint8_t *buf, size_t buflen);
+
+/* The same close frame as a client sends it (RFC 6455 5.3): the mask bit set, the 4-byte
+ * key mask[] written after the length and applied to the payload. buf needs at least
+ * 8 + strlen(reason) bytes. Returns its length (0 when buf is too small). */
+size_t ws_close_frame_masked(uint16_t code, const char *reason, const uint8_t mask[4], uint8_t *buf,
+                             size_t buflen);

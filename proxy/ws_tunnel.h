@@ -70,6 +70,7 @@ struct ws_tunnel {
     struct event *timer;
     bool counted;                    /* in the websockets gauge */
     bool await_client_close;         /* we sent the client a close frame: let it answer */
+    bool await_up_close;             /* we sent the upstream a close frame: let it close */
     bool client_write_shut;
 
     /* the upstream's answer when it is not 101 */

@@ -148,6 +148,26 @@ static void close_frame_layout(void **state)
     assert_int_equal(ws_close_frame(1000, "x", buf, 4), 0); /* no room: nothing written */
 }
 
+/* Toward the upstream the proxy is a client: the frame is masked with the key given, and a
+ * reader that unmasks it finds the same code and reason. */
+static void masked_close_frame_layout(void **state)
+{
+    const uint8_t key[4] = { 0xa1, 0x02, 0xff, 0x40 };
+    uint8_t buf[64];
+    size_t n = ws_close_frame_masked(1002, "protocol error", key, buf, sizeof(buf));
+    assert_int_equal(n, 2 + 4 + 2 + 14);
+    assert_int_equal(buf[0], 0x88);
+    assert_int_equal(buf[1], 0x80 | 16);
+    assert_memory_equal(buf + 2, key, 4);
+    uint8_t plain[16];
+    for (size_t i = 0; i < 16; i++)
+        plain[i] = buf[6 + i] ^ key[i % 4];
+    assert_int_equal((plain[0] << 8) | plain[1], 1002);
+    assert_memory_equal(plain + 2, "protocol error", 14);
+    assert_int_equal(ws_close_frame_masked(1000, "x", key, buf, 8), 0); /* no room */
+    assert_int_equal(ws_close_frame_masked(1000, "x", key, buf, 9), 9);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -155,6 +175,7 @@ int main(void)
         cmocka_unit_test(forbidden_frames_refused),
         cmocka_unit_test(compressed_messages_with_deflate),
         cmocka_unit_test(close_frame_layout),
+        cmocka_unit_test(masked_close_frame_layout),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
