@@ -259,6 +259,7 @@ static void on_up_open_read(struct bufferevent *bev, void *arg)
         return;
     ws_close_idle_arm(t);
     struct evbuffer *out = bufferevent_get_output(t->client);
+    ws_close_follow_upstream(t, bufferevent_get_input(bev));
     evbuffer_add_buffer(out, bufferevent_get_input(bev));
     if (evbuffer_get_length(out) > TUNNEL_HIGH_WATER)
         bufferevent_disable(t->up, EV_READ);

@@ -71,7 +71,7 @@ static void end_when_done(struct ws_tunnel *t)
 {
     if (t->state != TUNNEL_CLOSING)
         return;
-    if (!queued(t->client) && t->await_client_close)
+    if (!queued(t->client) && t->await_client_close && t->client_close_len == 0)
         shut_client_writes(t); /* the client's EOF, or the timer, ends its side */
     if (!queued(t->client) && !queued(t->up) && !t->await_client_close && !t->await_up_close)
         ws_close_finish(t);
@@ -84,8 +84,8 @@ void ws_close_shutdown(struct ws_tunnel *t)
     if (t->state == TUNNEL_CLOSING || t->state == TUNNEL_CLOSED)
         return;
     t->state = TUNNEL_CLOSING;
-    if (t->up != NULL && t->await_up_close)
-        bufferevent_enable(t->up, EV_READ); /* for its EOF, even when backpressure stopped it */
+    if (t->up != NULL && (t->await_up_close || t->client_close_len > 0))
+        bufferevent_enable(t->up, EV_READ); /* even when backpressure had stopped it */
     else if (t->up != NULL)
         bufferevent_disable(t->up, EV_READ);
     if (t->client != NULL && !t->await_client_close)
@@ -93,6 +93,42 @@ void ws_close_shutdown(struct ws_tunnel *t)
     struct timeval tv = store_ms_to_timeval(CLOSE_FLUSH_MS);
     evtimer_add(t->timer, &tv);
     end_when_done(t);
+}
+
+static void send_client_close(struct ws_tunnel *t)
+{
+    if (t->client_close_len > 0 && t->client != NULL)
+        bufferevent_write(t->client, t->client_close, t->client_close_len);
+    t->client_close_len = 0;
+}
+
+/* Follows the first n bytes of buf (the upstream's, toward the client) through t->down.
+ * With stop_at_end it stops where the upstream's frame in flight ends. Returns the bytes
+ * followed. */
+static size_t follow_down(struct ws_tunnel *t, struct evbuffer *buf, size_t n, bool stop_at_end)
+{
+    struct evbuffer_iovec vec[8];
+    struct evbuffer_ptr at;
+    size_t done = 0;
+    while (done < n) {
+        evbuffer_ptr_set(buf, &at, done, EVBUFFER_PTR_SET);
+        int nv = evbuffer_peek(buf, (ev_ssize_t)(n - done), &at, vec, 8);
+        for (int i = 0; i < nv && i < 8 && done < n; i++) {
+            size_t len = vec[i].iov_len < n - done ? vec[i].iov_len : n - done;
+            size_t took = ws_frame_bounds_feed(&t->down, vec[i].iov_base, len, stop_at_end);
+            done += took;
+            if (took < len)
+                return done;
+        }
+        if (nv <= 0)
+            break;
+    }
+    return done;
+}
+
+void ws_close_follow_upstream(struct ws_tunnel *t, struct evbuffer *in)
+{
+    follow_down(t, in, evbuffer_get_length(in), false);
 }
 
 /* Our close frame toward the upstream: masked, as a client's (RFC 6455 5.3), after the
@@ -117,10 +153,11 @@ void ws_close_initiate(struct ws_tunnel *t, uint16_t code, const char *reason, b
 {
     t->hooks->release_slots(t->owner);
     close_upstream(t, code, reason, mid_frame_upstream);
-    uint8_t frame[128];
-    size_t n = ws_close_frame(code, reason, frame, sizeof(frame));
-    bufferevent_write(t->client, frame, n);
+    t->client_close_len = ws_close_frame(code, reason, t->client_close, sizeof(t->client_close));
     t->await_client_close = true;
+    if (ws_frame_bounds_at_end(&t->down))
+        send_client_close(t);
+    /* else the rest of the upstream's frame in flight goes first (ws_close_upstream_read) */
     ws_close_shutdown(t);
 }
 
@@ -157,6 +194,12 @@ void ws_close_after_flush(struct ws_tunnel *t)
 void ws_close_upstream_read(struct ws_tunnel *t)
 {
     struct evbuffer *in = bufferevent_get_input(t->up);
+    if (t->client_close_len > 0 && t->client != NULL) {
+        size_t n = follow_down(t, in, evbuffer_get_length(in), true);
+        evbuffer_remove_buffer(in, bufferevent_get_output(t->client), n);
+        if (ws_frame_bounds_at_end(&t->down))
+            send_client_close(t);
+    }
     evbuffer_drain(in, evbuffer_get_length(in));
 }
 
@@ -165,6 +208,7 @@ void ws_close_client_gone(struct ws_tunnel *t)
     struct evbuffer *out = bufferevent_get_output(t->client);
     evbuffer_drain(out, evbuffer_get_length(out));
     t->await_client_close = false;
+    t->client_close_len = 0;
     if (t->state == TUNNEL_CLOSING)
         end_when_done(t);
     else
@@ -176,6 +220,11 @@ void ws_close_upstream_gone(struct ws_tunnel *t)
     struct evbuffer *out = bufferevent_get_output(t->up);
     evbuffer_drain(out, evbuffer_get_length(out));
     t->await_up_close = false;
+    if (t->client_close_len > 0) {
+        /* its frame in flight will never end: the client gets a TCP close after it */
+        t->client_close_len = 0;
+        t->await_client_close = false;
+    }
     if (t->state == TUNNEL_CLOSING)
         end_when_done(t);
     else

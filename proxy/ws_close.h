@@ -7,6 +7,7 @@
 #include <stdint.h>
 
 struct event;
+struct evbuffer;
 struct ws_tunnel;
 
 /* The tunnel's timer (the idle timeout while open, the flush while closing), or NULL when
@@ -17,8 +18,9 @@ struct event *ws_close_timer_create(struct ws_tunnel *t);
 void ws_close_idle_arm(struct ws_tunnel *t);
 
 /* The proxy ends an open tunnel: the slot goes back at once, and each side gets a close
- * frame (code and reason, the reason cut at 123 bytes) after what is already queued for it,
- * whose answer the proxy waits for briefly. mid_frame_upstream: what went to the upstream
+ * frame (code and reason, the reason cut at 123 bytes) after what is already queued for it
+ * (the client's after the upstream's frame in flight, if any), whose answer the proxy waits
+ * for briefly. mid_frame_upstream: what went to the upstream
  * ends inside a frame, so it gets no close frame, only a TCP close after what is queued. */
 void ws_close_initiate(struct ws_tunnel *t, uint16_t code, const char *reason, bool mid_frame_upstream);
 
@@ -35,8 +37,13 @@ void ws_close_client_gone(struct ws_tunnel *t);
 /* The upstream's connection ended (EOF or an error): nothing more can reach it. */
 void ws_close_upstream_gone(struct ws_tunnel *t);
 
+/* What the relay moves from the upstream toward the client, all of in: followed frame by
+ * frame, so that a close frame of ours goes between two of the upstream's frames. */
+void ws_close_follow_upstream(struct ws_tunnel *t, struct evbuffer *in);
+
 /* The upstream sent something while the tunnel closes (its answer to our close frame, or
- * frames that crossed it): nothing of it goes to the client any more. */
+ * frames that crossed it): the rest of its frame in flight when we closed goes to the
+ * client, followed by our close frame; nothing after. */
 void ws_close_upstream_read(struct ws_tunnel *t);
 
 /* Ends the tunnel now: sockets closed, slot given back, the owner let go (which may free

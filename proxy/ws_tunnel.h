@@ -71,6 +71,11 @@ struct ws_tunnel {
     bool counted;                    /* in the websockets gauge */
     bool await_client_close;         /* we sent the client a close frame: let it answer */
     bool await_up_close;             /* we sent the upstream a close frame: let it close */
+    /* Where the upstream's frames toward the client begin and end, and our close frame for
+     * the client while it waits for the end of the upstream's frame in flight. */
+    struct ws_frame_bounds down;
+    uint8_t client_close[128];
+    size_t client_close_len;         /* 0: none waiting */
     bool client_write_shut;
 
     /* the upstream's answer when it is not 101 */

@@ -17,7 +17,7 @@ import pytest
 from conftest import SLOW
 from fleet_helpers import (OP_BIN, OP_CLOSE, OP_PING, OP_TEXT, encode_frame,
                            parse_close, ws_connect)
-from ws_raw_upstream import RawWsUpstream
+from ws_raw_upstream import HALF_PAYLOAD, RawWsUpstream, parse_frame
 
 
 @pytest.fixture
@@ -217,5 +217,39 @@ def test_client_close_still_passes_through(catalog, proxies, raw_upstream):
         assert conn.wait_end(5 * SLOW)
         assert bytes(conn.raw) == frame
         assert w.wait_eof(5 * SLOW)
+    finally:
+        w.close()
+
+
+def test_the_close_to_the_client_follows_the_upstreams_frame_in_flight(catalog, proxies, raw_upstream):
+    """The proxy refuses a client frame while the upstream is in the middle of a frame toward
+    the client: the rest of that frame goes first and the close frame after it, so the
+    client reads a whole frame and then the close, not the close's bytes as payload."""
+    p, key = start(proxies, catalog, raw_upstream)
+    w = connect(p, key, "/half")
+    conn = raw_upstream.next_conn()
+    try:
+        w.send_text("half")
+        w._need(4 + 500)                         # the head and half of the payload
+        w.sock.sendall(encode_frame(0x3, b"reserved opcode"))
+        w.sock.settimeout(10 * SLOW)
+        while True:                              # everything until the proxy's EOF
+            chunk = w.sock.recv(65536)
+            if not chunk:
+                break
+            w.buf += chunk
+        raw = bytes(w.buf)
+        frames = []
+        while True:
+            got = parse_frame(raw)
+            if got is None:
+                break
+            frames.append(got[0])
+            raw = raw[got[1]:]
+        assert [(f.opcode, f.payload if f.opcode == OP_BIN else f.close_code) for f in frames] \
+            == [(OP_BIN, HALF_PAYLOAD), (OP_CLOSE, 1002)], \
+            "the client did not read the upstream's whole frame and then close 1002: %r " \
+            "(and %d bytes more)" % (frames, len(raw))
+        assert upstream_close(conn).close_code == 1002
     finally:
         w.close()

@@ -19,6 +19,9 @@ Per connection (chosen by the handshake's path):
                   must end the tunnel by itself
   /strict...      echoes as above, and checks what an endpoint must (RFC 6455 8.1): a text
                   message that is not UTF-8 gets close 1007 (then the client's close ends it)
+  /half...        echoes as above; on the text message "half" it sends the head and the
+                  first half of a 1000-byte binary frame, and the second half only once a
+                  close frame arrives (then its answering close)
   .../deflate...  the 101 accepts permessage-deflate
 """
 import base64
@@ -78,6 +81,9 @@ def parse_frame(buf, at=0):
         payload = unmask(payload, key)
     return (Frame(bool(b0 & 0x80), b0 & 0x70, b0 & 0x0F, masked, payload, bytes(buf[at:off + n])),
             off + n - at)
+
+
+HALF_PAYLOAD = bytes(range(250)) * 4     # the 1000-byte frame /half sends in two parts
 
 
 def is_utf8(data):
@@ -208,6 +214,8 @@ class RawWsUpstream:
         s = conn.sock
         mute = conn.path.startswith("/mute")
         strict = conn.path.startswith("/strict")
+        half = conn.path.startswith("/half")
+        held = b""               # the rest of a frame in flight (half)
         text = None              # the text message being assembled (strict)
         closing = False          # we sent our close (strict): the client's close ends it
         conn.raw += pending
@@ -220,6 +228,14 @@ class RawWsUpstream:
                     f, n = got
                     del pending[:n]
                     conn.frames.append(f)
+                    if f.opcode == 0x8 and held:
+                        conn.send(held)
+                        held = b""
+                    if half and f.opcode == 0x1 and f.payload == b"half":
+                        big = server_frame(0x82, HALF_PAYLOAD)
+                        conn.send(big[:4 + 500])
+                        held = big[4 + 500:]
+                        continue
                     if f.opcode == 0x8 and not mute:
                         if not closing:
                             conn.send(server_frame(0x88, f.payload))
