@@ -2,7 +2,7 @@
 client" cases), ported to drive a WebSocket through tierproxy to an echoing upstream on raw
 sockets: sections 1 (text and binary of 0 to 65536 bytes), 2 (ping and pong), 3 (reserved
 bits), 4 (reserved opcodes), 5 (fragmentation), 6 (UTF-8), 7 (close), 9 (large messages and
-fragments) and 10 (no re-fragmentation). The case ids are Autobahn's; what each case sends
+fragments), 10 (no re-fragmentation), and RSV1 under permessage-deflate from 12/13. The case ids are Autobahn's; what each case sends
 follows its description; what is asserted is what a proxy owes.
 
 The relay forwards client frames as they came, masked with the client's own key, and the
@@ -37,6 +37,7 @@ import os
 import socket
 import struct
 import time
+import zlib
 
 import pytest
 
@@ -267,6 +268,27 @@ case("9.7.1", [frame(TEXT, b"m%d" % i) for i in range(1000)])
 case("10.1.1", [frame(TEXT, b"*" * 65536)])
 
 # --------------------------------------------------------------------------------------
+# 12/13 in part: with permessage-deflate negotiated (RFC 7692), RSV1 marks a compressed
+# message on its first frame and passes as it came; anywhere else it is still a 1002
+
+
+def deflated(data):
+    c = zlib.compressobj(wbits=-15)
+    return (c.compress(data) + c.flush(zlib.Z_SYNC_FLUSH))[:-4]
+
+
+TEXT_Z = deflated(b"Hello, compressed world! " * 20)
+case("12.x.1", [frame(TEXT, TEXT_Z, rsv=0x40)], path="/deflate")
+case("12.x.2", [frame(BIN, deflated(os.urandom(3000)), rsv=0x40)], path="/deflate")
+case("12.x.3", [frame(TEXT, TEXT_Z[:10], fin=False, rsv=0x40), frame(PING, b"between"),
+                frame(CONT, TEXT_Z[10:])], path="/deflate")
+case("12.x.4", [frame(TEXT, TEXT_Z), frame(TEXT, TEXT_Z, rsv=0x40)], path="/deflate")
+case("12.x.5", [frame(TEXT, TEXT_Z[:10], fin=False, rsv=0x40),
+                frame(CONT, TEXT_Z[10:], rsv=0x40)], FAIL, good=1, path="/deflate")
+case("12.x.6", [frame(PING, b"x", rsv=0x40)], FAIL, good=0, path="/deflate")
+case("12.x.7", [frame(TEXT, TEXT_Z, rsv=0x40 | 0x20)], FAIL, good=0, path="/deflate")
+
+# --------------------------------------------------------------------------------------
 # beyond Autobahn's client cases: what a server must refuse of a client (RFC 6455 5.1)
 
 case("x.unmasked", [frame(TEXT, b"Hello, world!", mask=False)], FAIL, good=0)
@@ -303,7 +325,8 @@ class Client:
     def __init__(self, port, path, key):
         self.sock = socket.create_connection(("127.0.0.1", port), timeout=10 * SLOW)
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        self.sock.sendall(ws_handshake_bytes(path, key))
+        offer = [("Sec-WebSocket-Extensions", "permessage-deflate")] if "deflate" in path else []
+        self.sock.sendall(ws_handshake_bytes(path, key, offer))
         status, _, rest = read_head(self.sock)
         assert status == 101, status
         self.raw = bytearray(rest)
