@@ -32,9 +32,6 @@
 
 #define MAX_HANDSHAKE_HEAD (16 * 1024)
 #define MAX_REFUSAL_BODY (1024 * 1024)
-/* Bytes queued toward one side before the other side is read no more. */
-#define TUNNEL_HIGH_WATER (1024 * 1024)
-#define TUNNEL_LOW_WATER (256 * 1024)
 
 static void upstreams_unref(struct ws_upstreams *set)
 {

@@ -188,6 +188,9 @@ void ws_close_idle_arm(struct ws_tunnel *t)
 
 void ws_close_after_flush(struct ws_tunnel *t)
 {
+    if (t->state == TUNNEL_CLOSING && t->client_close_len > 0 && t->up != NULL && t->client != NULL &&
+        evbuffer_get_length(bufferevent_get_output(t->client)) <= TUNNEL_LOW_WATER)
+        bufferevent_enable(t->up, EV_READ); /* the rest of the upstream's frame in flight */
     end_when_done(t);
 }
 
@@ -195,10 +198,13 @@ void ws_close_upstream_read(struct ws_tunnel *t)
 {
     struct evbuffer *in = bufferevent_get_input(t->up);
     if (t->client_close_len > 0 && t->client != NULL) {
+        struct evbuffer *out = bufferevent_get_output(t->client);
         size_t n = follow_down(t, in, evbuffer_get_length(in), true);
-        evbuffer_remove_buffer(in, bufferevent_get_output(t->client), n);
+        evbuffer_remove_buffer(in, out, n);
         if (ws_frame_bounds_at_end(&t->down))
             send_client_close(t);
+        else if (evbuffer_get_length(out) > TUNNEL_HIGH_WATER)
+            bufferevent_disable(t->up, EV_READ); /* until the client has read (after_flush) */
     }
     evbuffer_drain(in, evbuffer_get_length(in));
 }

@@ -24,6 +24,10 @@ struct pool_trim;
 struct proxy_config;
 struct upstream_tls;
 
+/* Bytes queued toward one side before the other side is read no more. */
+#define TUNNEL_HIGH_WATER (1024 * 1024)
+#define TUNNEL_LOW_WATER (256 * 1024)
+
 enum tunnel_state {
     TUNNEL_CONNECTING,   /* connecting to the upstream, handshake queued */
     TUNNEL_HANDSHAKE,    /* waiting for the upstream's response head */

@@ -17,7 +17,7 @@ import pytest
 from conftest import SLOW
 from fleet_helpers import (OP_BIN, OP_CLOSE, OP_PING, OP_TEXT, encode_frame,
                            parse_close, ws_connect)
-from ws_raw_upstream import HALF_PAYLOAD, RawWsUpstream, parse_frame
+from ws_raw_upstream import RawWsUpstream, half_payload, parse_frame
 
 
 @pytest.fixture
@@ -221,16 +221,21 @@ def test_client_close_still_passes_through(catalog, proxies, raw_upstream):
         w.close()
 
 
-def test_the_close_to_the_client_follows_the_upstreams_frame_in_flight(catalog, proxies, raw_upstream):
+@pytest.mark.parametrize("size", [1000, 3 << 20])
+def test_the_close_to_the_client_follows_the_upstreams_frame_in_flight(catalog, proxies, raw_upstream,
+                                                                       size):
     """The proxy refuses a client frame while the upstream is in the middle of a frame toward
     the client: the rest of that frame goes first and the close frame after it, so the
-    client reads a whole frame and then the close, not the close's bytes as payload."""
+    client reads a whole frame and then the close, not the close's bytes as payload. At
+    3 MiB the rest is more than the proxy queues toward a client before it waits for it
+    to read."""
     p, key = start(proxies, catalog, raw_upstream)
     w = connect(p, key, "/half")
     conn = raw_upstream.next_conn()
     try:
-        w.send_text("half")
-        w._need(4 + 500)                         # the head and half of the payload
+        w.send_text("half %d" % size)
+        head = 4 if size < 65536 else 10
+        w._need(head + size // 2)                # the head and half of the payload
         w.sock.sendall(encode_frame(0x3, b"reserved opcode"))
         w.sock.settimeout(10 * SLOW)
         while True:                              # everything until the proxy's EOF
@@ -247,7 +252,7 @@ def test_the_close_to_the_client_follows_the_upstreams_frame_in_flight(catalog, 
             frames.append(got[0])
             raw = raw[got[1]:]
         assert [(f.opcode, f.payload if f.opcode == OP_BIN else f.close_code) for f in frames] \
-            == [(OP_BIN, HALF_PAYLOAD), (OP_CLOSE, 1002)], \
+            == [(OP_BIN, half_payload(size)), (OP_CLOSE, 1002)], \
             "the client did not read the upstream's whole frame and then close 1002: %r " \
             "(and %d bytes more)" % (frames, len(raw))
         assert upstream_close(conn).close_code == 1002

@@ -19,9 +19,9 @@ Per connection (chosen by the handshake's path):
                   must end the tunnel by itself
   /strict...      echoes as above, and checks what an endpoint must (RFC 6455 8.1): a text
                   message that is not UTF-8 gets close 1007 (then the client's close ends it)
-  /half...        echoes as above; on the text message "half" it sends the head and the
-                  first half of a 1000-byte binary frame, and the second half only once a
-                  close frame arrives (then its answering close)
+  /half...        echoes as above; on the text message "half N" it sends the head and the
+                  first half of an N-byte binary frame (half_payload(N)), and the second
+                  half only once a close frame arrives (then its answering close)
   .../deflate...  the 101 accepts permessage-deflate
 """
 import base64
@@ -83,7 +83,9 @@ def parse_frame(buf, at=0):
             off + n - at)
 
 
-HALF_PAYLOAD = bytes(range(250)) * 4     # the 1000-byte frame /half sends in two parts
+def half_payload(n):
+    """The payload of the frame /half sends in two parts."""
+    return (bytes(range(250)) * (n // 250 + 1))[:n]
 
 
 def is_utf8(data):
@@ -231,10 +233,12 @@ class RawWsUpstream:
                     if f.opcode == 0x8 and held:
                         conn.send(held)
                         held = b""
-                    if half and f.opcode == 0x1 and f.payload == b"half":
-                        big = server_frame(0x82, HALF_PAYLOAD)
-                        conn.send(big[:4 + 500])
-                        held = big[4 + 500:]
+                    if half and f.opcode == 0x1 and f.payload.startswith(b"half "):
+                        n = int(f.payload.split()[1])
+                        big = server_frame(0x82, half_payload(n))
+                        cut = len(big) - n + n // 2
+                        conn.send(big[:cut])
+                        held = big[cut:]
                         continue
                     if f.opcode == 0x8 and not mute:
                         if not closing:
