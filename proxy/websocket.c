@@ -24,104 +24,14 @@
 #include "proxy/upstream_error.h"
 #include "proxy/upstream_tls.h"
 #include "proxy/ws_101.h"
+#include "proxy/ws_close.h"
 #include "proxy/ws_frame.h"
+#include "proxy/ws_tunnel.h"
 #include "store/clock.h"
 #include "store/local_limit.h"
 
 #define MAX_HANDSHAKE_HEAD (16 * 1024)
 #define MAX_REFUSAL_BODY (1024 * 1024)
-/* Bytes queued toward one side before the other side is read no more. */
-#define TUNNEL_HIGH_WATER (1024 * 1024)
-#define TUNNEL_LOW_WATER (256 * 1024)
-/* How long a closing tunnel may take to flush what it holds. */
-#define CLOSE_FLUSH_MS 2000
-
-enum tunnel_state {
-    TUNNEL_CONNECTING,   /* connecting to the upstream, handshake queued */
-    TUNNEL_HANDSHAKE,    /* waiting for the upstream's response head */
-    TUNNEL_REFUSED_BODY, /* the upstream answered other than 101: reading its body */
-    TUNNEL_WAIT_UPGRADE, /* 101 queued to the client; waiting for MHD to hand over its socket */
-    TUNNEL_OPEN,
-    TUNNEL_CLOSING,      /* flushing what is queued, then closed */
-    TUNNEL_CLOSED,
-};
-
-struct ws_field {
-    char *name;
-    char *value;
-};
-
-/* One per worker: the upstreams resolved for tunnels and every tunnel of the worker. */
-struct ws_context {
-    struct event_base *base;
-    const struct proxy_config *cfg;
-    struct metrics *metrics;
-    struct log_throttle *rejection_warnings;
-    struct ws_upstreams *upstreams;  /* cfg's upstreams, resolved */
-    struct upstream_tls *tls;        /* TLS settings of tunnels to https upstreams */
-    unsigned next;                   /* round robin over the upstreams */
-    struct pool_trim *pool_trim;     /* gives back an upgraded connection's pool */
-    void (*kick_mhd)(void *ctx);     /* get libmicrohttpd to run (after MHD_upgrade_action) */
-    void *kick_ctx;
-    LIST_HEAD(, ws_tunnel) tunnels;
-};
-
-struct ws_tunnel {
-    struct ws_context *ctx;
-    LIST_ENTRY(ws_tunnel) all;       /* in ctx->tunnels, until ws_free */
-    const struct ws_hooks *hooks;
-    void *owner;
-    bool holds_owner;                /* since hooks->switching, until hooks->closed */
-    enum tunnel_state state;
-    struct bufferevent *up;          /* an OpenSSL bufferevent for an https upstream */
-    const struct upstream_addr *upstream;
-    struct bufferevent *client;
-    struct MHD_UpgradeResponseHandle *urh;
-    /* While open: websocket_idle_timeout_ms, re-armed by traffic. While closing: how long
-     * what is queued may take to flush (CLOSE_FLUSH_MS). */
-    struct event *timer;
-    bool counted;                    /* in the websockets gauge */
-    bool await_client_close;         /* we sent the client a close frame: let it answer */
-    bool client_write_shut;
-
-    /* the upstream's answer when it is not 101 */
-    long status;
-    int64_t started_ns;              /* the handshake left for the upstream */
-    int64_t upstream_ms;             /* until the upstream's answer; -1 before */
-    const char *upstream_error;      /* why the handshake's connection failed (upstream_error.h) */
-    struct ws_field *headers;
-    size_t n_headers;
-    int64_t body_need;               /* -1: until the upstream closes */
-
-    struct ws_101_expect expect;     /* what the upstream's 101 must carry */
-
-    /* client-to-upstream message counting against the --ws-messages limit */
-    struct ws_frame_reader frames;
-    struct local_limit *messages;    /* NULL without such a limit */
-    struct limit_rule ws_rule;
-    const char *plan_name;           /* for the metric and the rejection log (the owner's) */
-    const char *user_id;
-    bool shadow;
-
-    struct ws_upstreams *resolved;   /* holds t->upstream while a reload replaces the worker's */
-};
-
-struct upstream_addr {
-    struct sockaddr_storage addr;
-    socklen_t len;
-    bool ok;
-    bool tls;          /* https://: the tunnel speaks TLS (wss) */
-    char host[256];    /* the URL's host: SNI and the name the certificate must carry */
-    char url[300];     /* for log lines */
-};
-
-/* One configuration's upstreams, resolved. The worker holds the current set; a handshake
- * holds the set it picked from until it ends, so a reload can replace the worker's. */
-struct ws_upstreams {
-    unsigned refs;
-    size_t n;
-    struct upstream_addr addrs[];
-};
 
 static void upstreams_unref(struct ws_upstreams *set)
 {
@@ -262,124 +172,9 @@ static void free_headers(struct ws_tunnel *t)
     t->n_headers = 0;
 }
 
-/* Ends the tunnel for good: sockets closed, slot given back, the owner let go. */
-static void tunnel_closed(struct ws_tunnel *t)
-{
-    if (t->state == TUNNEL_CLOSED)
-        return;
-    t->state = TUNNEL_CLOSED;
-    if (t->timer != NULL)
-        evtimer_del(t->timer);
-    if (t->up != NULL) {
-        bufferevent_free(t->up);
-        t->up = NULL;
-    }
-    if (t->client != NULL) {
-        bufferevent_free(t->client);
-        t->client = NULL;
-    }
-    if (t->urh != NULL) {
-        MHD_upgrade_action(t->urh, MHD_UPGRADE_ACTION_CLOSE);
-        t->urh = NULL;
-        t->ctx->kick_mhd(t->ctx->kick_ctx);
-    }
-    if (t->counted) {
-        metrics_add_websockets(t->ctx->metrics, -1);
-        t->counted = false;
-    }
-    t->hooks->release_slots(t->owner);
-    if (t->holds_owner) {
-        t->holds_owner = false;
-        t->hooks->closed(t->owner); /* may free the tunnel */
-    }
-}
 
-static void arm_idle_timer(struct ws_tunnel *t)
-{
-    int64_t ms = t->ctx->cfg->websocket_idle_timeout_ms;
-    if (ms <= 0 || t->state != TUNNEL_OPEN)
-        return;
-    struct timeval tv = store_ms_to_timeval(ms);
-    evtimer_add(t->timer, &tv);
-}
-
-static void tunnel_shutdown(struct ws_tunnel *t);
-
-/* Ends the tunnel from our side: the upstream and the slot at once, the client with a
- * close frame whose answer we wait for (RFC 6455 7.1.1). */
-static void close_client_with(struct ws_tunnel *t, uint16_t code, const char *reason)
-{
-    if (t->up != NULL) {
-        bufferevent_free(t->up);
-        t->up = NULL;
-    }
-    t->hooks->release_slots(t->owner);
-    uint8_t frame[128];
-    size_t n = ws_close_frame(code, reason, frame, sizeof(frame));
-    bufferevent_write(t->client, frame, n);
-    t->await_client_close = true;
-    tunnel_shutdown(t);
-}
-
-/* Open: idle too long, close 1001 to the client (as nginx does at proxy_read_timeout).
- * Closing: what was queued did not flush in time. */
-static void on_timer(evutil_socket_t fd, short what, void *arg)
-{
-    struct ws_tunnel *t = arg;
-    if (t->state == TUNNEL_OPEN)
-        close_client_with(t, 1001, "idle timeout");
-    else if (t->state == TUNNEL_CLOSING)
-        tunnel_closed(t);
-}
-
-static bool output_pending(const struct ws_tunnel *t)
-{
-    return (t->up != NULL && evbuffer_get_length(bufferevent_get_output(t->up)) > 0) ||
-           (t->client != NULL && evbuffer_get_length(bufferevent_get_output(t->client)) > 0);
-}
-
-/* After our own close frame has gone out: half-close, and wait for the client's close
- * (RFC 6455 7.1.1), so the client reads the frame instead of a reset. */
-static void shut_client_writes(struct ws_tunnel *t)
-{
-    if (t->client_write_shut || t->client == NULL)
-        return;
-    t->client_write_shut = true;
-    shutdown(bufferevent_getfd(t->client), SHUT_WR);
-}
-
-/* Stops reading both sides and closes once what is queued has been written (or after
- * CLOSE_FLUSH_MS). */
-static void tunnel_shutdown(struct ws_tunnel *t)
-{
-    if (t->state == TUNNEL_CLOSING || t->state == TUNNEL_CLOSED)
-        return;
-    t->state = TUNNEL_CLOSING;
-    if (t->up != NULL)
-        bufferevent_disable(t->up, EV_READ);
-    if (t->client != NULL && !t->await_client_close)
-        bufferevent_disable(t->client, EV_READ);
-    if (!output_pending(t) && !t->await_client_close) {
-        tunnel_closed(t);
-        return;
-    }
-    if (!output_pending(t))
-        shut_client_writes(t);
-    struct timeval tv = store_ms_to_timeval(CLOSE_FLUSH_MS);
-    evtimer_add(t->timer, &tv);
-}
-
-static void maybe_closed_after_flush(struct ws_tunnel *t)
-{
-    if (t->state != TUNNEL_CLOSING || output_pending(t))
-        return;
-    if (t->await_client_close)
-        shut_client_writes(t); /* the client's EOF, or the timer, ends it */
-    else
-        tunnel_closed(t);
-}
-
-/* Over the message limit: close 1008 to the client, and the upstream side at once. */
+/* Over the message limit: close 1008 to both sides. The refused frame's head was not
+ * forwarded, so the upstream's stream ends at a frame's end. */
 static void refuse_message(struct ws_tunnel *t)
 {
     metrics_count_limit_hit(t->ctx->metrics, LIMIT_HIT_WS_MESSAGE, t->plan_name);
@@ -388,12 +183,13 @@ static void refuse_message(struct ws_tunnel *t)
                       t->ws_rule.rate, t->ws_rule.rate);
     if (t->shadow)
         return; /* counted and reported; a shadow plan refuses nothing */
-    close_client_with(t, 1008, "message rate limit exceeded");
+    ws_close_initiate(t, 1008, "message rate limit exceeded", false);
 }
 
+/* A bad frame: close 1002 to both sides, after the frames forwarded before it. */
 static void protocol_error(struct ws_tunnel *t)
 {
-    close_client_with(t, 1002, "protocol error");
+    ws_close_initiate(t, 1002, "protocol error", false);
 }
 
 /* Moves client bytes to the upstream, a frame at a time as far as heads go, payloads in
@@ -444,7 +240,7 @@ static void on_client_read(struct bufferevent *bev, void *arg)
 {
     struct ws_tunnel *t = arg;
     struct evbuffer *in = bufferevent_get_input(bev);
-    arm_idle_timer(t);
+    ws_close_idle_arm(t);
     if (t->state == TUNNEL_OPEN)
         pump_client(t, in);
     else /* closing: what the client still sends, its close frame included, goes nowhere */
@@ -454,10 +250,13 @@ static void on_client_read(struct bufferevent *bev, void *arg)
 static void on_up_open_read(struct bufferevent *bev, void *arg)
 {
     struct ws_tunnel *t = arg;
+    if (t->state == TUNNEL_CLOSING)
+        ws_close_upstream_read(t);
     if (t->state != TUNNEL_OPEN)
         return;
-    arm_idle_timer(t);
+    ws_close_idle_arm(t);
     struct evbuffer *out = bufferevent_get_output(t->client);
+    ws_close_follow_upstream(t, bufferevent_get_input(bev));
     evbuffer_add_buffer(out, bufferevent_get_input(bev));
     if (evbuffer_get_length(out) > TUNNEL_HIGH_WATER)
         bufferevent_disable(t->up, EV_READ);
@@ -469,7 +268,7 @@ static void on_client_drained(struct bufferevent *bev, void *arg)
     struct ws_tunnel *t = arg;
     if (t->state == TUNNEL_OPEN && t->up != NULL)
         bufferevent_enable(t->up, EV_READ);
-    maybe_closed_after_flush(t);
+    ws_close_after_flush(t);
 }
 
 static void on_up_drained(struct bufferevent *bev, void *arg)
@@ -477,21 +276,14 @@ static void on_up_drained(struct bufferevent *bev, void *arg)
     struct ws_tunnel *t = arg;
     if (t->state == TUNNEL_OPEN && t->client != NULL)
         bufferevent_enable(t->client, EV_READ);
-    maybe_closed_after_flush(t);
+    ws_close_after_flush(t);
 }
 
 static void on_client_event(struct bufferevent *bev, short what, void *arg)
 {
     struct ws_tunnel *t = arg;
-    if (what & (BEV_EVENT_EOF | BEV_EVENT_ERROR)) {
-        /* The client is gone: nothing queued for it can be delivered. */
-        evbuffer_drain(bufferevent_get_output(bev), evbuffer_get_length(bufferevent_get_output(bev)));
-        t->await_client_close = false;
-        if (t->state == TUNNEL_CLOSING && !output_pending(t))
-            tunnel_closed(t);
-        else
-            tunnel_shutdown(t);
-    }
+    if (what & (BEV_EVENT_EOF | BEV_EVENT_ERROR))
+        ws_close_client_gone(t); /* nothing queued for it can be delivered */
 }
 
 static void on_up_open_event(struct bufferevent *bev, short what, void *arg)
@@ -500,8 +292,7 @@ static void on_up_open_event(struct bufferevent *bev, short what, void *arg)
     if (what & (BEV_EVENT_EOF | BEV_EVENT_ERROR)) {
         if (t->state == TUNNEL_OPEN)
             on_up_open_read(bev, t); /* what it sent before closing still goes to the client */
-        evbuffer_drain(bufferevent_get_output(bev), evbuffer_get_length(bufferevent_get_output(bev)));
-        tunnel_shutdown(t);
+        ws_close_upstream_gone(t);
     }
 }
 
@@ -512,7 +303,7 @@ static void on_upgraded(void *cls, struct MHD_Connection *connection, void *req_
     t->urh = urh;
     t->client = bufferevent_socket_new(t->ctx->base, sock, 0);
     if (t->client == NULL || t->up == NULL || t->state != TUNNEL_WAIT_UPGRADE) {
-        tunnel_closed(t);
+        ws_close_finish(t);
         return;
     }
     t->state = TUNNEL_OPEN;
@@ -525,7 +316,7 @@ static void on_upgraded(void *cls, struct MHD_Connection *connection, void *req_
     bufferevent_set_timeouts(t->up, NULL, NULL);
     bufferevent_enable(t->client, EV_READ | EV_WRITE);
     bufferevent_enable(t->up, EV_READ | EV_WRITE);
-    arm_idle_timer(t);
+    ws_close_idle_arm(t);
     if (extra_in_size > 0) {
         /* What the client sent with its handshake. A bufferevent keeps the end of its input
          * frozen (only its own reads add there): without the thaw the bytes were lost. */
@@ -534,7 +325,7 @@ static void on_upgraded(void *cls, struct MHD_Connection *connection, void *req_
         int rc = evbuffer_add(in, extra_in, extra_in_size);
         evbuffer_freeze(in, 0);
         if (rc < 0) {
-            tunnel_closed(t);
+            ws_close_finish(t);
             return;
         }
     }
@@ -711,7 +502,7 @@ static void on_up_handshake_read(struct bufferevent *bev, void *arg)
     /* Hold upstream frames until the client side is joined. */
     bufferevent_disable(bev, EV_READ);
     t->state = TUNNEL_WAIT_UPGRADE;
-    t->holds_owner = true; /* until tunnel_closed */
+    t->holds_owner = true; /* until ws_close_finish */
     t->hooks->switching(t->owner, resp);
 }
 
@@ -800,7 +591,7 @@ struct ws_tunnel *ws_start(struct ws_context *ctx, const struct ws_handshake *hs
     t->started_ns = store_mono_ns();
     ws_frame_reader_init(&t->frames);
     ws_101_expect_from(&t->expect, hs->model->headers, hs->model->n_headers);
-    t->timer = evtimer_new(ctx->base, on_timer, t);
+    t->timer = ws_close_timer_create(t);
     const struct gate_check *check = hs->check;
     if (check != NULL) {
         t->plan_name = check->plan->name;
@@ -848,9 +639,9 @@ void ws_close_all(struct ws_context *ctx)
     for (struct ws_tunnel *t = LIST_FIRST(&ctx->tunnels); t != NULL; t = next) {
         next = LIST_NEXT(t, all); /* closing may free t */
         if (t->state == TUNNEL_OPEN && t->client != NULL)
-            close_client_with(t, 1001, "going away");
+            ws_close_initiate(t, 1001, "going away", t->frames.in_payload);
         else if (t->state == TUNNEL_WAIT_UPGRADE) {
-            tunnel_closed(t);
+            ws_close_finish(t);
         }
     }
 }
@@ -862,7 +653,7 @@ bool ws_connection_done(struct ws_tunnel *t, bool *upgrade_missed)
      * tunnel closed its side: still waiting means the upgrade will never come. */
     if (t->state == TUNNEL_WAIT_UPGRADE) {
         *upgrade_missed = true;
-        tunnel_closed(t);
+        ws_close_finish(t);
     }
     return t->state == TUNNEL_OPEN || t->state == TUNNEL_CLOSING;
 }

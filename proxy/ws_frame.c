@@ -120,3 +120,60 @@ size_t ws_close_frame(uint16_t code, const char *reason, uint8_t *buf, size_t bu
     memcpy(buf + 4, reason, rlen);
     return 4 + rlen;
 }
+
+size_t ws_close_frame_masked(uint16_t code, const char *reason, const uint8_t mask[4], uint8_t *buf,
+                             size_t buflen)
+{
+    if (buflen < 4)
+        return 0;
+    /* The unmasked frame written 4 bytes on has its payload where the masked one needs it,
+     * after the 2-byte head and the key; its own head is overwritten by the key. */
+    size_t n = ws_close_frame(code, reason, buf + 4, buflen - 4);
+    if (n == 0)
+        return 0;
+    uint8_t *payload = buf + 6;
+    size_t len = n - 2;
+    buf[0] = 0x80 | WS_CLOSE;
+    buf[1] = (uint8_t)(0x80 | len);
+    memcpy(buf + 2, mask, 4);
+    for (size_t i = 0; i < len; i++)
+        payload[i] ^= mask[i % 4];
+    return 2 + 4 + len;
+}
+
+bool ws_frame_bounds_at_end(const struct ws_frame_bounds *b)
+{
+    return b->head_len == 0 && b->payload_left == 0;
+}
+
+static uint64_t payload_length(const uint8_t *head)
+{
+    uint8_t len7 = head[1] & 0x7f;
+    if (len7 < 126)
+        return len7;
+    if (len7 == 126)
+        return ((uint64_t)head[2] << 8) | head[3];
+    uint64_t len = 0;
+    for (int i = 2; i < 10; i++)
+        len = (len << 8) | head[i];
+    return len;
+}
+
+size_t ws_frame_bounds_feed(struct ws_frame_bounds *b, const uint8_t *data, size_t len, bool stop_at_end)
+{
+    size_t pos = 0;
+    while (pos < len && !(stop_at_end && ws_frame_bounds_at_end(b))) {
+        if (b->payload_left > 0) {
+            uint64_t take = b->payload_left < len - pos ? b->payload_left : len - pos;
+            pos += (size_t)take;
+            b->payload_left -= take;
+            continue;
+        }
+        b->head[b->head_len++] = data[pos++];
+        if (b->head_len >= 2 && b->head_len == head_size(b->head)) {
+            b->payload_left = payload_length(b->head);
+            b->head_len = 0;
+        }
+    }
+    return pos;
+}

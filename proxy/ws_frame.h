@@ -55,3 +55,24 @@ enum ws_event ws_frame_read(struct ws_frame_reader *fr, const uint8_t *data, siz
 /* Writes an unmasked (server-to-client) close frame with code and reason into buf
  * (at least 4 + strlen(reason) bytes, reason at most 123 bytes). Returns its length. */
 size_t ws_close_frame(uint16_t code, const char *reason, uint8_t *buf, size_t buflen);
+
+/* The same close frame as a client sends it (RFC 6455 5.3): the mask bit set, the 4-byte
+ * key mask[] written after the length and applied to the payload. buf needs at least
+ * 8 + strlen(reason) bytes. Returns its length (0 when buf is too small). */
+size_t ws_close_frame_masked(uint16_t code, const char *reason, const uint8_t mask[4], uint8_t *buf,
+                             size_t buflen);
+
+/* Follows frame boundaries in a byte stream without judging the frames: the upstream's,
+ * which pass as they come, so that a frame of the proxy's own goes between two of them. */
+struct ws_frame_bounds {
+    uint8_t head[14];
+    size_t head_len;         /* bytes of the current frame head seen so far */
+    uint64_t payload_left;   /* payload bytes of the current frame still to come */
+};
+
+/* True between two frames. A zeroed struct is at the stream's start, between frames. */
+bool ws_frame_bounds_at_end(const struct ws_frame_bounds *b);
+
+/* Follows data[0..len). With stop_at_end it stops where the frame in progress ends (at
+ * once when there is none). Returns the bytes followed. */
+size_t ws_frame_bounds_feed(struct ws_frame_bounds *b, const uint8_t *data, size_t len, bool stop_at_end);

@@ -148,6 +148,58 @@ static void close_frame_layout(void **state)
     assert_int_equal(ws_close_frame(1000, "x", buf, 4), 0); /* no room: nothing written */
 }
 
+/* Toward the upstream the proxy is a client: the frame is masked with the key given, and a
+ * reader that unmasks it finds the same code and reason. */
+/* Frames of each length encoding in any split: the tracker is between frames exactly where
+ * one ends, and stop_at_end takes just the rest of the frame in flight. */
+static void bounds_follow_frames_in_any_split(void **state)
+{
+    static uint8_t stream[70000 + 300];
+    size_t n = 0, ends[3];
+    const size_t lens[3] = { 5, 200, 70000 };
+    for (int f = 0; f < 3; f++) {
+        n += client_frame(stream + n, true, 0x2, lens[f]);
+        ends[f] = n;
+    }
+    const size_t steps[] = { 1, 3, 1000, 4096, sizeof(stream) };
+    for (size_t k = 0; k < sizeof(steps) / sizeof(steps[0]); k++) {
+        struct ws_frame_bounds b = { 0 };
+        assert_true(ws_frame_bounds_at_end(&b));
+        for (size_t off = 0; off < n;) {
+            size_t piece = n - off < steps[k] ? n - off : steps[k];
+            assert_int_equal(ws_frame_bounds_feed(&b, stream + off, piece, false), piece);
+            off += piece;
+            bool at_an_end = off == ends[0] || off == ends[1] || off == ends[2];
+            assert_int_equal(ws_frame_bounds_at_end(&b), at_an_end);
+        }
+    }
+    /* 3 bytes into the second frame: the rest of it, and not a byte of the third */
+    struct ws_frame_bounds b = { 0 };
+    assert_int_equal(ws_frame_bounds_feed(&b, stream, ends[0] + 3, false), ends[0] + 3);
+    assert_int_equal(ws_frame_bounds_feed(&b, stream + ends[0] + 3, n - ends[0] - 3, true),
+                     ends[1] - ends[0] - 3);
+    assert_true(ws_frame_bounds_at_end(&b));
+    assert_int_equal(ws_frame_bounds_feed(&b, stream + ends[1], n - ends[1], true), 0);
+}
+
+static void masked_close_frame_layout(void **state)
+{
+    const uint8_t key[4] = { 0xa1, 0x02, 0xff, 0x40 };
+    uint8_t buf[64];
+    size_t n = ws_close_frame_masked(1002, "protocol error", key, buf, sizeof(buf));
+    assert_int_equal(n, 2 + 4 + 2 + 14);
+    assert_int_equal(buf[0], 0x88);
+    assert_int_equal(buf[1], 0x80 | 16);
+    assert_memory_equal(buf + 2, key, 4);
+    uint8_t plain[16];
+    for (size_t i = 0; i < 16; i++)
+        plain[i] = buf[6 + i] ^ key[i % 4];
+    assert_int_equal((plain[0] << 8) | plain[1], 1002);
+    assert_memory_equal(plain + 2, "protocol error", 14);
+    assert_int_equal(ws_close_frame_masked(1000, "x", key, buf, 8), 0); /* no room */
+    assert_int_equal(ws_close_frame_masked(1000, "x", key, buf, 9), 9);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -155,6 +207,8 @@ int main(void)
         cmocka_unit_test(forbidden_frames_refused),
         cmocka_unit_test(compressed_messages_with_deflate),
         cmocka_unit_test(close_frame_layout),
+        cmocka_unit_test(masked_close_frame_layout),
+        cmocka_unit_test(bounds_follow_frames_in_any_split),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
