@@ -329,7 +329,10 @@ static size_t on_upstream_header(char *line, size_t size, size_t nitems, void *u
         u->n_fields = 0;
         u->content_length = -1;
         u->status = http1_status_line(line, len);
-        return u->status != 0 ? taken : refuse_upstream_head(u);
+        /* 101 switches protocols only when asked (RFC 9110 15.2.2), and a forwarded
+           request never asks: Upgrade is hop-by-hop. curl would wait for a final answer
+           that cannot come. WebSocket handshakes go through websocket.c, not here. */
+        return u->status != 0 && u->status != 101 ? taken : refuse_upstream_head(u);
     }
     if (len == 0) {
         if (u->status >= 200 && !u->head_done) {

@@ -32,6 +32,7 @@ class RawUpstream:
     /304            304 with an ETag and no Content-Length
     /304len/<n>     304 with Content-Length n (the 200's length, RFC 9110 8.6)
     /204            204, nothing else
+    /101            101 to websocket (asked for or not), then nothing
     anything else   200 with a JSON echo {method, path, headers, body}, Content-Length."""
 
     def __init__(self):
@@ -122,6 +123,12 @@ class RawUpstream:
         if path == "/204":
             c.sendall(b"HTTP/1.1 204 No Content\r\n\r\n")
             return True
+        if path == "/101":
+            c.sendall(b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n")
+            c.settimeout(10)
+            while c.recv(65536):
+                pass
+            return False
         echo = json.dumps({"method": method, "path": path, "headers": headers,
                            "body": body.decode("latin-1")}).encode()
         c.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n"
@@ -455,3 +462,17 @@ def test_other_versions_are_refused_on_every_head(catalog, proxies, raw_up, vers
         assert a.status == status, (where, a)
         assert (a.header("Connection") or "").lower() == "close" and a.closed, (where, a)
     assert [r[1] for r in raw_up.requests] == ["/good"], raw_up.requests
+
+
+# --------------------------------------------------------------------------------------
+# 5. SPEC "Faults keep their promises": "An upstream 101 without Upgrade: websocket and a
+# valid Sec-WebSocket-Accept is a 502" (test_fault_heads.py holds the handshake's cases):
+# also a 101 to a request that asked for no upgrade (RFC 9110 15.2.2), which has neither
+
+def test_an_upstream_101_to_a_plain_request_is_502(catalog, proxies, raw_up):
+    key = wide(catalog)
+    # a 504 would come after upstream_timeout_ms: the 502 must not wait for it
+    p = proxies.start(catalog, upstream=raw_up, proxy={"upstream_timeout_ms": 3000})
+    for where, a in first_and_later(p, key, req(b"GET", b"/101", key)):
+        assert a.status == 502, (where, a)
+        assert json.loads(a.body)["error_code"] == "bad_upstream_response", (where, a)
