@@ -199,10 +199,10 @@ static void verdict(struct head_verdict *out, unsigned status, const char *error
     out->decision = decision;
 }
 
-/* The refusals RFC 9110 and 9112 ask of a head libmicrohttpd takes as it is (a problem body,
- * problem.h): an HTTP/1.1 request without Host (RFC 9112 3.2) and a body whose framing is
- * not chunked last, or not understood (6.1, 6.3). True when one applies. */
-static bool framing_refused(const struct head_pass *hp, const char *version, struct head_verdict *out)
+/* The refusals RFC 9112 asks for of heads libmicrohttpd takes as they are (a problem body,
+ * problem.h): a body whose framing is not chunked last, or not understood (6.1, 6.3), and
+ * an HTTP/1.1 request without Host (3.2). True when one applies. */
+static bool refused_by_rfc9112(const struct head_pass *hp, const char *version, struct head_verdict *out)
 {
     bool http_1_0 = strcmp(version, MHD_HTTP_VERSION_1_0) == 0;
     switch (transfer_coding_verdict(&hp->coding, http_1_0)) {
@@ -214,7 +214,7 @@ static bool framing_refused(const struct head_pass *hp, const char *version, str
         break;
     case TRANSFER_CODING_NONE:
     case TRANSFER_CODING_CHUNKED:
-        if (http_1_0 || hp->seen_single)
+        if (http_1_0 || hp->seen_single) /* the single field is Host */
             return false;
         verdict(out, MHD_HTTP_BAD_REQUEST, "malformed_request", "malformed");
         break;
@@ -249,7 +249,7 @@ void request_head_check(const struct request_head *h, struct MHD_Connection *con
     out->expects_body = length > 0 || coded;
     if (hp.malformed || hp.conflicting_length || (coded && hp.content_length != NULL) || length_rc == -EINVAL)
         verdict(out, MHD_HTTP_BAD_REQUEST, "malformed_request", "malformed");
-    else if (framing_refused(&hp, version, out))
+    else if (refused_by_rfc9112(&hp, version, out))
         return;
     else if (length_rc == -ERANGE || length > max_body_bytes)
         verdict(out, MHD_HTTP_CONTENT_TOO_LARGE, "request_too_large", NULL);
