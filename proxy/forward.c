@@ -329,7 +329,10 @@ static size_t on_upstream_header(char *line, size_t size, size_t nitems, void *u
         u->n_fields = 0;
         u->content_length = -1;
         u->status = http1_status_line(line, len);
-        return u->status != 0 ? taken : refuse_upstream_head(u);
+        /* 101 switches protocols only when asked (RFC 9110 15.2.2), and a forwarded
+           request never asks: Upgrade is hop-by-hop. curl would wait for a final answer
+           that cannot come. WebSocket handshakes go through websocket.c, not here. */
+        return u->status != 0 && u->status != 101 ? taken : refuse_upstream_head(u);
     }
     if (len == 0) {
         if (u->status >= 200 && !u->head_done) {
@@ -438,13 +441,40 @@ static size_t response_block_size(uint64_t size)
     return size < largest ? (size_t)size : largest;
 }
 
+static ssize_t no_body(void *cls, uint64_t pos, char *buf, size_t max)
+{
+    (void)cls;
+    (void)pos;
+    (void)buf;
+    (void)max;
+    return MHD_CONTENT_READER_END_OF_STREAM;
+}
+
+/* A HEAD answer or a 304 whose upstream sent no Content-Length: the proxy must not invent
+ * one (RFC 9110 8.6), and libmicrohttpd 0.9.75 writes "Content-Length: 0" for a response of
+ * size 0. Of a size it does not know it writes none; but over HTTP/1.1 it then frames it
+ * chunked and, body or not, sends the last chunk "0\r\n\r\n" after the head, which a client
+ * reads as the start of the next answer. So the answer is unframed, as to an HTTP/1.0
+ * client, and the connection ends with it (Connection: close). */
+static struct MHD_Response *bodiless_response_of_unknown_length(void)
+{
+    struct MHD_Response *resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 64, no_body, NULL, NULL);
+    if (resp != NULL && MHD_set_response_options(resp, MHD_RF_HTTP_1_0_COMPATIBLE_STRICT, MHD_RO_END) != MHD_YES) {
+        MHD_destroy_response(resp);
+        return NULL;
+    }
+    return resp;
+}
+
 struct MHD_Response *upstream_response(struct upstream *u, bool head_request, bool *bodiless)
 {
     bool none = head_request || u->status == 204 || u->status == 304 || u->content_length == 0;
     *bodiless = none;
     uint64_t size = u->content_length >= 0 ? (uint64_t)u->content_length : MHD_SIZE_UNKNOWN;
     struct MHD_Response *resp;
-    if (none && (size == MHD_SIZE_UNKNOWN || size == 0)) {
+    if (none && size == MHD_SIZE_UNKNOWN && u->status != 204) {
+        resp = bodiless_response_of_unknown_length();
+    } else if (none && (size == MHD_SIZE_UNKNOWN || size == 0)) {
         resp = MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT);
     } else if (!none && u->done && u->result == CURLE_OK && !u->hooks->slots_pending(u->owner)) {
         /* The whole body is in: MHD takes the buffer and sends it with the head. */

@@ -940,7 +940,6 @@ enum MHD_Result request_handle(void *cls, struct MHD_Connection *conn, const cha
     struct request *r = *req_cls;
     (void)cls;
     (void)url; /* MHD's decoded copy: r->target, from the raw target, is what counts */
-    (void)version;
     if (r == NULL || r->ctx->closing)
         return MHD_NO; /* shutting down past the drain: MHD closes the connection */
     const struct proxy_config *cfg = r->ctx->cfg;
@@ -953,13 +952,13 @@ enum MHD_Result request_handle(void *cls, struct MHD_Connection *conn, const cha
         if (r->head.refused_status != 0)
             return MHD_NO; /* answered on the socket already (request_head.h) */
         struct head_verdict hv;
-        request_head_check(&r->head, conn, method, r->raw_uri, cfg->max_body_bytes, &hv);
+        request_head_check(&r->head, conn, method, version, r->raw_uri, cfg->max_body_bytes, &hv);
         r->head_bytes = hv.pool_bytes;
         if (hv.status != 0) {
             /* Answered on this first call, so MHD closes the connection after it: nothing the
                client sent after a head like this is read as another request (RFC 9112 6.1). */
             r->decision = hv.decision;
-            return queue_now(r, hv.status, respond_error(hv.error_code, &r->bytes_sent));
+            return queue_now(r, hv.status, request_head_refusal(&hv, &r->bytes_sent));
         }
         r->expects_body = hv.expects_body;
         return admit_or_refuse_head(r, hv.fields);

@@ -12,6 +12,7 @@
 #include "proxy/pool_trim.h"
 #include "proxy/respond.h"
 #include "proxy/scratch.h"
+#include "proxy/transfer_coding.h"
 
 /* ---- a later head, before libmicrohttpd parses its field lines --------------------------- */
 
@@ -143,8 +144,7 @@ struct head_pass {
     const char *content_length;
     size_t content_length_len;
     bool conflicting_length;   /* two Content-Length values that differ */
-    bool transfer_encoding;
-    bool unknown_coding;       /* a transfer coding other than chunked */
+    struct transfer_coding coding;
 };
 
 static void pass_value(struct head_pass *hp, const char *name, size_t name_size, const char *value,
@@ -168,20 +168,17 @@ static enum MHD_Result pass_field(void *cls, enum MHD_ValueKind kind, const char
     (void)kind;
     hp->bytes += name_size + value_size + 4;
     hp->fields++;
+    bool single = head_screen_single_field(name, name_size);
     if (hp->unscreened) {
         hp->malformed |= !http1_name_ok(name, name_size) || (value != NULL && !http1_value_ok(value, value_size));
-        if (head_screen_single_field(name, name_size)) {
+        if (single)
             hp->malformed |= hp->seen_single || value == NULL || !head_screen_host_ok(value, value_size);
-            hp->seen_single = true;
-        }
     }
+    hp->seen_single |= single;
     if (value != NULL)
         pass_value(hp, name, name_size, value, value_size);
-    if (http1_name_is(name, name_size, "Transfer-Encoding")) {
-        hp->transfer_encoding = true;
-        if (value == NULL || !http1_name_is(value, value_size, "chunked"))
-            hp->unknown_coding = true;
-    }
+    if (http1_name_is(name, name_size, "Transfer-Encoding"))
+        transfer_coding_add(&hp->coding, value != NULL ? value : "", value != NULL ? value_size : 0);
     return MHD_YES;
 }
 
@@ -202,8 +199,33 @@ static void verdict(struct head_verdict *out, unsigned status, const char *error
     out->decision = decision;
 }
 
+/* The refusals RFC 9112 asks for of heads libmicrohttpd takes as they are (a problem body,
+ * problem.h): a body whose framing is not chunked last, or not understood (6.1, 6.3), and
+ * an HTTP/1.1 request without Host (3.2). True when one applies. */
+static bool refused_by_rfc9112(const struct head_pass *hp, const char *version, struct head_verdict *out)
+{
+    bool http_1_0 = strcmp(version, MHD_HTTP_VERSION_1_0) == 0;
+    switch (transfer_coding_verdict(&hp->coding, http_1_0)) {
+    case TRANSFER_CODING_BAD_FRAMING:
+        verdict(out, MHD_HTTP_BAD_REQUEST, "malformed_request", "malformed");
+        break;
+    case TRANSFER_CODING_UNSUPPORTED:
+        verdict(out, MHD_HTTP_NOT_IMPLEMENTED, "unsupported_transfer_coding", "malformed");
+        break;
+    case TRANSFER_CODING_NONE:
+    case TRANSFER_CODING_CHUNKED:
+        if (http_1_0 || hp->seen_single) /* the single field is Host */
+            return false;
+        verdict(out, MHD_HTTP_BAD_REQUEST, "malformed_request", "malformed");
+        break;
+    }
+    out->problem = true;
+    return true;
+}
+
 void request_head_check(const struct request_head *h, struct MHD_Connection *conn, const char *method,
-                        const char *raw_uri, int64_t max_body_bytes, struct head_verdict *out)
+                        const char *version, const char *raw_uri, int64_t max_body_bytes,
+                        struct head_verdict *out)
 {
     size_t method_len = strlen(method), uri_len = strlen(raw_uri);
     struct head_pass hp = { .bytes = uri_len + method_len, .unscreened = h->unscreened };
@@ -223,12 +245,18 @@ void request_head_check(const struct request_head *h, struct MHD_Connection *con
     int length_rc = hp.content_length != NULL
                         ? http1_content_length(hp.content_length, hp.content_length_len, &length)
                         : 0;
-    out->expects_body = length > 0 || hp.transfer_encoding;
-    if (hp.malformed || hp.conflicting_length || (hp.transfer_encoding && hp.content_length != NULL) ||
-        length_rc == -EINVAL)
+    bool coded = hp.coding.fields > 0;
+    out->expects_body = length > 0 || coded;
+    if (hp.malformed || hp.conflicting_length || (coded && hp.content_length != NULL) || length_rc == -EINVAL)
         verdict(out, MHD_HTTP_BAD_REQUEST, "malformed_request", "malformed");
-    else if (hp.unknown_coding)
-        verdict(out, MHD_HTTP_NOT_IMPLEMENTED, "unsupported_transfer_coding", "malformed");
+    else if (refused_by_rfc9112(&hp, version, out))
+        return;
     else if (length_rc == -ERANGE || length > max_body_bytes)
         verdict(out, MHD_HTTP_CONTENT_TOO_LARGE, "request_too_large", NULL);
+}
+
+struct MHD_Response *request_head_refusal(const struct head_verdict *hv, uint64_t *body_bytes)
+{
+    return hv->problem ? respond_problem(hv->status, hv->error_code, body_bytes)
+                       : respond_error(hv->error_code, body_bytes);
 }

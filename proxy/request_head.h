@@ -55,14 +55,22 @@ struct head_verdict {
     size_t fields;          /* the head's fields */
     size_t pool_bytes;      /* what the head takes of libmicrohttpd's pool */
     bool expects_body;      /* a Content-Length above 0, or chunked */
+    bool problem;           /* the refusal's body is a problem body (problem.h), not JSON */
 };
 
-/* Checks a head libmicrohttpd parsed (method is its request line, raw_uri the target as
- * sent): the method and the target, the size, one Host, Content-Length and
- * Transfer-Encoding (501 for a coding other than chunked, 413 past max_body_bytes), and
- * for a later head that libmicrohttpd parsed the bytes that were screened. */
+/* Checks a head libmicrohttpd parsed (method and version are its request line's, raw_uri
+ * the target as sent): the method and the target, the size, one Host, Content-Length,
+ * Host present in HTTP/1.1 and later (400, RFC 9112 3.2), Transfer-Encoding
+ * (transfer_coding.h: 400 unless chunked is the last coding and read as libmicrohttpd reads
+ * it, 501 for other codings before it), 413 past max_body_bytes, and for a later head that
+ * libmicrohttpd parsed the bytes that were screened. */
 void request_head_check(const struct request_head *h, struct MHD_Connection *conn, const char *method,
-                        const char *raw_uri, int64_t max_body_bytes, struct head_verdict *out);
+                        const char *version, const char *raw_uri, int64_t max_body_bytes,
+                        struct head_verdict *out);
+
+/* The answer to a refused head (hv->status != 0): a problem body or the JSON error, as
+ * hv says; its body's length in *body_bytes. NULL when memory runs out. */
+struct MHD_Response *request_head_refusal(const struct head_verdict *hv, uint64_t *body_bytes);
 
 /* Stops a wait still under way (the request ends). */
 void request_head_free(struct request_head *h);
