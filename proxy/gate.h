@@ -24,6 +24,8 @@
  * subjects before keyed users (memory_store_set_evict_first). */
 #define GATE_ANONYMOUS_PREFIX "ip:"
 
+struct ws_auth_key;
+
 struct gate_header {
     const char *name;
     size_t name_len;
@@ -39,6 +41,8 @@ struct gate_request {
     size_t n_headers;
     const struct sockaddr *peer;          /* the connection's peer; NULL when unknown */
     bool websocket;                       /* a WebSocket handshake (GET with Upgrade: websocket) */
+    const struct ws_auth_key *query_key;  /* the key_query parameter's key (ws_auth.h), taken out
+                                             of the target; NULL when key_query is off */
     const struct proxy_config *cfg;       /* key_header, anonymous_plan, forward_key, exempt_paths,
                                              path_case, trusted_proxies, underscores_in_headers,
                                              lease_ttl, on_store_error */
