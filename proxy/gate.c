@@ -129,7 +129,8 @@ enum gate_action gate_admit(const struct gate_request *req, const struct snapsho
     size_t key_len = 0;
     const char *key = presented_key(req, &key_len);
     /* the key may also come in the query or a subprotocol: one key wherever it comes */
-    if (ws_auth_presented_key(req, key, key_len, req->query_key, &key, &key_len) != 0)
+    if (ws_auth_presented_key(req->headers, req->n_headers, req->websocket, key, key_len, req->query_key, &key,
+                              &key_len) != 0)
         return refuse(out, 401, "invalid_api_key");
     if (key != NULL) {
         const struct tier_user *user = snapshot_find_key(snap, key, key_len);
@@ -280,7 +281,7 @@ int gate_upstream_headers(const struct gate_request *req, const struct gate_chec
             continue;
         if (key_header != NULL && field_name_equal_folded(name, len, key_header))
             continue;
-        int own_protocols = ws_auth_emit_protocols(req, i, sink); /* never the key's subprotocol */
+        int own_protocols = ws_auth_emit_protocols(req->headers, req->n_headers, i, sink); /* never the key's */
         if (own_protocols < 0)
             return -ENOMEM;
         if (own_protocols > 0)

@@ -229,30 +229,31 @@ static bool agree(const char **key, size_t *key_len, const char *other, size_t o
     return *key_len == other_len && memcmp(*key, other, other_len) == 0;
 }
 
-int ws_auth_presented_key(const struct gate_request *req, const char *header_key, size_t header_len,
-                          const struct ws_auth_key *query, const char **key, size_t *key_len)
+int ws_auth_presented_key(const struct gate_header *headers, size_t n_headers, bool websocket,
+                          const char *header_key, size_t header_len, const struct ws_auth_key *query,
+                          const char **key, size_t *key_len)
 {
     *key = header_key;
     *key_len = header_key != NULL ? header_len : 0;
     if (query != NULL && (query->conflict || !agree(key, key_len, query->key, query->len)))
         return 1;
-    if (!req->websocket)
+    if (!websocket)
         return 0;
     struct ws_auth_key offered;
-    ws_auth_protocol_key(req->headers, req->n_headers, &offered);
+    ws_auth_protocol_key(headers, n_headers, &offered);
     if (offered.conflict || !agree(key, key_len, offered.key, offered.len))
         return 1;
     return 0;
 }
 
-/* Whether any Sec-WebSocket-Protocol field of req holds an element of the proxy's; sets
- * *first to the first such field and *room to the bytes its list needs. */
-static bool holds_own_protocols(const struct gate_request *req, size_t *first, size_t *room)
+/* Whether any Sec-WebSocket-Protocol field holds an element of the proxy's; sets *first to
+ * the first such field and *room to the bytes its list needs. */
+static bool holds_own_protocols(const struct gate_header *headers, size_t n_headers, size_t *first, size_t *room)
 {
     bool own = false;
     *room = 0;
-    for (size_t i = req->n_headers; i-- > 0;) {
-        const struct gate_header *h = &req->headers[i];
+    for (size_t i = n_headers; i-- > 0;) {
+        const struct gate_header *h = &headers[i];
         if (!field_is(h, SUBPROTOCOL_FIELD))
             continue;
         *first = i;
@@ -265,11 +266,12 @@ static bool holds_own_protocols(const struct gate_request *req, size_t *first, s
     return own;
 }
 
-int ws_auth_emit_protocols(const struct gate_request *req, size_t i, const struct gate_header_sink *sink)
+int ws_auth_emit_protocols(const struct gate_header *headers, size_t n_headers, size_t i,
+                           const struct gate_header_sink *sink)
 {
-    const struct gate_header *h = &req->headers[i];
+    const struct gate_header *h = &headers[i];
     size_t first = 0, room = 0;
-    if (!field_is(h, SUBPROTOCOL_FIELD) || !holds_own_protocols(req, &first, &room))
+    if (!field_is(h, SUBPROTOCOL_FIELD) || !holds_own_protocols(headers, n_headers, &first, &room))
         return 0;
     if (i != first)
         return 1; /* folded into the first */
@@ -277,10 +279,10 @@ int ws_auth_emit_protocols(const struct gate_request *req, size_t i, const struc
     if (list == NULL)
         return -ENOMEM;
     size_t at = 0;
-    for (size_t j = first; j < req->n_headers; j++) {
-        if (!field_is(&req->headers[j], SUBPROTOCOL_FIELD))
+    for (size_t j = first; j < n_headers; j++) {
+        if (!field_is(&headers[j], SUBPROTOCOL_FIELD))
             continue;
-        const char *p = req->headers[j].value, *end = p + req->headers[j].value_len, *el;
+        const char *p = headers[j].value, *end = p + headers[j].value_len, *el;
         size_t len;
         while (next_element(&p, end, &el, &len)) {
             if (is_key_protocol(el, len) || is_marker(el, len))

@@ -23,7 +23,8 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-#include "proxy/gate.h"
+#include "proxy/header_field.h"
+#include "tiers/request_target.h"
 
 /* The longest key looked up; a longer one is invalid (keys are 51 characters). */
 #define WS_AUTH_KEY_MAX 256
@@ -59,15 +60,17 @@ void ws_auth_protocol_key(const struct gate_header *headers, size_t n_headers, s
 bool ws_auth_offered_marker(const struct gate_header *headers, size_t n_headers, const char **spelling,
                             size_t *spelling_len);
 
-/* The key the request presents, from the key header's (header_key, NULL when none), the
- * query's (query, NULL when key_query is off) and, for a handshake, the subprotocols'.
- * Returns 0 with *key / *key_len set (NULL: no key anywhere), or 1 when the places disagree
- * (an invalid key). *key may point into *query or into the header fields. */
-int ws_auth_presented_key(const struct gate_request *req, const char *header_key, size_t header_len,
-                          const struct ws_auth_key *query, const char **key, size_t *key_len);
+/* The key a request presents, from the key header's (header_key, NULL when none), the
+ * query's (query, NULL when key_query is off) and, for a handshake (websocket), the
+ * subprotocols' in headers. Returns 0 with *key / *key_len set (NULL: no key anywhere), or
+ * 1 when the places disagree (an invalid key). *key may point into *query or headers. */
+int ws_auth_presented_key(const struct gate_header *headers, size_t n_headers, bool websocket,
+                          const char *header_key, size_t header_len, const struct ws_auth_key *query,
+                          const char **key, size_t *key_len);
 
-/* Sec-WebSocket-Protocol field i of req, for the upstream: returns 0 when it goes as it is;
- * 1 when it was dealt with: the first such field of a list holding the proxy's elements is
+/* Field i of headers, for the upstream: returns 0 when it goes as it is; 1 when it was dealt
+ * with: the first Sec-WebSocket-Protocol field of a list holding the proxy's elements is
  * emitted without them (not at all when nothing is left), and the later ones are folded
  * into it; -ENOMEM. */
-int ws_auth_emit_protocols(const struct gate_request *req, size_t i, const struct gate_header_sink *sink);
+int ws_auth_emit_protocols(const struct gate_header *headers, size_t n_headers, size_t i,
+                           const struct gate_header_sink *sink);

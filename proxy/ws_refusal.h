@@ -13,7 +13,7 @@
 
 #include <microhttpd.h>
 
-#include "proxy/gate.h"
+#include "proxy/header_field.h"
 
 struct event_base;
 struct ws_refusal;
