@@ -281,10 +281,10 @@ int gate_upstream_headers(const struct gate_request *req, const struct gate_chec
             continue;
         if (key_header != NULL && field_name_equal_folded(name, len, key_header))
             continue;
-        int own_protocols = ws_auth_emit_protocols(req->headers, req->n_headers, i, sink); /* never the key's */
-        if (own_protocols < 0)
+        int rewritten = ws_auth_emit_field(req->headers, req->n_headers, i, cfg->key_query, sink); /* no key */
+        if (rewritten < 0)
             return -ENOMEM;
-        if (own_protocols > 0)
+        if (rewritten > 0)
             continue;
         if (underscored && (field_name_equal_folded(name, len, "X-Forwarded-For") ||
                             field_name_equal_folded(name, len, "X-Forwarded-Proto") ||

@@ -266,8 +266,8 @@ static bool holds_own_protocols(const struct gate_header *headers, size_t n_head
     return own;
 }
 
-int ws_auth_emit_protocols(const struct gate_header *headers, size_t n_headers, size_t i,
-                           const struct gate_header_sink *sink)
+static int emit_protocols(const struct gate_header *headers, size_t n_headers, size_t i,
+                          const struct gate_header_sink *sink)
 {
     const struct gate_header *h = &headers[i];
     size_t first = 0, room = 0;
@@ -299,4 +299,26 @@ int ws_auth_emit_protocols(const struct gate_header *headers, size_t n_headers, 
     if (at > 0 && sink->emit(sink->ctx, h->name, h->name_len, list, at) < 0)
         return -ENOMEM;
     return 1;
+}
+
+/* A Referer that names the key's parameter goes without it. */
+static int emit_referer(const struct gate_header *h, const char *key_query, const struct gate_header_sink *sink)
+{
+    if (key_query == NULL || memchr(h->value, '?', h->value_len) == NULL)
+        return 0;
+    char *copy = sink->alloc(sink->ctx, 2 * (h->value_len + 1));
+    if (copy == NULL)
+        return -ENOMEM;
+    memcpy(copy, h->value, h->value_len);
+    copy[h->value_len] = '\0'; /* a NUL inside ends the value here, as it ends it upstream */
+    char *stripped = ws_auth_query_strip(copy, key_query, copy + h->value_len + 1);
+    return sink->emit(sink->ctx, h->name, h->name_len, stripped, strlen(stripped)) < 0 ? -ENOMEM : 1;
+}
+
+int ws_auth_emit_field(const struct gate_header *headers, size_t n_headers, size_t i, const char *key_query,
+                       const struct gate_header_sink *sink)
+{
+    if (field_is(&headers[i], "Referer"))
+        return emit_referer(&headers[i], key_query, sink);
+    return emit_protocols(headers, n_headers, i, sink);
 }

@@ -71,6 +71,7 @@ int ws_auth_presented_key(const struct gate_header *headers, size_t n_headers, b
 /* Field i of headers, for the upstream: returns 0 when it goes as it is; 1 when it was dealt
  * with: the first Sec-WebSocket-Protocol field of a list holding the proxy's elements is
  * emitted without them (not at all when nothing is left), and the later ones are folded
- * into it; -ENOMEM. */
-int ws_auth_emit_protocols(const struct gate_header *headers, size_t n_headers, size_t i,
-                           const struct gate_header_sink *sink);
+ * into it; a Referer (a page whose address carries the key names it in the requests it
+ * makes) is emitted without the key_query parameter (key_query NULL: off); -ENOMEM. */
+int ws_auth_emit_field(const struct gate_header *headers, size_t n_headers, size_t i, const char *key_query,
+                       const struct gate_header_sink *sink);

@@ -108,8 +108,12 @@ def test_key_query_on_any_request(catalog, proxies, ws_upstream):
     r = p.get("/plain?a=1&api_key=%s&b=%%26" % key)
     assert r.status == 200, r
     assert json.loads(r.body)["path"] == "/plain?a=1&b=%26"
+    # a page whose address carries the key names it in the Referer of what it loads
+    r = p.get("/plain", headers=[("Referer", "%s/page?api_key=%s&c=3" % (p.url, key))], key=key)
+    assert r.status == 200, r
+    assert header(json.loads(r.body)["headers"], "Referer") == ["%s/page?c=3" % p.url]
     paths = [ln["path"] for ln in access_lines(p)]
-    assert paths == ["/plain", "/plain?a=1&b=%26"], paths
+    assert paths == ["/plain", "/plain?a=1&b=%26", "/plain"], paths
     assert_key_nowhere(p, ws_upstream, key)
 
 

@@ -161,7 +161,7 @@ static void emit_all(const struct gate_header *h, size_t n, struct sink_log *log
     struct gate_header_sink sink = { .emit = log_emit, .alloc = log_alloc, .ctx = log };
     memset(log, 0, sizeof(*log));
     for (size_t i = 0; i < n; i++) {
-        int rc = ws_auth_emit_protocols(h, n, i, &sink);
+        int rc = ws_auth_emit_field(h, n, i, "api_key", &sink);
         assert_true(rc >= 0);
         if (rc == 0)
             log_emit(log, h[i].name, h[i].name_len, h[i].value, h[i].value_len);
@@ -180,6 +180,11 @@ static void test_the_upstream_never_sees_the_proxys_subprotocols(void **state)
     struct gate_header ours[] = { H("Sec-WebSocket-Protocol", "tierproxy"), H("Sec-WebSocket-Protocol", "tierproxy.key.") };
     emit_all(ours, 2, &log);
     assert_int_equal(log.n, 0);
+    struct gate_header referer[] = { H("referer", "http://h/page?a=1&api_key=K#x"), H("Referer", "http://h/p") };
+    emit_all(referer, 2, &log);
+    assert_int_equal(log.n, 2);
+    assert_string_equal(log.lines[0], "referer: http://h/page?a=1");
+    assert_string_equal(log.lines[1], "Referer: http://h/p");
     struct gate_header theirs[] = { H("Sec-WebSocket-Protocol", " chat ,, x") };
     emit_all(theirs, 1, &log);
     assert_int_equal(log.n, 1);
