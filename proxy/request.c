@@ -422,10 +422,9 @@ static enum MHD_Result queue_pending(struct request *r)
         return MHD_NO;
     r->status = r->pending_status; /* a refusal closed with a code is logged as the refusal */
     unsigned status = r->pending_status;
-    if (r->ws_upgrade && r->ws == NULL && r->ws_refusal == NULL && r->ctx->cfg->ws_refusal_close) {
-        struct ws_refusal_env env = { r->ctx->base, r->ctx->kick_mhd, r->ctx->kick_ctx };
-        resp = ws_refusal_swap(&env, r->headers, r->n_headers, r->decision, &status, resp, &r->ws_refusal);
-    }
+    if (r->ws_upgrade && r->ws == NULL && r->ctx->cfg->ws_refusal_close) /* the proxy's own refusal */
+        resp = ws_refusal_swap(&(struct ws_refusal_env){ r->ctx->base, r->ctx->kick_mhd, r->ctx->kick_ctx },
+                               r->headers, r->n_headers, r->decision, &status, resp, &r->ws_refusal);
     enum MHD_Result ret = MHD_queue_response(r->conn, status, resp);
     MHD_destroy_response(resp);
     return ret;
@@ -832,15 +831,8 @@ static bool parse_target(struct request *r)
     size_t raw_len = strlen(r->raw_uri);
     size_t size = request_target_buffer_size(raw_len);
     char *out = scratch_alloc(&r->scratch, size);
-    if (out == NULL || request_target_parse(r->method, r->raw_uri, raw_len, out, size, &r->target) != 0)
-        return false;
-    const char *key_query = r->ctx->cfg->key_query; /* the key's parameter never goes upstream */
-    if (key_query == NULL)
-        return true;
-    if ((r->query_key = scratch_alloc(&r->scratch, sizeof(*r->query_key))) == NULL)
-        return false;
-    ws_auth_query_take(&r->target, key_query, r->query_key);
-    return true;
+    return out != NULL && request_target_parse(r->method, r->raw_uri, raw_len, out, size, &r->target) == 0 &&
+           ws_auth_query_take_into(&r->target, r->ctx->cfg->key_query, &r->scratch, &r->query_key) == 0;
 }
 
 /* upstream_max_inflight: takes r's place among the requests in flight to the upstream, at

@@ -127,6 +127,18 @@ void ws_auth_query_take(struct request_target *t, const char *name, struct ws_au
     ((char *)t->forward)[t->forward_len] = '\0';
 }
 
+int ws_auth_query_take_into(struct request_target *t, const char *name, struct scratch *scratch,
+                            struct ws_auth_key **out)
+{
+    if (name == NULL)
+        return 0;
+    *out = scratch_alloc(scratch, sizeof(**out));
+    if (*out == NULL)
+        return -ENOMEM;
+    ws_auth_query_take(t, name, *out);
+    return 0;
+}
+
 char *ws_auth_query_strip(const char *target, const char *name, char *out)
 {
     const char *mark = name != NULL ? strchr(target, '?') : NULL;

@@ -1,8 +1,9 @@
 /* Where a browser can put its API key, since page script cannot set Authorization on
  * `new WebSocket()` (SPEC "Clients as they are", Browser WebSockets):
  * - in the query parameter [auth] key_query (any request, not only handshakes: EventSource
- *   and <img> cannot set headers either), removed from the target the upstream receives
- *   and from the access log's path;
+ *   and <img> cannot set headers either), removed from the target the upstream receives,
+ *   from the access log's path and from a Referer (a page whose address carries the key
+ *   names it in every request it makes);
  * - in a WebSocket handshake's offered subprotocol "tierproxy.key.KEY"
  *   (Sec-WebSocket-Protocol), removed with an offered "tierproxy" from what the upstream
  *   sees; "tierproxy" is what the proxy selects in the client's 101 when the upstream
@@ -24,6 +25,7 @@
 #include <stddef.h>
 
 #include "proxy/header_field.h"
+#include "proxy/scratch.h"
 #include "tiers/request_target.h"
 
 /* The longest key looked up; a longer one is invalid (keys are 51 characters). */
@@ -47,6 +49,11 @@ struct ws_auth_key {
  * t->forward_len shrink; a query left empty loses its '?'), and records the first non-empty
  * value in *out. name NULL: nothing is taken. */
 void ws_auth_query_take(struct request_target *t, const char *name, struct ws_auth_key *out);
+
+/* The same for a request whose key_query is name (NULL: off, *out stays NULL): *out comes
+ * from scratch. Returns 0, or -ENOMEM. */
+int ws_auth_query_take_into(struct request_target *t, const char *name, struct scratch *scratch,
+                            struct ws_auth_key **out);
 
 /* Writes target (a raw request target, NUL-terminated) into out without the parameters
  * called name: out needs strlen(target) + 1 bytes. Returns out. */

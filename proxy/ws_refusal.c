@@ -156,7 +156,7 @@ struct MHD_Response *ws_refusal_swap(const struct ws_refusal_env *env, const str
                                      struct MHD_Response *resp, struct ws_refusal **out)
 {
     unsigned code = ws_refusal_close_code(*status);
-    if (code == 0 || resp == NULL)
+    if (code == 0 || resp == NULL || *out != NULL)
         return resp;
     struct ws_refusal *rf = calloc(1, sizeof(*rf));
     if (rf == NULL)

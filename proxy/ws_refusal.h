@@ -29,8 +29,9 @@ struct ws_refusal_env {
 unsigned ws_refusal_close_code(unsigned status);
 
 /* The answer to queue for a handshake (its fields: headers) refused with *status and resp,
- * decided as decision (the access log's): resp itself when the refusal has no close code or
- * the handshake cannot be completed (no Sec-WebSocket-Key); else a 101 that closes at once,
+ * decided as decision (the access log's): resp itself when the refusal has no close code,
+ * the handshake cannot be completed (no Sec-WebSocket-Key) or *out is already set; else a
+ * 101 that closes at once,
  * with *status set to 101, resp destroyed and *out set to the state the caller frees with
  * ws_refusal_free once libmicrohttpd is done with the connection. */
 struct MHD_Response *ws_refusal_swap(const struct ws_refusal_env *env, const struct gate_header *headers,
