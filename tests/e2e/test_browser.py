@@ -51,8 +51,11 @@ class Chromium:
         pages = []
 
         def page_listed():
-            with urllib.request.urlopen("http://127.0.0.1:%d/json/list" % port, timeout=5) as r:
-                pages[:] = [t for t in json.load(r) if t.get("type") == "page"]
+            try:
+                with urllib.request.urlopen("http://127.0.0.1:%d/json/list" % port, timeout=5) as r:
+                    pages[:] = [t for t in json.load(r) if t.get("type") == "page"]
+            except OSError:
+                return False
             return pages
         assert wait_until(page_listed, 10 * SLOW), "chromium shows no page target"
         self.ws = websocket.create_connection(pages[0]["webSocketDebuggerUrl"], timeout=60 * SLOW,
@@ -82,8 +85,14 @@ class Chromium:
 
     def open(self, url):
         self.call("Page.navigate", url=url)
-        assert wait_until(lambda: self.evaluate("window.pageReady === true && location.href") == url,
-                          20 * SLOW), "the page did not load: %s" % self.evaluate("document.body.innerText")
+
+        def loaded():
+            try:
+                return self.evaluate("window.pageReady === true && location.href") == url
+            except AssertionError:  # the old page's context went away under the call
+                return False
+        assert wait_until(loaded, 20 * SLOW), \
+            "the page did not load: %s" % self.evaluate("document.body && document.body.innerText")
 
     def close(self):
         if self.ws is not None:
