@@ -307,3 +307,20 @@ def test_ws_refusal_status_by_default_and_upstream_refusals_unchanged(catalog, p
     r = handshake(q.port, "/refuse/429", key=key)
     assert not isinstance(r, WS) and r.status == 429, r
     assert json.loads(r.body) == {"refused_by": "upstream"}
+
+
+@pytest.mark.parametrize("key,value,ok", [
+    ("key_query", "api_key", True), ("key_query", "", True), ("key_query", "?api_key", False),
+    ("key_query", "api key", False), ("ws_refusal", "close", True), ("ws_refusal", "status", True),
+    ("ws_refusal", "maybe", False),
+])
+def test_the_keys_are_checked(proxies, catalog, tmp_path, key, value, ok):
+    from test_config import config_with, run_check
+
+    def edit(ini):
+        ini["auth"][key] = value
+    path = config_with(proxies, catalog, tmp_path, "auth.ini", edit)
+    cp, out = run_check(path)
+    assert cp.returncode == (0 if ok else 1), out
+    if not ok:
+        assert key in out and value in out and "auth.ini:" in out, out
