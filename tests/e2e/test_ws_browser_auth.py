@@ -112,6 +112,8 @@ def test_key_query_on_any_request(catalog, proxies, ws_upstream):
     r = p.get("/plain", headers=[("Referer", "%s/page?api_key=%s&c=3" % (p.url, key))], key=key)
     assert r.status == 200, r
     assert header(json.loads(r.body)["headers"], "Referer") == ["%s/page?c=3" % p.url]
+    # a line is written once its answer is out: wait for the third
+    assert wait_until(lambda: len(p.access_log_lines()) >= 3, 5 * SLOW)
     paths = [ln["path"] for ln in access_lines(p)]
     assert paths == ["/plain", "/plain?a=1&b=%26", "/plain"], paths
     assert_key_nowhere(p, ws_upstream, key)
