@@ -35,11 +35,13 @@ class Chromium:
         self.profile = pathlib.Path(tmpdir) / "chromium-profile"
         self.profile.mkdir()
         self.log = open(pathlib.Path(tmpdir) / "chromium.log", "wb")
-        # --no-sandbox: the suite runs as root; the sandbox is the browser's, not under test
+        # --no-sandbox: the suite runs as root; the sandbox is the browser's, not under test.
+        # --disable-dev-shm-usage: a chroot or container may have a small or no /dev/shm.
         self.proc = subprocess.Popen(
             [exe, "--headless=new", "--no-sandbox", "--disable-gpu", "--no-first-run",
              "--no-default-browser-check", "--disable-extensions", "--disable-background-networking",
-             "--disable-component-update", "--remote-debugging-port=0", "--remote-allow-origins=*",
+             "--disable-component-update", "--disable-dev-shm-usage",
+             "--remote-debugging-port=0", "--remote-allow-origins=*",
              "--user-data-dir=%s" % self.profile, "about:blank"],
             stdout=subprocess.DEVNULL, stderr=self.log, stdin=subprocess.DEVNULL, start_new_session=True)
         self.ws = None
