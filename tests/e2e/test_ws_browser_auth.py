@@ -6,8 +6,6 @@ proxy's own 101 and a close code (4401, 4429 "retry after S", 4503) that script 
 test_browser.py drives the same through a real Chromium."""
 import json
 import re
-import socket
-import time
 
 import pytest
 
