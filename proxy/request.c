@@ -421,11 +421,11 @@ static enum MHD_Result queue_pending(struct request *r)
     if (resp == NULL)
         return MHD_NO;
     r->status = r->pending_status; /* a refusal closed with a code is logged as the refusal */
-    unsigned status = r->pending_status;
-    if (r->ws_upgrade && r->ws == NULL && r->ctx->cfg->ws_refusal_close) /* the proxy's own refusal */
-        resp = ws_refusal_swap(&(struct ws_refusal_env){ r->ctx->base, r->ctx->kick_mhd, r->ctx->kick_ctx },
-                               r->headers, r->n_headers, r->decision, &status, resp, &r->ws_refusal);
-    enum MHD_Result ret = MHD_queue_response(r->conn, status, resp);
+    enum MHD_Result ret =
+        r->ws_upgrade && r->ws == NULL && r->ctx->cfg->ws_refusal_close /* the proxy's own refusal */
+            ? ws_refusal_queue(&(struct ws_refusal_env){ r->ctx->base, r->ctx->kick_mhd, r->ctx->kick_ctx }, r->conn,
+                               r->headers, r->n_headers, r->decision, r->pending_status, resp, &r->ws_refusal)
+            : MHD_queue_response(r->conn, r->pending_status, resp);
     MHD_destroy_response(resp);
     return ret;
 }

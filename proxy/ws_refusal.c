@@ -151,28 +151,29 @@ static struct MHD_Response *switching_response(struct ws_refusal *rf, const stru
     return resp;
 }
 
-struct MHD_Response *ws_refusal_swap(const struct ws_refusal_env *env, const struct gate_header *headers,
-                                     size_t n_headers, const char *decision, unsigned *status,
-                                     struct MHD_Response *resp, struct ws_refusal **out)
+enum MHD_Result ws_refusal_queue(const struct ws_refusal_env *env, struct MHD_Connection *conn,
+                                 const struct gate_header *headers, size_t n_headers, const char *decision,
+                                 unsigned status, struct MHD_Response *resp, struct ws_refusal **out)
 {
-    unsigned code = ws_refusal_close_code(*status);
-    if (code == 0 || resp == NULL || *out != NULL)
-        return resp;
-    struct ws_refusal *rf = calloc(1, sizeof(*rf));
-    if (rf == NULL)
-        return resp;
-    rf->env = *env;
-    rf->code = (uint16_t)code;
-    set_reason(rf, decision, MHD_get_response_header(resp, MHD_HTTP_HEADER_RETRY_AFTER));
-    struct MHD_Response *switching = switching_response(rf, headers, n_headers);
-    if (switching == NULL) {
+    unsigned code = ws_refusal_close_code(status);
+    struct ws_refusal *rf = code != 0 && resp != NULL && *out == NULL ? calloc(1, sizeof(*rf)) : NULL;
+    if (rf != NULL) {
+        rf->env = *env;
+        rf->code = (uint16_t)code;
+        set_reason(rf, decision, MHD_get_response_header(resp, MHD_HTTP_HEADER_RETRY_AFTER));
+        struct MHD_Response *switching = switching_response(rf, headers, n_headers);
+        /* libmicrohttpd upgrades HTTP/1.1 only: an HTTP/1.0 handshake keeps its status */
+        enum MHD_Result ret = switching != NULL ? MHD_queue_response(conn, MHD_HTTP_SWITCHING_PROTOCOLS, switching)
+                                                : MHD_NO;
+        if (switching != NULL)
+            MHD_destroy_response(switching);
+        if (ret == MHD_YES) {
+            *out = rf;
+            return ret;
+        }
         free(rf);
-        return resp;
     }
-    MHD_destroy_response(resp);
-    *status = MHD_HTTP_SWITCHING_PROTOCOLS;
-    *out = rf;
-    return switching;
+    return MHD_queue_response(conn, status, resp);
 }
 
 void ws_refusal_free(struct ws_refusal *rf)

@@ -28,15 +28,15 @@ struct ws_refusal_env {
  * status is answered as it is). */
 unsigned ws_refusal_close_code(unsigned status);
 
-/* The answer to queue for a handshake (its fields: headers) refused with *status and resp,
- * decided as decision (the access log's): resp itself when the refusal has no close code,
- * the handshake cannot be completed (no Sec-WebSocket-Key) or *out is already set; else a
- * 101 that closes at once,
- * with *status set to 101, resp destroyed and *out set to the state the caller frees with
- * ws_refusal_free once libmicrohttpd is done with the connection. */
-struct MHD_Response *ws_refusal_swap(const struct ws_refusal_env *env, const struct gate_header *headers,
-                                     size_t n_headers, const char *decision, unsigned *status,
-                                     struct MHD_Response *resp, struct ws_refusal **out);
+/* Queues the answer to a handshake (its fields: headers) refused with status and resp,
+ * decided as decision (the access log's): a 101 that closes at once when the refusal has a
+ * close code, setting *out to the state the caller frees with ws_refusal_free once
+ * libmicrohttpd is done with the connection; else (no close code, *out already set, no
+ * Sec-WebSocket-Key, an HTTP/1.0 handshake libmicrohttpd does not upgrade) resp itself.
+ * Does not take resp. Returns what MHD_queue_response returned. */
+enum MHD_Result ws_refusal_queue(const struct ws_refusal_env *env, struct MHD_Connection *conn,
+                                 const struct gate_header *headers, size_t n_headers, const char *decision,
+                                 unsigned status, struct MHD_Response *resp, struct ws_refusal **out);
 
 /* The upstream's 101 to a handshake (its fields: headers) selects the client's offered
  * "tierproxy" when the upstream selected no subprotocol (ws_auth.h). */

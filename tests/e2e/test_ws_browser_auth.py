@@ -307,6 +307,13 @@ def test_ws_refusal_status_by_default_and_upstream_refusals_unchanged(catalog, p
     r = handshake(q.port, "/refuse/429", key=key)
     assert not isinstance(r, WS) and r.status == 429, r
     assert json.loads(r.body) == {"refused_by": "upstream"}
+    # a handshake that cannot be completed keeps its status: no Sec-WebSocket-Key, HTTP/1.0
+    # (which libmicrohttpd never upgrades)
+    upgrade = b"Host: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Version: 13\r\n"
+    for head in (b"GET /ws HTTP/1.1\r\n" + upgrade,
+                 b"GET /ws HTTP/1.0\r\n" + upgrade + b"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"):
+        raw = raw_exchange(q.port, head + b"\r\n")
+        assert raw.startswith(b"HTTP/1.1 401") and b"missing_api_key" in raw, (head, raw[:300])
 
 
 @pytest.mark.parametrize("key,value,ok", [
