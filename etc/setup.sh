@@ -27,10 +27,12 @@ build_pkgs=(gcc libc6-dev meson ninja-build pkg-config libmicrohttpd-dev libcurl
 #   procps                    /bin/kill: etc/tierproxy.service's ExecReload, which
 #                             systemd-analyze verify checks (a minimal Debian lacks it)
 #   man-db                    man: test_day2_install.py renders and finds the man pages
+#   chromium                  test_browser.py: a real browser's WebSockets through the proxy
+#                             (headless, driven over DevTools with python3-websocket)
 # A test whose program is missing fails naming the package (tests/e2e/conftest.py:
 # require_program), so add a program here when a test starts using it.
 test_pkgs=(python3 python3-pytest python3-requests python3-websocket redis-server redis-tools
-           wrk systemd procps valgrind curl iproute2 openssl man-db)
+           wrk systemd procps valgrind curl iproute2 openssl man-db chromium)
 bench_pkgs=(wrk nginx haproxy libnginx-mod-http-lua lua-nginx-redis redis-tools curl)
 fuzz_pkgs=(clang libclang-rt-14-dev)
 

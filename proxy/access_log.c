@@ -12,6 +12,7 @@
 
 #include "proxy/log.h"
 #include "proxy/log_throttle.h"
+#include "proxy/ws_auth.h"
 #include "store/clock.h"
 
 /* user (CATALOG_USER_ID_MAX), limit type and id, with room to spare */
@@ -113,6 +114,19 @@ static json_t *path_json(const char *path)
     return s != NULL ? s : json_null();
 }
 
+/* The path without the key's query parameter (ws_auth.h): never a key in the log. */
+static json_t *logged_path(const char *path, const char *key_query)
+{
+    if (key_query == NULL || strchr(path, '?') == NULL)
+        return path_json(path);
+    char *stripped = malloc(strlen(path) + 1);
+    if (stripped == NULL)
+        return json_null();
+    json_t *s = path_json(ws_auth_query_strip(path, key_query, stripped));
+    free(stripped);
+    return s;
+}
+
 void access_log_write(struct access_log *log, const struct access_entry *e)
 {
     if (log == NULL)
@@ -125,7 +139,7 @@ void access_log_write(struct access_log *log, const struct access_entry *e)
     json_object_set_new(o, "time", json_string(when));
     json_object_set_new(o, "client", str_or_null(e->client));
     json_object_set_new(o, "method", str_or_null(e->method));
-    json_object_set_new(o, "path", e->path != NULL ? path_json(e->path) : json_null());
+    json_object_set_new(o, "path", e->path != NULL ? logged_path(e->path, e->path_key_query) : json_null());
     json_object_set_new(o, "status", json_integer(e->status));
     json_object_set_new(o, "user", str_or_null(e->user));
     json_object_set_new(o, "plan", str_or_null(e->plan));

@@ -20,6 +20,7 @@ struct access_entry {
     const char *client;
     const char *method;
     const char *path;            /* raw path and query */
+    const char *path_key_query;  /* [auth] key_query: the parameter logged without (NULL: off) */
     unsigned status;
     const char *user;            /* NULL when unauthenticated */
     const char *plan;

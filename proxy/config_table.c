@@ -30,6 +30,7 @@ static const struct word store_error_words[] = {
     {NULL, 0}};
 static const struct word path_case_words[] = {{"insensitive", 1}, {"sensitive", 0}, {NULL, 0}};
 static const struct word underscore_words[] = {{"forward", 1}, {"drop", 0}, {NULL, 0}};
+static const struct word ws_refusal_words[] = {{"close", 1}, {"status", 0}, {NULL, 0}};
 static const struct word store_words[] = {
     {"memory", STORE_MEMORY}, {"redis", STORE_REDIS}, {NULL, 0}};
 static const struct word follow_words[] = {{"none", 0}, {"redis", 1}, {NULL, 0}};
@@ -77,6 +78,10 @@ const struct directive config_directives[] = {
      NULL, "a plan name or empty"},
     {"auth", "forward_key", D_BOOL, OFF(forward_key), 0, 0, 0, bool_words, 0, "no", NULL,
      "yes or no"},
+    {"auth", "key_query", D_TOKEN, OFF(key_query), 0, 0, 0, NULL, F_EMPTY_NULL, "", NULL,
+     "a query parameter name, or empty for off"},
+    {"auth", "ws_refusal", D_BOOL, OFF(ws_refusal_close), 0, 0, 0, ws_refusal_words, 0, "status", NULL,
+     "status or close"},
     {"plans", "db", D_STRING, OFF(db), 0, 0, 0, NULL, F_RESTART, "plans.db", "--db", "a file path"},
     {"plans", "refresh_ms", D_INT64, OFF(refresh_ms), 0, 1, MAX_TIMEOUT_MS, NULL, F_RESTART, "1000",
      NULL, NULL},
@@ -525,7 +530,9 @@ int config_directive_set(const struct directive *d, struct proxy_config *cfg, co
         break;
     }
     case D_TOKEN:
-        if (!token_ok(v))
+        if (*v == '\0' && (d->flags & F_EMPTY_NULL))
+            r = replace_string(field, NULL);
+        else if (!token_ok(v))
             why_got(why, whylen, d->expect, v);
         else
             r = replace_string(field, v);

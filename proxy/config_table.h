@@ -33,7 +33,8 @@ enum dtype {
     D_SHARE,      /* double, a share: 0 < x <= 1 */
 };
 
-/* D_STRING and D_HOSTPORT: an empty value means NULL (off). Without it, empty is an error. */
+/* D_STRING, D_TOKEN and D_HOSTPORT: an empty value means NULL (off). Without it, empty is
+ * an error. */
 #define F_EMPTY_NULL 1u
 /* D_STRING: an empty value is kept as "". */
 #define F_EMPTY_OK 2u

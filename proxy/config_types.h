@@ -40,6 +40,9 @@ struct proxy_config {
     char *key_header;              /* "Authorization" */
     char *anonymous_plan;          /* NULL when keyless requests get 401 */
     bool forward_key;
+    char *key_query;               /* the query parameter that may carry the key; NULL = off */
+    bool ws_refusal_close;         /* ws_refusal = close: a refused handshake gets a 101 and a
+                                      close code (ws_refusal.h); status (false) answers 401/429/503 */
     /* [plans] */
     char *db;
     int64_t refresh_ms;

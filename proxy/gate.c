@@ -9,6 +9,7 @@
 #include "proxy/http1.h"
 #include "proxy/netaddr.h"
 #include "proxy/ratelimit_headers.h"
+#include "proxy/ws_auth.h"
 #include "tiers/plan_rules.h"
 
 static bool name_is(const struct gate_header *h, const char *name)
@@ -127,6 +128,10 @@ enum gate_action gate_admit(const struct gate_request *req, const struct snapsho
     struct gate_check *c = &out->check;
     size_t key_len = 0;
     const char *key = presented_key(req, &key_len);
+    /* the key may also come in the query or a subprotocol: one key wherever it comes */
+    if (ws_auth_presented_key(req->headers, req->n_headers, req->websocket, key, key_len, req->query_key, &key,
+                              &key_len) != 0)
+        return refuse(out, 401, "invalid_api_key");
     if (key != NULL) {
         const struct tier_user *user = snapshot_find_key(snap, key, key_len);
         if (user == NULL)
@@ -275,6 +280,11 @@ int gate_upstream_headers(const struct gate_request *req, const struct gate_chec
         if (field_name_has_prefix_folded(name, len, "X-Tier-"))
             continue;
         if (key_header != NULL && field_name_equal_folded(name, len, key_header))
+            continue;
+        int rewritten = ws_auth_emit_field(req->headers, req->n_headers, i, cfg->key_query, sink); /* no key */
+        if (rewritten < 0)
+            return -ENOMEM;
+        if (rewritten > 0)
             continue;
         if (underscored && (field_name_equal_folded(name, len, "X-Forwarded-For") ||
                             field_name_equal_folded(name, len, "X-Forwarded-Proto") ||

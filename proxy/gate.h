@@ -14,22 +14,17 @@
 #include <sys/socket.h>
 
 #include "proxy/config.h"
+#include "proxy/header_field.h"
 #include "proxy/metrics.h"
 #include "store/limiter.h"
 #include "tiers/request_target.h"
 #include "tiers/snapshot.h"
 
-/* One header field as the client sent it; value "" when it had none. Neither needs a NUL. */
 /* The limiter subject of a keyless client begins with this: the memory store forgets such
  * subjects before keyed users (memory_store_set_evict_first). */
 #define GATE_ANONYMOUS_PREFIX "ip:"
 
-struct gate_header {
-    const char *name;
-    size_t name_len;
-    const char *value;
-    size_t value_len;
-};
+struct ws_auth_key;
 
 /* The request model. Everything it points to outlives the gate's answers. */
 struct gate_request {
@@ -39,6 +34,8 @@ struct gate_request {
     size_t n_headers;
     const struct sockaddr *peer;          /* the connection's peer; NULL when unknown */
     bool websocket;                       /* a WebSocket handshake (GET with Upgrade: websocket) */
+    const struct ws_auth_key *query_key;  /* the key_query parameter's key (ws_auth.h), taken out
+                                             of the target; NULL when key_query is off */
     const struct proxy_config *cfg;       /* key_header, anonymous_plan, forward_key, exempt_paths,
                                              path_case, trusted_proxies, underscores_in_headers,
                                              lease_ttl, on_store_error */
@@ -78,8 +75,9 @@ struct gate_admission {
     struct gate_check check;      /* GATE_UNLIMITED and GATE_CHECK */
 };
 
-/* Step 1, before the store: exempt paths, then the key (or the anonymous plan per client
- * address), then the plan's rules for this method and path. snap may be NULL (no catalog
+/* Step 1, before the store: exempt paths, then the key (from key_header, the key_query
+ * parameter or a handshake's subprotocol, the same wherever it comes: ws_auth.h; or the
+ * anonymous plan per client address), then the plan's rules for this method and path. snap may be NULL (no catalog
  * loaded yet): only exempt paths pass then. Fills *out and returns out->action. */
 enum gate_action gate_admit(const struct gate_request *req, const struct snapshot *snap,
                             struct gate_admission *out);
@@ -118,18 +116,10 @@ void gate_verdict(const struct gate_check *check, bool websocket, const struct l
  * trusted (the left-most when all are). "" when the peer is unknown. */
 void gate_client_address(const struct gate_request *req, char *buf, size_t buflen);
 
-/* Where the upstream header list goes: emit gets each field in order (name and value are
- * not NUL-terminated); alloc gives memory that lives as long as the list is used. Both
- * return 0 / non-NULL, or the build stops with -ENOMEM. */
-struct gate_header_sink {
-    int (*emit)(void *ctx, const char *name, size_t name_len, const char *value, size_t value_len);
-    void *(*alloc)(void *ctx, size_t n);
-    void *ctx;
-};
-
 /* What the upstream receives (SPEC "What the upstream receives"): the client's fields in
  * order minus hop-by-hop ones (and those Connection names), Content-Length and Expect
- * (the proxy frames the body itself), the key unless forward_key, every X-Tier-* field and
+ * (the proxy frames the body itself), the key unless forward_key, the proxy's own
+ * subprotocols (a key's, and "tierproxy": ws_auth.h), every X-Tier-* field and
  * the X-Forwarded-* fields of an untrusted peer; underscored names dropped unless
  * underscores_in_headers = forward, and then never one that spells a header the proxy sets,
  * strips or trusts; Host replaced by an absolute-form target's authority. Then

@@ -145,6 +145,7 @@ static void account_refusal(struct intake *in, const struct sockaddr_storage *ad
         copy_text(path, sizeof(path), hs->target, hs->target_len);
         e.method = method;
         e.path = path;
+        e.path_key_query = in->hooks.key_query != NULL ? in->hooks.key_query(in->hooks.ctx) : NULL;
     }
     access_log_write(in->access_log, &e);
 }

@@ -21,6 +21,8 @@ struct intake_hooks {
     void (*hand_over)(void *ctx, int fd, const struct sockaddr *addr, socklen_t addrlen);
     /* A waiting connection closed: there is room for another. */
     void (*closed)(void *ctx);
+    /* [auth] key_query as configured now: a refused head's path is logged without it. */
+    const char *(*key_query)(void *ctx);
     void *ctx;
 };
 

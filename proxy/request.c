@@ -23,6 +23,8 @@
 #include "proxy/scratch.h"
 #include "proxy/upstream_cap.h"
 #include "proxy/websocket.h"
+#include "proxy/ws_auth.h"
+#include "proxy/ws_refusal.h"
 #include "store/clock.h"
 #include "store/limiter.h"
 #include "tiers/request_target.h"
@@ -63,6 +65,7 @@ struct request {
     char *raw_uri;                /* exactly as the client sent it: path and query (scratch) */
     size_t head_bytes;            /* what the request head takes of MHD's connection pool */
     struct request_target target; /* raw_uri normalised: what is matched and forwarded */
+    struct ws_auth_key *query_key; /* taken out of target (key_query); NULL when off (scratch) */
     struct gate_header *headers;  /* every field in order (the array in scratch, the bytes MHD's) */
     size_t n_headers;
     const char *method;           /* owned by MHD, valid until completion */
@@ -105,6 +108,7 @@ struct request {
     bool forwarded;               /* up was started (forward.c's) */
     struct upstream up;
     struct ws_tunnel *ws;         /* a WebSocket handshake's tunnel (websocket.c's) */
+    struct ws_refusal *ws_refusal; /* a refused handshake closed with a code (ws_refusal.h) */
     struct raw_response *raw;     /* the response written without MHD (a head too big for it) */
 
     /* for the access log and metrics */
@@ -300,6 +304,7 @@ static void request_unref(struct request *r)
     client_watch_stop(&r->watch);
     request_head_free(&r->head);
     ws_free(r->ws);
+    ws_refusal_free(r->ws_refusal);
     raw_response_free(r->raw);
     upstream_release(&r->up);
     if (r->pending != NULL)
@@ -415,8 +420,12 @@ static enum MHD_Result queue_pending(struct request *r)
     r->phase = PHASE_RESPONDING;
     if (resp == NULL)
         return MHD_NO;
-    r->status = r->pending_status;
-    enum MHD_Result ret = MHD_queue_response(r->conn, r->pending_status, resp);
+    r->status = r->pending_status; /* a refusal closed with a code is logged as the refusal */
+    enum MHD_Result ret =
+        r->ws_upgrade && r->ws == NULL && r->ctx->cfg->ws_refusal_close /* the proxy's own refusal */
+            ? ws_refusal_queue(&(struct ws_refusal_env){ r->ctx->base, r->ctx->kick_mhd, r->ctx->kick_ctx }, r->conn,
+                               r->headers, r->n_headers, r->decision, r->pending_status, resp, &r->ws_refusal)
+            : MHD_queue_response(r->conn, r->pending_status, resp);
     MHD_destroy_response(resp);
     return ret;
 }
@@ -479,6 +488,7 @@ static void request_model(const struct request *r, struct gate_request *out)
         .n_headers = r->n_headers,
         .peer = ci != NULL ? ci->client_addr : NULL,
         .websocket = r->ws_upgrade,
+        .query_key = r->query_key,
         .cfg = r->ctx->cfg,
     };
 }
@@ -669,6 +679,7 @@ static void on_ws_switching(void *owner, struct MHD_Response *resp)
     /* The method and the header fields are libmicrohttpd's, in the connection's pool, which
      * the tunnel gives back (pool_trim_upgraded); the access line at its end still names the
      * method, and only a GET is upgraded (ws_is_upgrade). */
+    ws_select_marker(resp, r->headers, r->n_headers);
     r->method = "GET";
     r->headers = NULL;
     r->n_headers = 0;
@@ -820,7 +831,8 @@ static bool parse_target(struct request *r)
     size_t raw_len = strlen(r->raw_uri);
     size_t size = request_target_buffer_size(raw_len);
     char *out = scratch_alloc(&r->scratch, size);
-    return out != NULL && request_target_parse(r->method, r->raw_uri, raw_len, out, size, &r->target) == 0;
+    return out != NULL && request_target_parse(r->method, r->raw_uri, raw_len, out, size, &r->target) == 0 &&
+           ws_auth_query_take_into(&r->target, r->ctx->cfg->key_query, &r->scratch, &r->query_key) == 0;
 }
 
 /* upstream_max_inflight: takes r's place among the requests in flight to the upstream, at
@@ -1032,6 +1044,7 @@ static void count_and_log(struct request *r)
         .client = client,
         .method = r->method,
         .path = r->raw_uri,
+        .path_key_query = ctx->cfg->key_query,
         .status = r->status,
         .user = r->plan != NULL ? r->user_id : NULL,
         .plan = plan,

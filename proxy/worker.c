@@ -174,6 +174,12 @@ static void accept_connections(struct worker *w)
 
 static void connection_closed(void *arg);
 
+static const char *current_key_query(void *arg)
+{
+    const struct worker *w = arg;
+    return w->cfg->key_query;
+}
+
 /* A client connection whose first head has passed the intake goes to MHD. */
 static void hand_to_mhd(void *arg, int fd, const struct sockaddr *addr, socklen_t addrlen)
 {
@@ -398,7 +404,8 @@ int worker_init(struct worker *w, int index, const struct proxy_shared *shared, 
         return -ENOMEM;
     }
 
-    struct intake_hooks intake_hooks = { .hand_over = hand_to_mhd, .closed = connection_closed, .ctx = w };
+    struct intake_hooks intake_hooks = { .hand_over = hand_to_mhd, .closed = connection_closed,
+                                         .key_query = current_key_query, .ctx = w };
     w->intake = intake_create(w->base, w->metrics, shared->access_log, &intake_hooks);
     char resolve_err[256] = "";
     struct ws_context_params ws_params = {

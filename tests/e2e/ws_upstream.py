@@ -19,6 +19,7 @@ HTTP endpoints (any method):
                       open until the last chunk is written or the proxy closes the connection
   /__stats            JSON, see Stats.snapshot()
   /__reset            forgets every counter
+  /page/<name>.html   the file tests/e2e/<name>.html, as text/html (the browser test's page)
   anything else       the echo: JSON {method, path, headers}
 WebSocket (any path, with Upgrade: websocket):
   /refuse/<status>    answers that status with a JSON body instead of 101
@@ -27,6 +28,8 @@ WebSocket (any path, with Upgrade: websocket):
   .../deflate...      (a segment anywhere in the path) answers 101 with
                       "Sec-WebSocket-Extensions: permessage-deflate"; frames echo with
                       their RSV bits as they came
+  .../proto...        (a segment anywhere in the path) answers 101 selecting the first
+                      subprotocol offered (Sec-WebSocket-Protocol); elsewhere none is selected
   any other path      answers 101, then
   - echoes every data frame (text, binary, continuation) as a frame with the same FIN bit,
     opcode and payload, so fragmentation comes back as sent;
@@ -42,6 +45,8 @@ import asyncio
 import base64
 import hashlib
 import json
+import os
+import re
 import socket
 import struct
 import sys
@@ -68,6 +73,7 @@ class Stats:
         self.ws_handshakes = []   # header lists of the last 100 upgrade requests
         self.ws_conns = {}        # user -> upgrade requests whose connection is still open
                                   # (from the request, also while its 101 is delayed)
+        self.requests = []        # {"method", "target", "headers"} of the last 200 requests
 
     @staticmethod
     def add(d, user, n):
@@ -175,6 +181,9 @@ async def handle(reader, writer):
                 return
             method, target, headers = req
             user = hget(headers, "X-Tier-User") or "-"
+            if not target.startswith("/__"):
+                STATS.requests.append({"method": method, "target": target, "headers": headers})
+                del STATS.requests[:-200]
             if "websocket" in (hget(headers, "Upgrade") or "").lower():
                 await websocket(reader, writer, headers, user, target)
                 return
@@ -188,6 +197,9 @@ async def handle(reader, writer):
             elif parts[0] == "__reset":
                 STATS.reset()
                 writer.write(http_answer(200, b"{}"))
+            elif parts[0] == "page" and len(parts) == 2 and re.fullmatch(r"[a-z_]+\.html", parts[1]):
+                with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), parts[1]), "rb") as f:
+                    writer.write(http_answer(200, f.read(), "text/html; charset=utf-8"))
             elif parts[0] == "slow" and len(parts) == 2:
                 STATS.open_add(user, 1)
                 v = Stats.add(STATS.http_inflight, user, 1)
@@ -263,15 +275,18 @@ async def websocket(reader, writer, headers, user, target):
         return
     Stats.add(STATS.ws_conns, user, 1)
     try:
-        await websocket_accepted(reader, writer, user, parts, accept)
+        await websocket_accepted(reader, writer, user, parts, accept, headers)
     finally:
         Stats.add(STATS.ws_conns, user, -1)
 
 
-async def websocket_accepted(reader, writer, user, parts, accept):
+async def websocket_accepted(reader, writer, user, parts, accept, headers):
     if "delay101" in parts[:-1]:
         await asyncio.sleep(int(parts[parts.index("delay101") + 1]) / 1000.0)
     extensions = "Sec-WebSocket-Extensions: permessage-deflate\r\n" if "deflate" in parts else ""
+    offered = [p.strip() for p in (hget(headers, "Sec-WebSocket-Protocol") or "").split(",") if p.strip()]
+    if "proto" in parts and offered:
+        extensions += "Sec-WebSocket-Protocol: %s\r\n" % offered[0]
     writer.write(("HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\n"
                   "Connection: Upgrade\r\nSec-WebSocket-Accept: %s\r\n%s\r\n"
                   % (accept, extensions)).encode()

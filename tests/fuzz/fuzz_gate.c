@@ -5,7 +5,9 @@
  * what it checks names a subject and at most LIMITER_MAX_RULES rules; the upstream gets no
  * hop-by-hop field (but a handshake's Connection/Upgrade), no client X-Tier-* field, no key
  * unless forward_key, no underscored name unless they are forwarded, and exactly one
- * X-Forwarded-For, which ends with the peer.
+ * X-Forwarded-For, which ends with the peer. The key_query parameter (api_key) is taken out
+ * of the target whole, and no Sec-WebSocket-Protocol or Referer the upstream gets carries a
+ * key (ws_auth.h).
  *
  * Input: 1 byte of switches (bit 0 method POST/GET, 1 key_header X-Api-Key, 2 anonymous
  * plan, 3 forward_key, 4 underscores forward, 5 peer trusted, 6 path_case insensitive,
@@ -22,6 +24,7 @@
 #include "proxy/gate.h"
 #include "proxy/http1.h"
 #include "proxy/netaddr.h"
+#include "proxy/ws_auth.h"
 #include "store/catalog.h"
 #include "tiers/apikey.h"
 #include "tiers/snapshot.h"
@@ -92,8 +95,6 @@ struct seen {
 static int check_field(void *ctx, const char *name, size_t name_len, const char *value, size_t value_len)
 {
     struct seen *s = ctx;
-    (void)value;
-    (void)value_len;
     bool upgrade_pair = s->websocket && (field_name_equal_folded(name, name_len, "Connection") ||
                                          field_name_equal_folded(name, name_len, "Upgrade"));
     CHECK(upgrade_pair || !http1_is_hop_by_hop(name, name_len));
@@ -105,6 +106,19 @@ static int check_field(void *ctx, const char *name, size_t name_len, const char 
         CHECK(!field_name_has_prefix_folded(name, name_len, "X-Tier-"));
     CHECK(s->cfg->forward_key || !field_name_equal_folded(name, name_len, s->cfg->key_header));
     CHECK(s->cfg->underscores_forward || !field_name_has_underscore(name, name_len));
+    struct gate_header field = { name, name_len, value, value_len };
+    struct ws_auth_key offered;
+    const char *marker;
+    size_t marker_len;
+    ws_auth_protocol_key(&field, 1, &offered);
+    CHECK(offered.found == 0 && !ws_auth_offered_marker(&field, 1, &marker, &marker_len));
+    if (field_name_equal_folded(name, name_len, "Referer") && memchr(value, '\0', value_len) == NULL) {
+        char *copy = strndup(value, value_len), *stripped = malloc(value_len + 1);
+        CHECK(copy != NULL && stripped != NULL);
+        CHECK(strcmp(ws_auth_query_strip(copy, s->cfg->key_query, stripped), copy) == 0);
+        free(copy);
+        free(stripped);
+    }
     if (field_name_equal_folded(name, name_len, "X-Forwarded-For")) {
         CHECK(memcmp(name, "X-Forwarded-For", name_len) == 0); /* the proxy's own, never a client's */
         s->xff++;
@@ -149,6 +163,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         .exempt_paths = exempt,
         .n_exempt_paths = 1,
         .lease_ttl_ms = 30000,
+        .key_query = "api_key",
     };
     struct sockaddr_storage peer;
     CHECK(sockaddr_from_ip_port((switches & 32) ? "10.0.0.1" : "192.0.2.1", 40000, &peer) == 0);
@@ -173,9 +188,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     CHECK(out != NULL);
     struct request_target target;
     if (request_target_parse(method, input, target_len, out, cap, &target) == 0) {
+        struct ws_auth_key query_key, again;
+        ws_auth_query_take(&target, cfg.key_query, &query_key);
+        CHECK(strlen(target.forward) == target.forward_len && target.forward_len >= target.path_len);
+        ws_auth_query_take(&target, cfg.key_query, &again);
+        CHECK(again.found == 0); /* taken whole: nothing of it is left to forward */
         struct gate_request req = {
             .method = method, .target = &target, .headers = fields, .n_headers = n_fields,
-            .peer = (const struct sockaddr *)&peer, .websocket = (switches & 128) != 0, .cfg = &cfg,
+            .peer = (const struct sockaddr *)&peer, .websocket = (switches & 128) != 0,
+            .query_key = &query_key, .cfg = &cfg,
         };
         struct gate_admission adm;
         enum gate_action action = gate_admit(&req, snap, &adm);
