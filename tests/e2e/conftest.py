@@ -1072,18 +1072,24 @@ def pytest_sessionfinish(session, exitstatus):
 # assertions shared by the tests
 
 def assert_json_error(r, status, expected=None):
-    """r is an error answer from the proxy: the status, Content-Type application/json, a
-    JSON object body, equal to `expected` when given. Returns the parsed body."""
+    """r is an error answer from the proxy: the status, an RFC 9457 problem body
+    (Content-Type application/problem+json; type, title, detail, status), holding every
+    member of `expected` when given. Returns the parsed body."""
     assert r.status == status, "expected %d, got %r" % (status, r)
     ct = (r.header("Content-Type") or "").split(";")[0].strip().lower()
-    assert ct == "application/json", "error answer without Content-Type application/json: %r" % r
+    assert ct == "application/problem+json", \
+        "error answer without Content-Type application/problem+json: %r" % r
     try:
         body = json.loads(r.body)
     except ValueError:
         raise AssertionError("error body is not JSON: %r" % r.body[:500])
     assert isinstance(body, dict), body
+    for member in ("type", "title", "detail"):
+        assert isinstance(body.get(member), str) and body[member], (member, body)
+    assert body.get("status") == status, body
     if expected is not None:
-        assert body == expected, "body %r != expected %r" % (body, expected)
+        assert {k: body.get(k) for k in expected} == expected, \
+            "body %r lacks expected %r" % (body, expected)
     return body
 
 

@@ -457,7 +457,7 @@ class _Clients:
                 assert json.loads(body)["path"] == path % i, data[:300]
             else:
                 assert status in (502, 503), data[:300]
-                assert b"application/json" in head.lower() and json.loads(body), data[:300]
+                assert b"application/problem+json" in head.lower() and json.loads(body), data[:300]
         return statuses
 
     def close(self):
