@@ -18,6 +18,7 @@
 #include "proxy/netaddr.h"
 #include "proxy/pool_trim.h"
 #include "proxy/raw_response.h"
+#include "proxy/rejection_log.h"
 #include "proxy/request_head.h"
 #include "proxy/respond.h"
 #include "proxy/scratch.h"

@@ -21,6 +21,7 @@
 #include "proxy/http1.h"
 #include "proxy/metrics.h"
 #include "proxy/pool_trim.h"
+#include "proxy/rejection_log.h"
 #include "proxy/upstream_error.h"
 #include "proxy/upstream_tls.h"
 #include "proxy/ws_101.h"
@@ -56,7 +57,7 @@ struct ws_context {
     struct event_base *base;
     const struct proxy_config *cfg;
     struct metrics *metrics;
-    struct log_throttle *rejection_warnings;
+    struct rejection_log *rejection_warnings;
     struct ws_upstreams *upstreams;  /* cfg's upstreams, resolved */
     struct upstream_tls *tls;        /* TLS settings of tunnels to https upstreams */
     unsigned next;                   /* round robin over the upstreams */
