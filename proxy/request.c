@@ -778,8 +778,7 @@ static void apply_verdict(struct request *r, const struct limiter_result *result
         break;
     case GATE_LIMITED: {
         give_upstream_place(r);
-        struct MHD_Response *resp = respond_limited(&r->gate, decided(r), out.error_code, out.retry_after_s,
-                                                    &r->bytes_sent);
+        struct MHD_Response *resp = respond_limited(&r->gate, decided(r), &out, &r->bytes_sent);
         add_ratelimit_headers(r, resp);
         request_set_pending(r, MHD_HTTP_TOO_MANY_REQUESTS, resp);
         break;

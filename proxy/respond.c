@@ -85,8 +85,10 @@ static int violated_names(const struct gate_check *check, const struct limiter_r
 }
 
 struct MHD_Response *respond_limited(const struct gate_check *check, const struct limiter_result *result,
-                                     const char *error_code, int64_t retry_after_s, uint64_t *body_bytes)
+                                     const struct gate_outcome *out, uint64_t *body_bytes)
 {
+    const char *error_code = out->error_code;
+    int64_t retry_after_s = out->retry_after_s;
     char *names[LIMITER_MAX_RULES] = { NULL };
     int n = violated_names(check, result, names);
     if (n < 0)

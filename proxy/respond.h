@@ -28,12 +28,13 @@ struct MHD_Response *respond_error(const char *error_code, uint64_t *body_bytes)
 /* The problem body (problem.h) of `status` and error_code, application/problem+json. */
 struct MHD_Response *respond_problem(unsigned status, const char *error_code, uint64_t *body_bytes);
 
-/* A 429 for code "rate_limit_exceeded", "quota_exceeded" or "concurrency_limit_exceeded",
- * with Retry-After, and a problem body (problem_limited) whose "violated-policies" names
- * every limit of `check` that `result` refused, by the name its ietf RateLimit items carry
+/* The 429 of a GATE_LIMITED outcome (its error_code: "rate_limit_exceeded",
+ * "quota_exceeded" or "concurrency_limit_exceeded"; its retry_after_s as Retry-After), with
+ * a problem body (problem_limited) whose "violated-policies" names every limit of `check`
+ * that `result` refused, by the name its ietf RateLimit items carry
  * (ratelimit_policy_name). */
 struct MHD_Response *respond_limited(const struct gate_check *check, const struct limiter_result *result,
-                                     const char *error_code, int64_t retry_after_s, uint64_t *body_bytes);
+                                     const struct gate_outcome *out, uint64_t *body_bytes);
 
 /* Adds the RateLimit headers of a decided check (the limits `check` met, the store's
  * `result` on them; none when result is NULL or undecided) in the configured styles
