@@ -13,12 +13,12 @@ struct problem_kind {
 };
 
 static const struct problem_kind kinds[] = {
-    { "malformed_request", 400, "The request head is not valid HTTP/1.1." },
+    { "malformed_request", 400, "The request head is malformed." },
     { "request_header_too_large", 431,
       "The request head is larger, or has more fields, query arguments or cookies, than the proxy takes." },
     { "uri_too_long", 414, "The request target is longer than the proxy takes." },
     { "request_too_large", 413, "The request body is larger than the proxy takes." },
-    { "http_version_not_supported", 505, "The proxy serves HTTP/1.x only." },
+    { "http_version_not_supported", 505, "The proxy serves HTTP versions 1.0 and 1.1 only." },
     { "bad_request_target", 400, "The request target cannot be forwarded." },
     { "unsupported_transfer_coding", 400, "The request body's transfer coding is not chunked." },
     { "bad_upstream_response", 502, "The upstream answered with something that is not valid HTTP." },
