@@ -1126,6 +1126,16 @@ def ratelimit_headers(r):
     return [(k, v) for k, v in r.headers if k.lower() in RATELIMIT_HEADER_NAMES]
 
 
+def ietf_policy(r):
+    """r's ietf RateLimit-Policy items as {name: q}; {} without the field."""
+    return {name: params.get("q") for name, params in parse_sf_list(r.header("RateLimit-Policy") or "")}
+
+
+def ietf_state(r):
+    """r's ietf RateLimit items as {name: {"r": remaining, "t": reset}}; {} without it."""
+    return dict(parse_sf_list(r.header("RateLimit") or ""))
+
+
 def parse_sf_list(value):
     """Parses a structured-field list of items with parameters, as the ietf style uses:
     '"free";q=100;w=60, "free-2";q=10;qu="concurrent-requests"' ->
