@@ -11,12 +11,7 @@
 #include <jansson.h>
 
 #include "proxy/log.h"
-#include "proxy/log_throttle.h"
 #include "proxy/ws_auth.h"
-#include "store/clock.h"
-
-/* user (CATALOG_USER_ID_MAX), limit type and id, with room to spare */
-#define REJECTION_KEY_MAX 256
 
 /* Workers write with write(2) on fd and never look at anything else here; a reopen
  * (SIGUSR1, main thread) swaps the file under that same descriptor number with dup3,
@@ -166,31 +161,4 @@ void access_log_write(struct access_log *log, const struct access_entry *e)
     json_object_set_new(o, "bytes_sent", json_integer((json_int_t)e->bytes_sent));
     log_write_json(log->fd, o);
     json_decref(o);
-}
-
-void log_rejection(struct log_throttle *throttle, const char *user, const char *plan, const char *limit_type,
-                   int64_t limit_id, int64_t current_count, int64_t limit)
-{
-    /* One budget per user and limit; the type too, since one concurrency limit rejects
-     * both requests and WebSocket handshakes. */
-    char key[REJECTION_KEY_MAX];
-    int keylen = snprintf(key, sizeof(key), "%s%c%s%c%lld", user != NULL ? user : "", 0, limit_type, 0,
-                          (long long)limit_id);
-    if (keylen < 0)
-        return;
-    uint64_t rejections = 1;
-    if (throttle != NULL &&
-        !log_throttle_hit(throttle, key, (size_t)keylen < sizeof(key) ? (size_t)keylen : sizeof(key) - 1,
-                          store_mono_ms(), &rejections))
-        return;
-    json_t *o = log_line_start("warn", "limit exceeded");
-    if (o == NULL)
-        return;
-    json_object_set_new(o, "user_id", str_or_null(user));
-    json_object_set_new(o, "plan", str_or_null(plan));
-    json_object_set_new(o, "limit_type", json_string(limit_type));
-    json_object_set_new(o, "current_count", json_integer(current_count));
-    json_object_set_new(o, "limit", json_integer(limit));
-    json_object_set_new(o, "rejections", json_integer((json_int_t)rejections));
-    log_line_write(o);
 }

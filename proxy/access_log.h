@@ -51,11 +51,3 @@ int access_log_reopen(struct access_log *log, char *err, size_t errlen);
 
 void access_log_write(struct access_log *log, const struct access_entry *e);
 
-struct log_throttle;
-
-/* A warning line on stderr for a rejected request: user_id, limit_type, current_count,
- * limit, and "rejections": how many it stands for. With a throttle, at most one line per
- * user and limit (limit_id) per the throttle's interval; the rejections held back are
- * counted in that key's next line. */
-void log_rejection(struct log_throttle *throttle, const char *user, const char *plan, const char *limit_type,
-                   int64_t limit_id, int64_t current_count, int64_t limit);

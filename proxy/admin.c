@@ -13,6 +13,7 @@
 #include "proxy/health.h"
 #include "proxy/metrics.h"
 #include "proxy/netaddr.h"
+#include "proxy/problem.h"
 #include "proxy/text.h"
 #include "store/limiter.h"
 #include "tiers/snapshot.h"
@@ -36,6 +37,14 @@ static enum MHD_Result answer(struct MHD_Connection *conn, unsigned status, cons
     enum MHD_Result ret = MHD_queue_response(conn, status, resp);
     MHD_destroy_response(resp);
     return ret;
+}
+
+static enum MHD_Result answer_problem(struct MHD_Connection *conn, unsigned status, const char *error_code)
+{
+    char body[PROBLEM_BODY_MAX];
+    if (problem_body(body, sizeof(body), status, error_code, NULL) < 0)
+        return MHD_NO;
+    return answer(conn, status, PROBLEM_CONTENT_TYPE, body, MHD_RESPMEM_MUST_COPY);
 }
 
 /* The store as the workers meet it: ERROR when one's store answers with errors, else OK
@@ -249,10 +258,8 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *conn, const char
         *upload_data_size = 0;
         return MHD_YES;
     }
-    static const char json[] = "application/json";
     if (strcmp(method, "GET") != 0 && strcmp(method, "HEAD") != 0)
-        return answer(conn, MHD_HTTP_METHOD_NOT_ALLOWED, json, "{\"error_code\":\"method_not_allowed\"}",
-                      MHD_RESPMEM_PERSISTENT);
+        return answer_problem(conn, MHD_HTTP_METHOD_NOT_ALLOWED, "method_not_allowed");
     if (strcmp(url, "/health") == 0)
         return answer_health(a, conn);
     if (strcmp(url, "/metrics") == 0) {
@@ -273,7 +280,7 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *conn, const char
         }
         return answer(conn, MHD_HTTP_OK, "text/plain; version=0.0.4", t.data, MHD_RESPMEM_MUST_FREE);
     }
-    return answer(conn, MHD_HTTP_NOT_FOUND, json, "{\"error_code\":\"not_found\"}", MHD_RESPMEM_PERSISTENT);
+    return answer_problem(conn, MHD_HTTP_NOT_FOUND, "not_found");
 }
 int admin_start(const char *host, uint16_t port, const struct admin_sources *sources, struct admin **padmin,
                 char *err, size_t errlen)

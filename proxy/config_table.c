@@ -107,7 +107,7 @@ const struct directive config_directives[] = {
      "30000", NULL, NULL},
     {"limits", "memory_max_subjects", D_INT64, OFF(memory_max_subjects), 0, 1, INT64_C(1000000000), NULL,
      F_RESTART, "1000000", NULL, NULL},
-    {"limits", "headers", D_STYLES, OFF(headers), 0, 0, 0, NULL, 0, "draft", NULL,
+    {"limits", "headers", D_STYLES, OFF(headers), 0, 0, 0, NULL, 0, "ietf", NULL,
      "a comma-separated list of draft, ietf, x; or off"},
     {"log", "access", D_ACCESS_LOG, OFF(access_log), 0, 0, 0, NULL, F_RESTART, "stdout", NULL,
      "stdout, off or a file path"},

@@ -24,6 +24,7 @@
 #include "proxy/gate.h"
 #include "proxy/log.h"
 #include "proxy/log_throttle.h"
+#include "proxy/rejection_log.h"
 #include "proxy/store_log.h"
 #include "proxy/netaddr.h"
 #include "proxy/start_check.h"
@@ -330,6 +331,7 @@ out:
     free(limiters);
     free(metrics);
     access_log_close(access_log);
+    rejection_log_flush_all(rejection_warnings); /* the counts no timer has written yet */
     log_throttle_destroy(rejection_warnings);
     store_log_destroy(store_log);
     if (memory != NULL)

@@ -1,9 +1,15 @@
-/* RFC 9457 problem details: an error answer's body as application/problem+json, with the
- * members SPEC names: type, title, status, detail, and the proxy's error_code. */
+/* RFC 9457 problem details: every error answer's body as application/problem+json, with
+ * the members SPEC names: type, title, status, detail, and the proxy's error_code; a 429
+ * adds retry_after and violated-policies (draft-ietf-httpapi-ratelimit-headers-11). */
 #pragma once
 #include <stddef.h>
+#include <stdint.h>
 
 #define PROBLEM_CONTENT_TYPE "application/problem+json"
+
+/* The problem type draft-ietf-httpapi-ratelimit-headers-11 registers for a request over a
+ * quota policy: what every 429 of the proxy is (rate, quota and concurrency limits alike). */
+#define PROBLEM_TYPE_QUOTA_EXCEEDED "https://iana.org/assignments/http-problem-types#quota-exceeded"
 
 /* Room enough for every body problem_body writes with its own details. */
 #define PROBLEM_BODY_MAX 512
@@ -17,3 +23,16 @@ int problem_body(char *buf, size_t cap, unsigned status, const char *error_code,
 
 /* A sentence for a client about an error_code; a general one for a code it does not know. */
 const char *problem_detail(const char *error_code);
+
+/* The status an error_code is answered with: each code is one kind of problem with a
+ * status of its own (upstream_timeout 504, limiter_unavailable 503, ...); 500 for a code
+ * it does not know. */
+unsigned problem_status(const char *error_code);
+
+/* The body of a 429: type PROBLEM_TYPE_QUOTA_EXCEEDED, status 429, error_code
+ * ("rate_limit_exceeded", "quota_exceeded" or "concurrency_limit_exceeded"), a detail
+ * saying when to try again, retry_after (seconds) and "violated-policies": violated[0, n),
+ * the names of the limits the request was over. Returns the JSON text (the caller frees
+ * it) with its length in *plen, or NULL when out of memory. */
+char *problem_limited(const char *error_code, int64_t retry_after_s, const char *const *violated, size_t n,
+                      size_t *plen);

@@ -8,6 +8,7 @@
 #include <inttypes.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 
@@ -205,6 +206,21 @@ static void render_x(const struct ratelimit_item *it, int64_t now_unix_ms, heade
     add(arg, "X-RateLimit-Reset", reset);
 }
 
+/* The byte an item's name carries for c: an sf-string holds printable ASCII only. */
+static unsigned char sf_char(unsigned char c)
+{
+    return c < 0x20 || c > 0x7e ? '?' : c;
+}
+
+char *ratelimit_policy_name(const char *name)
+{
+    char *copy = strdup(name != NULL ? name : "");
+    if (copy != NULL)
+        for (unsigned char *p = (unsigned char *)copy; *p; p++)
+            *p = sf_char(*p);
+    return copy;
+}
+
 /* Writes name as an sf-string ("...", with " and \ escaped). Characters an sf-string
  * cannot hold (controls, non-ASCII) become '?'. Returns 0, or -1 when it does not fit. */
 static int sf_string(char *buf, size_t size, const char *name)
@@ -216,9 +232,7 @@ static int sf_string(char *buf, size_t size, const char *name)
         return -1;
     buf[o++] = '"';
     for (const unsigned char *p = (const unsigned char *)name; *p; p++) {
-        unsigned char c = *p;
-        if (c < 0x20 || c > 0x7e)
-            c = '?';
+        unsigned char c = sf_char(*p);
         if (c == '"' || c == '\\') {
             if (o + 2 >= size)
                 return -1;

@@ -51,5 +51,10 @@ void ratelimit_headers_render(unsigned styles, const struct ratelimit_item *item
                               int64_t now_unix_ms, header_add_fn *add, void *arg);
 
 
+/* The name an ietf item carries for a limit named `name` (characters a structured-field
+ * string cannot hold become '?'), without the sf-string's quotes and escapes: what a 429's
+ * "violated-policies" lists. Returns a copy the caller frees, or NULL when out of memory. */
+char *ratelimit_policy_name(const char *name);
+
 /* Whole seconds a client should wait: ceil(reset_ms / 1000), at least 1. */
 int64_t ratelimit_retry_after_s(int64_t reset_ms);

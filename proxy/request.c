@@ -18,6 +18,7 @@
 #include "proxy/netaddr.h"
 #include "proxy/pool_trim.h"
 #include "proxy/raw_response.h"
+#include "proxy/rejection_log.h"
 #include "proxy/request_head.h"
 #include "proxy/respond.h"
 #include "proxy/scratch.h"
@@ -667,7 +668,7 @@ static void on_ws_fail(void *owner, unsigned status, const char *error_code)
 {
     struct request *r = owner;
     give_upstream_place(r);
-    r->stashed = respond_error(error_code, &r->bytes_sent);
+    r->stashed = respond_problem(status, error_code, &r->bytes_sent);
     r->stashed_status = status;
     request_release_then(r, deliver_stashed);
 }
@@ -788,7 +789,7 @@ static void apply_verdict(struct request *r, const struct limiter_result *result
         break;
     case GATE_LIMITED: {
         give_upstream_place(r);
-        struct MHD_Response *resp = respond_limited(out.error_code, out.retry_after_s, &r->bytes_sent);
+        struct MHD_Response *resp = respond_limited(&r->gate, decided(r), &out, &r->bytes_sent);
         add_ratelimit_headers(r, resp);
         request_set_pending(r, MHD_HTTP_TOO_MANY_REQUESTS, resp);
         break;
@@ -885,7 +886,7 @@ static enum MHD_Result admit_or_refuse_head(struct request *r, size_t n_fields)
     }
     case GATE_REFUSE: {
         r->decision = adm.refusal.decision;
-        struct MHD_Response *resp = respond_error(adm.refusal.error_code, &r->bytes_sent);
+        struct MHD_Response *resp = respond_problem(adm.refusal.status, adm.refusal.error_code, &r->bytes_sent);
         if (resp != NULL && adm.refusal.www_authenticate)
             MHD_add_response_header(resp, MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer");
         return queue_now(r, adm.refusal.status, resp);
@@ -970,7 +971,7 @@ enum MHD_Result request_handle(void *cls, struct MHD_Connection *conn, const cha
             /* Answered on this first call, so MHD closes the connection after it: nothing the
                client sent after a head like this is read as another request (RFC 9112 6.1). */
             r->decision = hv.decision;
-            return queue_now(r, hv.status, request_head_refusal(&hv, &r->bytes_sent));
+            return queue_now(r, hv.status, respond_problem(hv.status, hv.error_code, &r->bytes_sent));
         }
         r->expects_body = hv.expects_body;
         return admit_or_refuse_head(r, hv.fields);

@@ -20,7 +20,7 @@ struct ws_context;
 struct snapshot;
 struct snapshot_watch;
 struct access_log;
-struct log_throttle;
+struct rejection_log;
 struct pool_trim;
 struct request;
 
@@ -35,7 +35,7 @@ struct request_context {
     struct ws_context *ws;
     struct snapshot_watch *catalog;
     struct access_log *access_log;     /* NULL when off */
-    struct log_throttle *rejection_warnings;
+    struct rejection_log *rejection_warnings;
     struct pool_trim *pool_trim;       /* told of each head and each end (pool_trim.h) */
     const char *instance_id;           /* names this process's concurrency leases */
     int worker_index;

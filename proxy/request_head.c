@@ -219,7 +219,6 @@ static bool refused_by_rfc9112(const struct head_pass *hp, const char *version, 
         verdict(out, MHD_HTTP_BAD_REQUEST, "malformed_request", "malformed");
         break;
     }
-    out->problem = true;
     return true;
 }
 
@@ -255,8 +254,3 @@ void request_head_check(const struct request_head *h, struct MHD_Connection *con
         verdict(out, MHD_HTTP_CONTENT_TOO_LARGE, "request_too_large", NULL);
 }
 
-struct MHD_Response *request_head_refusal(const struct head_verdict *hv, uint64_t *body_bytes)
-{
-    return hv->problem ? respond_problem(hv->status, hv->error_code, body_bytes)
-                       : respond_error(hv->error_code, body_bytes);
-}

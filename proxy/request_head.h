@@ -55,7 +55,6 @@ struct head_verdict {
     size_t fields;          /* the head's fields */
     size_t pool_bytes;      /* what the head takes of libmicrohttpd's pool */
     bool expects_body;      /* a Content-Length above 0, or chunked */
-    bool problem;           /* the refusal's body is a problem body (problem.h), not JSON */
 };
 
 /* Checks a head libmicrohttpd parsed (method and version are its request line's, raw_uri
@@ -67,10 +66,6 @@ struct head_verdict {
 void request_head_check(const struct request_head *h, struct MHD_Connection *conn, const char *method,
                         const char *version, const char *raw_uri, int64_t max_body_bytes,
                         struct head_verdict *out);
-
-/* The answer to a refused head (hv->status != 0): a problem body or the JSON error, as
- * hv says; its body's length in *body_bytes. NULL when memory runs out. */
-struct MHD_Response *request_head_refusal(const struct head_verdict *hv, uint64_t *body_bytes);
 
 /* Stops a wait still under way (the request ends). */
 void request_head_free(struct request_head *h);

@@ -1,6 +1,7 @@
 #include "proxy/respond.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <time.h>
@@ -18,16 +19,6 @@ static struct MHD_Response *body_response(const char *body, size_t len, const ch
     if (resp != NULL)
         MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, content_type);
     return resp;
-}
-
-static struct MHD_Response *json_response(const char *body, size_t len, uint64_t *body_bytes)
-{
-    return body_response(body, len, "application/json", body_bytes);
-}
-
-int respond_error_body(char *buf, size_t cap, const char *error_code)
-{
-    return snprintf(buf, cap, "{\"error_code\":\"%s\"}", error_code);
 }
 
 /* The answer with Connection: close in one send(), then the sending side shut. */
@@ -50,14 +41,13 @@ static void send_closing(int fd, unsigned status, const char *content_type, cons
 
 void respond_send_closing(int fd, unsigned status, const char *error_code)
 {
-    char body[128];
-    send_closing(fd, status, "application/json", body, respond_error_body(body, sizeof(body), error_code));
+    char body[PROBLEM_BODY_MAX];
+    send_closing(fd, status, PROBLEM_CONTENT_TYPE, body, problem_body(body, sizeof(body), status, error_code, NULL));
 }
 
 void respond_send_problem_closing(int fd, unsigned status, const char *error_code)
 {
-    char body[PROBLEM_BODY_MAX];
-    send_closing(fd, status, PROBLEM_CONTENT_TYPE, body, problem_body(body, sizeof(body), status, error_code, NULL));
+    respond_send_closing(fd, status, error_code);
 }
 
 struct MHD_Response *respond_problem(unsigned status, const char *error_code, uint64_t *body_bytes)
@@ -69,26 +59,57 @@ struct MHD_Response *respond_problem(unsigned status, const char *error_code, ui
 
 struct MHD_Response *respond_error(const char *error_code, uint64_t *body_bytes)
 {
-    char body[128];
-    int n = respond_error_body(body, sizeof(body), error_code);
-    return json_response(body, (size_t)n, body_bytes);
+    return respond_problem(problem_status(error_code), error_code, body_bytes);
 }
 
-struct MHD_Response *respond_limited(const char *error_code, int64_t retry_after_s, uint64_t *body_bytes)
+/* The names of the limits that refused (as the ietf items name them) into names; returns
+ * how many, or -1 when out of memory (names then holds nothing to free). */
+static int violated_names(const struct gate_check *check, const struct limiter_result *result,
+                          char *names[LIMITER_MAX_RULES])
 {
-    const char *what = strcmp(error_code, "concurrency_limit_exceeded") == 0 ? "Concurrency limit exceeded"
-                     : strcmp(error_code, "quota_exceeded") == 0                ? "Quota exceeded"
-                                                                               : "Rate limit exceeded";
-    char body[256];
-    int n = snprintf(body, sizeof(body),
-                     "{\"error_code\":\"%s\",\"detail\":\"%s. Try again in %lld seconds.\",\"retry_after\":%lld}",
-                     error_code, what, (long long)retry_after_s, (long long)retry_after_s);
-    struct MHD_Response *resp = json_response(body, (size_t)n, body_bytes);
-    if (resp != NULL) {
-        char value[32];
-        snprintf(value, sizeof(value), "%lld", (long long)retry_after_s);
-        MHD_add_response_header(resp, MHD_HTTP_HEADER_RETRY_AFTER, value);
+    int n = 0;
+    if (check == NULL || result == NULL || result->status != LIMITER_DECIDED)
+        return 0;
+    for (size_t i = 0; i < result->n && i < check->n; i++) {
+        if (result->verdicts[i].allowed)
+            continue;
+        names[n] = ratelimit_policy_name(check->checked[i]->name);
+        if (names[n] == NULL) {
+            while (n > 0)
+                free(names[--n]);
+            return -1;
+        }
+        n++;
     }
+    return n;
+}
+
+struct MHD_Response *respond_limited(const struct gate_check *check, const struct limiter_result *result,
+                                     const struct gate_outcome *out, uint64_t *body_bytes)
+{
+    const char *error_code = out->error_code;
+    int64_t retry_after_s = out->retry_after_s;
+    char *names[LIMITER_MAX_RULES] = { NULL };
+    int n = violated_names(check, result, names);
+    if (n < 0)
+        return NULL;
+    size_t len = 0;
+    char *body = problem_limited(error_code, retry_after_s, (const char *const *)names, (size_t)n, &len);
+    while (n > 0)
+        free(names[--n]);
+    if (body == NULL)
+        return NULL;
+    if (body_bytes != NULL)
+        *body_bytes = len;
+    struct MHD_Response *resp = MHD_create_response_from_buffer(len, body, MHD_RESPMEM_MUST_FREE);
+    if (resp == NULL) {
+        free(body);
+        return NULL;
+    }
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, PROBLEM_CONTENT_TYPE);
+    char value[32];
+    snprintf(value, sizeof(value), "%lld", (long long)retry_after_s);
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_RETRY_AFTER, value);
     return resp;
 }
 

@@ -1,5 +1,5 @@
-/* The proxy's own answers: JSON error bodies, RFC 9457 problem bodies (problem.h) where
- * libmicrohttpd used to answer in HTML, and RateLimit headers. */
+/* The proxy's own answers: RFC 9457 problem bodies (problem.h) for every error, and
+ * RateLimit headers. */
 #pragma once
 #include <microhttpd.h>
 #include <stddef.h>
@@ -9,29 +9,32 @@
 #include "proxy/ratelimit_headers.h"
 #include "store/limiter.h"
 
-/* The body of every JSON error, {"error_code": code}, into buf; its length (snprintf's). */
-int respond_error_body(char *buf, size_t cap, const char *error_code);
-
-/* Sends the JSON error answer `status` {"error_code": code} with Connection: close straight
- * on a socket no response has started on, then shuts its sending side. For answers that
- * libmicrohttpd cannot queue: before it has the connection (intake.c) and in the middle of a
- * request body (request.c). The socket's send buffer is empty, so one send() takes it. */
+/* Sends the error answer `status` (the problem body of status and error_code) with
+ * Connection: close straight on a socket no response has started on, then shuts its
+ * sending side. For answers that libmicrohttpd cannot queue: before it has the connection
+ * (intake.c) and in the middle of a request body (request.c). The socket's send buffer is
+ * empty, so one send() takes it. */
 void respond_send_closing(int fd, unsigned status, const char *error_code);
-/* The same with the problem body (problem.h) of `status` and error_code. */
+/* The same (the callers that once chose between a JSON and a problem body). */
 void respond_send_problem_closing(int fd, unsigned status, const char *error_code);
 
-/* Both store the body's length in *body_bytes (for the access log) unless it is NULL.
- * A JSON error response {"error_code": code} with Content-Type: application/json.
- * Returns NULL on allocation failure. */
+/* All three store the body's length in *body_bytes (for the access log) unless it is NULL,
+ * and return NULL on allocation failure. */
+
+/* The problem answer (problem.h) of an error_code whose status is its own
+ * (problem_status: upstream_timeout 504, ...). */
 struct MHD_Response *respond_error(const char *error_code, uint64_t *body_bytes);
 
-/* The problem body (problem.h) of `status` and error_code, application/problem+json.
- * Returns NULL on allocation failure. */
+/* The problem body (problem.h) of `status` and error_code, application/problem+json. */
 struct MHD_Response *respond_problem(unsigned status, const char *error_code, uint64_t *body_bytes);
 
-/* A 429 body for code "rate_limit_exceeded" or "concurrency_limit_exceeded", with
- * Retry-After. */
-struct MHD_Response *respond_limited(const char *error_code, int64_t retry_after_s, uint64_t *body_bytes);
+/* The 429 of a GATE_LIMITED outcome (its error_code: "rate_limit_exceeded",
+ * "quota_exceeded" or "concurrency_limit_exceeded"; its retry_after_s as Retry-After), with
+ * a problem body (problem_limited) whose "violated-policies" names every limit of `check`
+ * that `result` refused, by the name its ietf RateLimit items carry
+ * (ratelimit_policy_name). */
+struct MHD_Response *respond_limited(const struct gate_check *check, const struct limiter_result *result,
+                                     const struct gate_outcome *out, uint64_t *body_bytes);
 
 /* Adds the RateLimit headers of a decided check (the limits `check` met, the store's
  * `result` on them; none when result is NULL or undecided) in the configured styles

@@ -21,6 +21,7 @@
 #include "proxy/http1.h"
 #include "proxy/metrics.h"
 #include "proxy/pool_trim.h"
+#include "proxy/rejection_log.h"
 #include "proxy/upstream_error.h"
 #include "proxy/upstream_tls.h"
 #include "proxy/ws_101.h"

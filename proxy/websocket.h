@@ -21,7 +21,7 @@
 
 struct event_base;
 struct metrics;
-struct log_throttle;
+struct rejection_log;
 struct pool_trim;
 struct proxy_config;
 struct ws_context;
@@ -31,7 +31,7 @@ struct ws_context_params {
     struct event_base *base;
     const struct proxy_config *cfg;
     struct metrics *metrics;
-    struct log_throttle *rejection_warnings;
+    struct rejection_log *rejection_warnings;
     struct pool_trim *pool_trim;   /* told when a connection is upgraded */
     void (*kick_mhd)(void *ctx);   /* gets libmicrohttpd to run soon (from a loop callback) */
     void *kick_ctx;

@@ -19,6 +19,7 @@
 #include "proxy/log.h"
 #include "proxy/metrics.h"
 #include "proxy/pool_trim.h"
+#include "proxy/rejection_log.h"
 #include "proxy/request.h"
 #include "proxy/store_log.h"
 #include "proxy/websocket.h"
@@ -404,6 +405,11 @@ int worker_init(struct worker *w, int index, const struct proxy_shared *shared, 
         return -ENOMEM;
     }
 
+    w->rejections = rejection_log_create(w->base, shared->rejection_warnings);
+    if (w->rejections == NULL) {
+        snprintf(err, errlen, "out of memory");
+        return -ENOMEM;
+    }
     struct intake_hooks intake_hooks = { .hand_over = hand_to_mhd, .closed = connection_closed,
                                          .key_query = current_key_query, .ctx = w };
     w->intake = intake_create(w->base, w->metrics, shared->access_log, &intake_hooks);
@@ -412,7 +418,7 @@ int worker_init(struct worker *w, int index, const struct proxy_shared *shared, 
         .base = w->base,
         .cfg = cfg,
         .metrics = w->metrics,
-        .rejection_warnings = shared->rejection_warnings,
+        .rejection_warnings = w->rejections,
         .pool_trim = w->pool_trim,
         .kick_mhd = kick_mhd,
         .kick_ctx = w,
@@ -469,7 +475,7 @@ int worker_init(struct worker *w, int index, const struct proxy_shared *shared, 
     rc->ws = w->ws;
     rc->catalog = shared->catalog;
     rc->access_log = shared->access_log;
-    rc->rejection_warnings = shared->rejection_warnings;
+    rc->rejection_warnings = w->rejections;
     rc->pool_trim = w->pool_trim;
     rc->instance_id = shared->instance_id;
     rc->worker_index = index;
@@ -546,6 +552,7 @@ void worker_join_and_destroy(struct worker *w)
     forwarder_destroy(w->forwarder);
     request_context_destroy(&w->requests);
     ws_context_destroy(w->ws);
+    rejection_log_destroy(w->rejections);
     if (w->mhd_io != NULL)
         event_free(w->mhd_io);
     if (w->mhd_timer != NULL)

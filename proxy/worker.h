@@ -29,6 +29,7 @@ struct forwarder;
 struct ws_context;
 struct access_log;
 struct log_throttle;
+struct rejection_log;
 struct store_log;
 struct pool_trim;
 struct upstream_cap;
@@ -89,6 +90,7 @@ struct worker {
     struct forwarder *forwarder;    /* curl transfers */
     struct ws_context *ws;          /* WebSocket tunnels */
     struct pool_trim *pool_trim;    /* idle connections' MHD pools given back (pool_trim.c) */
+    struct rejection_log *rejections; /* the rejection warnings' timer on this loop */
 
     bool stopping;
     int64_t drain_deadline_ms;

@@ -18,7 +18,7 @@ struct bufferevent;
 struct event;
 struct event_base;
 struct local_limit;
-struct log_throttle;
+struct rejection_log;
 struct metrics;
 struct pool_trim;
 struct proxy_config;
@@ -48,7 +48,7 @@ struct ws_context {
     struct event_base *base;
     const struct proxy_config *cfg;
     struct metrics *metrics;
-    struct log_throttle *rejection_warnings;
+    struct rejection_log *rejection_warnings;
     struct ws_upstreams *upstreams;  /* cfg's upstreams, resolved */
     struct upstream_tls *tls;        /* TLS settings of tunnels to https upstreams */
     unsigned next;                   /* round robin over the upstreams */

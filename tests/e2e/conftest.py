@@ -1072,18 +1072,24 @@ def pytest_sessionfinish(session, exitstatus):
 # assertions shared by the tests
 
 def assert_json_error(r, status, expected=None):
-    """r is an error answer from the proxy: the status, Content-Type application/json, a
-    JSON object body, equal to `expected` when given. Returns the parsed body."""
+    """r is an error answer from the proxy: the status, an RFC 9457 problem body
+    (Content-Type application/problem+json; type, title, detail, status), holding every
+    member of `expected` when given. Returns the parsed body."""
     assert r.status == status, "expected %d, got %r" % (status, r)
     ct = (r.header("Content-Type") or "").split(";")[0].strip().lower()
-    assert ct == "application/json", "error answer without Content-Type application/json: %r" % r
+    assert ct == "application/problem+json", \
+        "error answer without Content-Type application/problem+json: %r" % r
     try:
         body = json.loads(r.body)
     except ValueError:
         raise AssertionError("error body is not JSON: %r" % r.body[:500])
     assert isinstance(body, dict), body
+    for member in ("type", "title", "detail"):
+        assert isinstance(body.get(member), str) and body[member], (member, body)
+    assert body.get("status") == status, body
     if expected is not None:
-        assert body == expected, "body %r != expected %r" % (body, expected)
+        assert {k: body.get(k) for k in expected} == expected, \
+            "body %r lacks expected %r" % (body, expected)
     return body
 
 
@@ -1118,6 +1124,16 @@ RATELIMIT_HEADER_NAMES = ("ratelimit", "ratelimit-limit", "ratelimit-remaining",
 
 def ratelimit_headers(r):
     return [(k, v) for k, v in r.headers if k.lower() in RATELIMIT_HEADER_NAMES]
+
+
+def ietf_policy(r):
+    """r's ietf RateLimit-Policy items as {name: q}; {} without the field."""
+    return {name: params.get("q") for name, params in parse_sf_list(r.header("RateLimit-Policy") or "")}
+
+
+def ietf_state(r):
+    """r's ietf RateLimit items as {name: {"r": remaining, "t": reset}}; {} without it."""
+    return dict(parse_sf_list(r.header("RateLimit") or ""))
 
 
 def parse_sf_list(value):

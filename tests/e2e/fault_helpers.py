@@ -118,7 +118,7 @@ function response(status, headers, body)
   if status == 200 then
     s200 = s200 + 1
     if not string.find(body, '"path": "/wrk', 1, true) then bad_body = bad_body + 1 end
-    if header(headers, "ratelimit-limit") then with_rl = with_rl + 1 end
+    if header(headers, "ratelimit") then with_rl = with_rl + 1 end
   elseif status == 503 then
     s503 = s503 + 1
     if not string.find(body, '"limiter_unavailable"', 1, true) then bad_body = bad_body + 1 end

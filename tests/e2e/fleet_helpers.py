@@ -157,11 +157,11 @@ def error_code(r):
 
 
 def check_concurrency_429(r):
-    """r is a refusal over a concurrency limit: 429, Retry-After whole seconds >= 1, JSON body
+    """r is a refusal over a concurrency limit: 429, Retry-After whole seconds >= 1, problem body
     with error_code concurrency_limit_exceeded and retry_after equal to Retry-After."""
     assert r is not None and r.status == 429, r
     ct = (r.header("Content-Type") or "").split(";")[0].strip().lower()
-    assert ct == "application/json", r
+    assert ct == "application/problem+json", r
     body = json.loads(r.body)
     assert body.get("error_code") == "concurrency_limit_exceeded", r
     ra = r.header("Retry-After")

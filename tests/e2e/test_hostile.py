@@ -200,7 +200,7 @@ def test_bad_and_huge_keys_are_401(catalog, proxies):
         r = c.request("GET", "/k", headers=[("Authorization", value)])
         body = assert_json_error(r, 401)
         if code:
-            assert body == {"error_code": code}, (value[:40], body)
+            assert body["error_code"] == code, (value[:40], body)
         else:
             assert body["error_code"] in ("missing_api_key", "invalid_api_key"), (value, body)
         assert r.header("WWW-Authenticate", "").startswith("Bearer"), (value[:40], r)

@@ -25,12 +25,26 @@ def test_draft_policy_per_minute(catalog, start_proxy):
     # closest to running out)
     catalog.plan("hundred", "--rate", "100/min")
     _, key = catalog.user_key("hundred")
-    p = start_proxy(catalog)          # headers = draft is the default
+    p = start_proxy(catalog, limits={"headers": "draft"})
     r = p.get("/h", key=key)
     assert r.status == 200, r
     assert r.header("RateLimit-Policy") == "100;w=60", r
     assert r.header("RateLimit-Limit") == "100", r
     assert r.header("RateLimit-Remaining") == "99", r
+
+
+def test_default_style_is_ietf(catalog, start_proxy):
+    # SPEC "Clients as they are": draft-ietf-httpapi-ratelimit-headers-11 unless the file
+    # asks for an older style
+    catalog.plan("hundred", "--rate", "100/min")
+    _, key = catalog.user_key("hundred")
+    p = start_proxy(catalog)
+    r = p.get("/h", key=key)
+    assert r.status == 200, r
+    assert r.header("RateLimit-Policy") == '"hundred-1min";q=100;w=60', r
+    items = parse_sf_list(r.header("RateLimit"))
+    assert [(n, params["r"]) for n, params in items] == [("hundred-1min", 99)], r
+    assert not r.has_header("RateLimit-Limit") and not r.has_header("X-RateLimit-Limit"), r
 
 
 def test_draft_describes_the_limit_closest_to_running_out(catalog, start_proxy):

@@ -65,7 +65,7 @@ def test_other_target_forms_are_bad_request_targets(catalog, proxies, target):
     r = raw(p, b"GET " + target + b" HTTP/1.1\r\nHost: t\r\nAuthorization: Bearer "
             + key.encode() + b"\r\nConnection: close\r\n\r\n")
     assert r.status == 400, (target, r)
-    assert r.json() == {"error_code": "bad_request_target"}, r.body
+    assert r.json()["error_code"] == "bad_request_target", r.body
 
 
 def test_asterisk_form_only_for_options(catalog, proxies):

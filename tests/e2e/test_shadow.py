@@ -5,13 +5,18 @@ not a WebSocket over its connection or message limit. Switching shadow off enfor
 counts already made, within refresh_ms, without a restart."""
 import json
 
-from conftest import assert_json_error, wait_until
+from conftest import assert_json_error, parse_sf_list, wait_until
 from fault_helpers import metric
 from fleet_helpers import OP_CLOSE, OP_TEXT, WS, parallel_requests, parse_close, ws_try, ws_upstream  # noqa: F401
 
 
 def status_of(ln):
     return ln.get("status")
+
+
+def ietf_item(r, field, name):
+    """The parameters of item `name` of r's ietf RateLimit-Policy or RateLimit field."""
+    return dict(parse_sf_list(r.header(field) or "")).get(name, {})
 
 
 def test_shadow_reports_what_would_have_happened(catalog, start_proxy):
@@ -24,11 +29,11 @@ def test_shadow_reports_what_would_have_happened(catalog, start_proxy):
         assert r.status == 200 and r.echo["path"] == "/shadow/%d" % i, r
         assert r.header("Retry-After") is None, r
     # the headers: what the limit would have said
-    assert [r.header("RateLimit-Limit") for r in rs] == ["3"] * 6, rs
-    assert [r.header("RateLimit-Remaining") for r in rs] == ["2", "1", "0", "0", "0", "0"], \
-        [r.header("RateLimit-Remaining") for r in rs]
+    assert [ietf_item(r, "RateLimit-Policy", "sh-1min").get("q") for r in rs] == [3] * 6, rs
+    assert [ietf_item(r, "RateLimit", "sh-1min").get("r") for r in rs] == [2, 1, 0, 0, 0, 0], \
+        [r.header("RateLimit") for r in rs]
     for r in rs[3:]:
-        assert 1 <= int(r.header("RateLimit-Reset")) <= 60, r
+        assert 1 <= ietf_item(r, "RateLimit", "sh-1min")["t"] <= 60, r
     # the access log: three allowed, three that would have been rejected
     lines = wait_until(lambda: len(p.access_log_lines()) >= 6 and p.access_log_lines(), 5)
     assert lines and len(lines) == 6, p.access_log_lines()
@@ -61,7 +66,7 @@ def test_shadow_off_enforces_what_was_counted_and_on_again(catalog, start_proxy)
     body = assert_json_error(r, 429)
     assert body["error_code"] == "rate_limit_exceeded", body
     assert 1 <= int(r.header("Retry-After")) <= 60, r
-    assert r.header("RateLimit-Remaining") == "0", r
+    assert ietf_item(r, "RateLimit", "sh-1min").get("r") == 0, r
     catalog.run("plan", "set", "sh", "--shadow", "on")
     assert wait_until(lambda: p.get("/c", key=key).status == 200, 3, interval=0.1), \
         "shadow on again did not take effect within 3 s"

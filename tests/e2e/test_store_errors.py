@@ -5,7 +5,7 @@ import time
 
 import pytest
 
-from conftest import assert_json_error, ratelimit_headers, wait_until
+from conftest import assert_json_error, ietf_policy, ratelimit_headers, wait_until
 
 # Generous: the contract is "does not wait on a dead store for every request"; ten requests
 # against a dead store must not take ten store timeouts.
@@ -31,7 +31,7 @@ def test_store_down_open_forwards_without_headers(catalog, proxies, redis_factor
     p = proxies.start(catalog, store="redis", redis=rd,
                       limits={"on_store_error": "open", "concurrency_on_store_error": "open"})
     r = p.get("/before", key=key)
-    assert r.status == 200 and r.header("RateLimit-Limit") == "1000", r
+    assert r.status == 200 and list(ietf_policy(r).values()) == [1000], r
     if outage == "killed":
         rd.stop()
     else:
@@ -77,4 +77,4 @@ def test_store_comes_back(catalog, proxies, redis_factory):
     ok = wait_until(lambda: p.get("/x", key=key).status == 200, 10, interval=0.2)
     assert ok, "still refusing 10 s after Redis came back"
     r = p.get("/x", key=key)
-    assert r.status == 200 and r.header("RateLimit-Limit") == "1000", r
+    assert r.status == 200 and list(ietf_policy(r).values()) == [1000], r

@@ -20,7 +20,7 @@ import time
 
 import pytest
 
-from conftest import wait_until
+from conftest import ietf_policy, wait_until
 
 from test_tierctl import KEY_RE, TIERCTL, clean_env
 
@@ -301,8 +301,8 @@ def admitted(proxy, key, n):
 
 
 def wait_for_limit(proxy, probe_key, amount):
-    """Waits until the proxy serves the changed plan: a probe user's RateLimit-Limit."""
-    assert wait_until(lambda: proxy.get("/x", key=probe_key).header("RateLimit-Limit") == str(amount), 5), \
+    """Waits until the proxy serves the changed plan: a probe user's RateLimit-Policy."""
+    assert wait_until(lambda: amount in ietf_policy(proxy.get("/x", key=probe_key)).values(), 5), \
         "the change did not reach the proxy"
 
 

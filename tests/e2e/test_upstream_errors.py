@@ -64,7 +64,7 @@ def test_malformed_request_head_is_400(catalog, start_proxy):
 
 
 def test_head_errors_have_json_bodies(catalog, start_proxy):
-    # "Every error body is JSON with Content-Type: application/json", for a head over the
+    # Every error body is a problem (application/problem+json), for a head over the
     # 16 KiB limit whether or not it would fit libmicrohttpd's 32 KiB connection buffer
     # (the 200 KB case above).
     _, key = catalog.user_key("free")

@@ -111,7 +111,7 @@ static void assert_defaults(const struct proxy_config *c)
     assert_true(c->local_share == 1.0);
     assert_int_equal(c->upstream_max_inflight, 0);
     assert_int_equal(c->lease_ttl_ms, 30000);
-    assert_int_equal(c->headers, HEADERS_DRAFT);
+    assert_int_equal(c->headers, HEADERS_IETF);
     assert_string_equal(c->access_log, "-");
     assert_string_equal(c->log_level, "info");
 }
@@ -696,7 +696,7 @@ static void test_env(void **state)
     assert_null(c.access_log);
     assert_int_equal(c.n_trusted_proxies, 1);
     assert_string_equal(c.db, "plans.db");
-    assert_int_equal(c.headers, HEADERS_DRAFT);
+    assert_int_equal(c.headers, HEADERS_IETF);
     config_free(&c);
 
     /* a bad value names the variable */

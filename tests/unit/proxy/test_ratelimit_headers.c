@@ -8,6 +8,7 @@
 
 #include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "proxy/ratelimit_headers.h"
@@ -380,9 +381,23 @@ static void test_retry_after(void **state)
     assert_int_equal(ratelimit_retry_after_s(INT64_MAX), INT64_MAX / 1000 + 1);
 }
 
+/* A 429's violated-policies names a limit as its ietf item does: the same '?' for what an
+ * sf-string cannot hold, without the quotes and escapes. */
+static void test_policy_name_is_the_items_name(void **state)
+{
+    (void)state;
+    char *plain = ratelimit_policy_name("pro-POST /upload-10s");
+    assert_string_equal(plain, "pro-POST /upload-10s");
+    free(plain);
+    char *odd = ratelimit_policy_name("caf\xc3\xa9 \"q\"\\-1min");
+    assert_string_equal(odd, "caf?? \"q\"\\-1min");
+    free(odd);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_policy_name_is_the_items_name),
         cmocka_unit_test(test_style_parse),
         cmocka_unit_test(test_styles_parse),
         cmocka_unit_test(test_closest_rule),
