@@ -16,6 +16,7 @@ build_pkgs=(gcc libc6-dev meson ninja-build pkg-config libmicrohttpd-dev libcurl
 # Every program the demo and the test suite start, by the package that has it (a minimal
 # Debian 12, debootstrap --variant=minbase or the debian:12 image, has none of them):
 #   python3, python3-pytest   /usr/bin/python3 -m pytest (tests/e2e), upstream.py (demo too)
+#   python3-pytest-xdist      the sanitizer run's two pytest workers (tests/e2e/meson.build)
 #   redis-server              tests/e2e (RedisServer), tests/unit/store/test_limiter_redis
 #   redis-tools               redis-cli, for looking at the tests' servers by hand
 #   wrk                       test_faults.py::test_redis_killed_and_restarted_under_wrk
@@ -31,7 +32,7 @@ build_pkgs=(gcc libc6-dev meson ninja-build pkg-config libmicrohttpd-dev libcurl
 #                             (headless, driven over DevTools with python3-websocket)
 # A test whose program is missing fails naming the package (tests/e2e/conftest.py:
 # require_program), so add a program here when a test starts using it.
-test_pkgs=(python3 python3-pytest python3-requests python3-websocket redis-server redis-tools
+test_pkgs=(python3 python3-pytest python3-pytest-xdist python3-requests python3-websocket redis-server redis-tools
            wrk systemd procps valgrind curl iproute2 openssl man-db chromium)
 bench_pkgs=(wrk nginx haproxy libnginx-mod-http-lua lua-nginx-redis redis-tools curl)
 fuzz_pkgs=(clang libclang-rt-14-dev)
