@@ -461,7 +461,7 @@ static void on_verdict(void *arg, const struct limiter_result *result)
 static enum MHD_Result after_decision(struct request *r)
 {
     if (r->pending != NULL)
-        return request_queue_pending(r); /* early: MHD closes the connection after it */
+        return request_queue_refusal(r);
     if (r->admitted) {
         r->phase = PHASE_BODY;
         if (r->expects_body)
@@ -483,8 +483,8 @@ static bool parse_target(struct request *r)
 }
 
 /* upstream_max_inflight: takes r's place among the requests in flight to the upstream, at
- * head time (so a shed request is answered before its body is read, with Connection: close,
- * and the upstream never sees more than the cap). False when it is shed: 503
+ * head time (so a shed request is answered before its body is read, and the upstream never
+ * sees more than the cap). False when it is shed: 503
  * upstream_saturated with Retry-After: 1 is then queued. Taken before the store is asked, so
  * a shed request counts against no limit; given back if the store refuses it. */
 static bool take_upstream_place(struct request *r, const struct tier_plan *plan, enum MHD_Result *queued)
@@ -497,13 +497,15 @@ static bool take_upstream_place(struct request *r, const struct tier_plan *plan,
     struct MHD_Response *resp = respond_error("upstream_saturated", &r->bytes_sent);
     if (resp != NULL)
         MHD_add_response_header(resp, MHD_HTTP_HEADER_RETRY_AFTER, "1");
-    *queued = request_queue_now(r, MHD_HTTP_SERVICE_UNAVAILABLE, resp);
+    *queued = request_refuse(r, MHD_HTTP_SERVICE_UNAVAILABLE, resp);
     return false;
 }
 
 /* The head is in, no body byte read: the gate authenticates and picks the limits, the
- * store checks them. A refusal is queued on this first call, so MHD sends it with
- * Connection: close and never reads the body; an admitted request goes on to PHASE_BODY.
+ * store checks them. A refusal goes out before any body byte is read (request_queue_refusal:
+ * with Connection: close when a body was announced, else keeping the connection); a target
+ * refused (400) is queued on this first call and closes, as nginx closes after a 400. An
+ * admitted request goes on to PHASE_BODY.
  * When the store has to be asked, the connection is suspended here and MHD repeats the
  * first call once it is woken. */
 static enum MHD_Result admit_or_refuse_head(struct request *r, size_t n_fields)
@@ -535,7 +537,7 @@ static enum MHD_Result admit_or_refuse_head(struct request *r, size_t n_fields)
         struct MHD_Response *resp = respond_error(adm.refusal.error_code, &r->bytes_sent);
         if (resp != NULL && adm.refusal.www_authenticate)
             MHD_add_response_header(resp, MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer");
-        return request_queue_now(r, adm.refusal.status, resp);
+        return request_refuse(r, adm.refusal.status, resp);
     }
     case GATE_UNLIMITED:
     case GATE_CHECK:
@@ -638,6 +640,8 @@ enum MHD_Result request_handle(void *cls, struct MHD_Connection *conn, const cha
         client_watch_stop(&r->watch);
         if (r->refused_in_body)
             return MHD_NO; /* answered already: MHD closes the connection */
+        if (!r->admitted)
+            return request_queue_pending(r); /* a refusal kept for this last call */
         start_upstream(r);
         if (r->pending != NULL)
             return request_queue_pending(r);

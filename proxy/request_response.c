@@ -1,6 +1,7 @@
 #include "proxy/request_response.h"
 
 #include <string.h>
+#include <strings.h>
 
 #include "proxy/access_log.h"
 #include "proxy/metrics.h"
@@ -50,6 +51,32 @@ enum MHD_Result request_queue_now(struct request *r, unsigned status, struct MHD
     r->pending = resp;
     r->pending_status = status;
     return request_queue_pending(r);
+}
+
+/* The client waits for 100 Continue, which libmicrohttpd sends (need_100_continue in
+ * connection.c of 0.9.75: HTTP/1.1 and this value, a body or not) unless an answer is
+ * queued on the first call. */
+static bool waits_for_continue(const struct request *r)
+{
+    const char *expect = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_EXPECT);
+    return expect != NULL && strcasecmp(expect, "100-continue") == 0;
+}
+
+enum MHD_Result request_queue_refusal(struct request *r)
+{
+    if (r->expects_body || waits_for_continue(r))
+        return request_queue_pending(r);
+    r->phase = PHASE_BODY; /* its last call, next in this same run, queues it */
+    return MHD_YES;
+}
+
+enum MHD_Result request_refuse(struct request *r, unsigned status, struct MHD_Response *resp)
+{
+    if (resp == NULL)
+        return MHD_NO; /* out of memory: the connection closes */
+    r->pending = resp;
+    r->pending_status = status;
+    return request_queue_refusal(r);
 }
 
 /* ---- RateLimit headers ------------------------------------------------------------- */

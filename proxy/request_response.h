@@ -22,6 +22,20 @@ enum MHD_Result request_queue_pending(struct request *r);
 /* Queues response `status` on this handler call. Takes ownership of resp. */
 enum MHD_Result request_queue_now(struct request *r, unsigned status, struct MHD_Response *resp);
 
+/* Queues r's pending refusal (401, 429, 503), decided on the head, before any body byte is
+ * read. A request that announced a body gets it on this first call: libmicrohttpd then
+ * answers with Connection: close and never reads the body. One that announced none (no
+ * Content-Length above 0, not chunked) gets it on its last call, which libmicrohttpd makes
+ * next: an answer queued on the first call always closes the connection (0.9.75 takes it
+ * as refusing the body), and a client refused for its key or a limit should not have to
+ * reconnect for its next request. But for `Expect: 100-continue`: libmicrohttpd would send
+ * 100 Continue before that last call, and a refused request never gets one, so that
+ * refusal goes on the first call and closes. */
+enum MHD_Result request_queue_refusal(struct request *r);
+
+/* request_queue_refusal of the refusal `status`. Takes ownership of resp. */
+enum MHD_Result request_refuse(struct request *r, unsigned status, struct MHD_Response *resp);
+
 /* Adds the RateLimit headers of r's decided check, if it has one, to resp (may be NULL). */
 void request_add_ratelimit_headers(const struct request *r, struct MHD_Response *resp);
 
