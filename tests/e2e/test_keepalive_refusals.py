@@ -7,6 +7,8 @@ import re
 import socket
 import threading
 
+import pytest
+
 from conftest import parse_raw_response
 
 # Generous: an answer comes in milliseconds; a socket the proxy keeps open stays quiet.
@@ -137,9 +139,12 @@ def used_up(p, key):
 # --------------------------------------------------------------------------------------
 # no body announced: the connection stays open
 
-def test_429_of_a_get_keeps_the_connection(catalog, proxies):
+@pytest.mark.parametrize("store", ["memory", "redis"])
+def test_429_of_a_get_keeps_the_connection(catalog, proxies, store):
+    """memory decides within the head's first call; redis after the connection was
+    suspended and resumed, in the first call's repetition."""
     open_key, one_key = open_and_used_up(catalog)
-    p = proxies.start(catalog)
+    p = proxies.start(catalog, store=store)
     used_up(p, one_key)
     c = Conn(p)
     try:
