@@ -24,7 +24,10 @@
 # the first request of each key get 429) with 100 more. wrk drives each row in turn
 # (-t1 -c$CONNS --latency, keys rotating per request, a $WARMUP s unrecorded warm-up right
 # before each $DURATION s measured run), the whole cycle $CYCLES times (rows interleaved).
-# Each cycle also runs, for P7, both tierproxy rows at -c$P7_CONNS and with the bench429 keys.
+# Each cycle also runs, for P7, both tierproxy rows at -c$P7_CONNS and with the bench429 keys,
+# and, for S5, tierproxy_memory at -c$S5_CONNS with the bench keys and with the bench429 keys
+# back to back (their order swapped every cycle): a refusal kept alive against a forward. Their
+# warm-ups count the proxy's system calls (perf stat, raw_syscalls:sys_enter), when perf can.
 #
 # Before/after: BASELINE_TIERPROXY_BIN=/path/to/older/tierproxy adds, for each tierproxy row
 # in ROWS, its pair (or list them in ROWS yourself, next to their pair):
@@ -44,7 +47,7 @@
 # (INFO commandstats, INFO cpu), SQLite statements per request (an LD_PRELOAD counter,
 # etc/bench/sqlite_count.c, in both tierproxy processes), a verdict per target P1-P7, and
 # one per target S1-S6 of issue 15 (against floor_proxy_opt and nginx_lua_redis; S5 from
-# the P7 runs; S6 from etc/ws_idle.py, run once after the cycles: WS_IDLE=1).
+# the P7 runs and the S5 runs; S6 from etc/ws_idle.py, run once after the cycles: WS_IDLE=1).
 # A run during which processes not ours (or the hypervisor: steal) took more than BUSY_PCT %
 # of a core is "disturbed" and repeated, up to MAX_RETRY times.
 #
@@ -55,7 +58,8 @@
 # Knobs (environment):
 #   DURATION=10 WARMUP=2 CYCLES=3 CONNS=64 P7_CONNS=2*CONNS THREADS=1
 #   ROWS="direct nginx_proxy nginx_lua_redis floor_proxy_opt tierproxy_memory tierproxy_redis"
-#   P7=1 (0: skip the P7 runs, and so S5)
+#   P7=1 (0: skip the P7 runs, and so S5's goodput)
+#   S5=1 S5_CONNS=16 (S5=0: skip the S5 runs, the refusal kept alive against a forward)
 #   WS_IDLE=1 WS_IDLE_N=9900 (0: skip etc/ws_idle.py's idle WebSockets, and so S6)
 #   BUSY_PCT=15 MAX_RETRY=2 RETRY_PAUSE=10 QUIET_MAX=60 (s to wait for a quiet box at start)
 #   UPSTREAM=auto|nginx|builtin   BUILD_DIR=build NO_BUILD=0   TIERPROXY_BIN TIERCTL_BIN
@@ -76,7 +80,7 @@ case "${1:-}" in
 esac
 
 # the exact command, as typed: the knobs given in the environment, then the script
-KNOBS=(DURATION WARMUP CYCLES CONNS P7_CONNS THREADS ROWS P7 BUSY_PCT MAX_RETRY RETRY_PAUSE QUIET_MAX
+KNOBS=(DURATION WARMUP CYCLES CONNS P7_CONNS THREADS ROWS P7 S5 S5_CONNS WS_IDLE BUSY_PCT MAX_RETRY RETRY_PAUSE QUIET_MAX
        UPSTREAM BUILD_DIR NO_BUILD TIERPROXY_BIN TIERCTL_BIN BASELINE_TIERPROXY_BIN BASELINE_TIERCTL_BIN RESULTS_DIR)
 COMMAND=""
 for v in "${KNOBS[@]}"; do
@@ -92,6 +96,8 @@ P7_CONNS=${P7_CONNS:-$((2 * CONNS))}
 THREADS=${THREADS:-1}
 ROWS=${ROWS:-"direct nginx_proxy nginx_lua_redis floor_proxy_opt tierproxy_memory tierproxy_redis"}
 P7=${P7:-1}
+S5=${S5:-1}
+S5_CONNS=${S5_CONNS:-16}
 WS_IDLE=${WS_IDLE:-1}
 WS_IDLE_N=${WS_IDLE_N:-9900}
 BUSY_PCT=${BUSY_PCT:-15}
@@ -405,12 +411,37 @@ kv() {                       # kv KEY LINE
   awk -v k="$1" '{ for (i = 1; i <= NF; i++) { split($i, a, "="); if (a[1] == k) { print a[2]; exit } } }' <<<"$2"
 }
 
+# ------------------------------------------------------------------ system calls
+# The S5 runs' warm-ups count the proxy's system calls: perf stat on the tracepoint
+# raw_syscalls:sys_enter, every thread of the process (root, or perf_event_paranoid <= -1).
+# Only in warm-ups, so that the counting costs nothing in a measured run.
+HAVE_PERF=0
+if command -v perf >/dev/null 2>&1 && perf stat -e raw_syscalls:sys_enter -x, -o /dev/null true >/dev/null 2>&1; then
+  HAVE_PERF=1
+fi
+SYSCALLS_OF=""               # set by measure: the row whose warm-up counts its system calls
+SYSCALLS_PER_REQ=-1          # run_wrk's count per request (-1: not counted)
+syscalls_start() {           # syscalls_start NAME OUT : perf stat on NAME's process, in the background
+  perf stat -e raw_syscalls:sys_enter -x, -o "$2" -p "${PID_OF[$1]}" >/dev/null 2>&1 &
+  PERF_PID=$!
+  sleep 0.2                  # perf attaches to every thread before wrk starts
+}
+syscalls_stop() {            # syscalls_stop OUT REQUESTS : sets SYSCALLS_PER_REQ
+  kill -INT "$PERF_PID" 2>/dev/null || true
+  wait "$PERF_PID" 2>/dev/null || true
+  SYSCALLS_PER_REQ=$(awk -F, -v n="$2" '$3 == "raw_syscalls:sys_enter" && $1 ~ /^[0-9]+$/ && n > 0 { printf "%.2f", $1 / n; f = 1 }
+                                        END { if (!f) print -1 }' "$1" 2>/dev/null || echo -1)
+}
+
 # ------------------------------------------------------------------ one wrk run
 # run_wrk RUN TARGET PORT SECONDS CONNS KEYFILE OUT : sets R_LINE (key=value facts)
 run_wrk() {
   local run=$1 target=$2 port=$3 secs=$4 conns=$5 keyfile=$6 out=$7 rc rb ra q0=0 q1=0
   rb=$(redis_stats)
   [[ $target == tierproxy_* ]] && q0=$(sqlite_count "$target")
+  SYSCALLS_PER_REQ=-1
+  local counting=0
+  [[ $HAVE_PERF == 1 && $SYSCALLS_OF == "$target" ]] && { counting=1; syscalls_start "$target" "$out.syscalls"; }
   snapshot S0
   set +e
   # wrk runs in the background and we wait for it, so that a signal stops the benchmark at
@@ -438,6 +469,7 @@ run_wrk() {
   ra=$(redis_stats)
   [[ $rc -eq 0 ]] || die "wrk failed (rc=$rc) for $run: $(tail -5 "$out")"
   grep -q '^RESULT ' "$out" || die "no RESULT line from wrk for $run: $(tail -5 "$out")"
+  [[ $counting == 1 ]] && syscalls_stop "$out.syscalls" "$(sed -n 's/^RESULT requests=\([0-9]*\).*/\1/p' "$out")"
   local wk px=0
   wk=$(awk -v hz="$CLK_TCK" 'NR == 2 { n = split($0, a, " "); s = 0
       for (i = 1; i <= n; i++) { split(a[i], mm, "m"); sub(/s$/, "", mm[2]); s += mm[1] * 60 + mm[2] }
@@ -473,10 +505,14 @@ RUNS=$RESULTS_DIR/runs.txt
 # measure CYCLE RUN TARGET CONNS KEYFILE : warm-up + measured run, repeated while disturbed
 measure() {
   local cycle=$1 run=$2 target=$3 conns=$4 keyfile=$5 attempt=0 other steal dist
-  local port=${PORT_OF[$target]}
+  local port=${PORT_OF[$target]} syscalls
   while :; do
+    [[ $run == *@s5-* ]] && SYSCALLS_OF=$target
     run_wrk "$run" "$target" "$port" "$WARMUP" "$conns" "$keyfile" "$RESULTS_DIR/wrk/$run.c$cycle.a$attempt.warmup.txt"
+    syscalls=$SYSCALLS_PER_REQ
+    SYSCALLS_OF=""
     run_wrk "$run" "$target" "$port" "$DURATION" "$conns" "$keyfile" "$RESULTS_DIR/wrk/$run.c$cycle.a$attempt.txt"
+    R_LINE+=" syscalls_per_req=$syscalls"
     other=$(kv cpu_other "$R_LINE"); steal=$(kv steal "$R_LINE")
     dist=$(awk -v x="$other" -v y="$steal" -v t="$BUSY_PCT" 'BEGIN { print (x + y > t) ? 1 : 0 }')
     if [[ $dist == 1 ]] && (( attempt < MAX_RETRY )); then
@@ -504,7 +540,7 @@ DENYFILE=$RESULTS_DIR/keys-429.txt       # API keys of plan "bench429" (1/min)
 make_catalog() {
   local ctl=$1 db=$2 keyfile=$3 denyfile=$4 i
   : >"$keyfile"; : >"$denyfile"
-  log "making the catalog $(basename "$db"): plan bench ($HIGH_RATE${BENCH_PLAN_FLAGS:+ $BENCH_PLAN_FLAGS}${BENCH_COST:+, cost $BENCH_COST})$([[ $P7 == 1 ]] && echo ", plan bench429 ($DENY_RATE)"), $KEYS users each"
+  log "making the catalog $(basename "$db"): plan bench ($HIGH_RATE${BENCH_PLAN_FLAGS:+ $BENCH_PLAN_FLAGS}${BENCH_COST:+, cost $BENCH_COST})$([[ $P7 == 1 || $S5 == 1 ]] && echo ", plan bench429 ($DENY_RATE)"), $KEYS users each"
   # tierctl says each change on stderr: kept in the run dir, not on the terminal; the key is
   # the last line of key create's stdout (before 62f439e tierctl printed a heading line first)
   "$ctl" --db "$db" init >/dev/null 2>>"$RUNDIR/tierctl.log"
@@ -519,7 +555,7 @@ make_catalog() {
   for i in $(seq 1 "$KEYS"); do
     "$ctl" --db "$db" user add "bench-$i" --plan bench >/dev/null 2>>"$RUNDIR/tierctl.log"
     "$ctl" --db "$db" key create "bench-$i" 2>>"$RUNDIR/tierctl.log" | tail -n 1 >>"$keyfile"
-    if [[ $P7 == 1 ]]; then
+    if [[ $P7 == 1 || $S5 == 1 ]]; then
       "$ctl" --db "$db" user add "bench429-$i" --plan bench429 >/dev/null 2>>"$RUNDIR/tierctl.log"
       "$ctl" --db "$db" key create "bench429-$i" 2>>"$RUNDIR/tierctl.log" | tail -n 1 >>"$denyfile"
     fi
@@ -667,7 +703,7 @@ for row in tierproxy_memory tierproxy_memory_baseline tierproxy_redis tierproxy_
   [[ -n ${PORT_OF[$row]:-} ]] || continue
   c=$(curl -s -o /dev/null -w '%{http_code}' -H "Authorization: Bearer bench-no-such-key" "http://127.0.0.1:${PORT_OF[$row]}/")
   [[ $c == 401 ]] || die "sanity: $row answered $c for an unknown key (expected 401)"
-  if [[ $P7 == 1 ]]; then
+  if [[ $P7 == 1 || $S5 == 1 ]]; then
     k=$(head -n 1 "${DENYFILE_OF[$row]}")
     c1=$(curl -s -o /dev/null -w '%{http_code}' -H "Authorization: Bearer $k" "http://127.0.0.1:${PORT_OF[$row]}/")
     c2=$(curl -s -o /dev/null -w '%{http_code}' -H "Authorization: Bearer $k" "http://127.0.0.1:${PORT_OF[$row]}/")
@@ -701,7 +737,10 @@ fi
 # the floor at -c$P7_CONNS too: what the design itself keeps of its goodput under twice the load
 P7_FLOOR=""
 [[ $P7 == 1 && -n ${PORT_OF[floor_proxy_opt]:-} ]] && P7_FLOOR=floor_proxy_opt
-nruns=$(( ${#ACTIVE[@]} + 2 * ${#P7_TARGETS[@]} + (${#P7_FLOOR} > 0 ? 1 : 0) ))
+# S5: a refusal kept alive against a forward, memory store, -c$S5_CONNS, back to back
+S5_TARGET=""
+[[ $S5 == 1 && -n ${PORT_OF[tierproxy_memory]:-} ]] && S5_TARGET=tierproxy_memory
+nruns=$(( ${#ACTIVE[@]} + 2 * ${#P7_TARGETS[@]} + (${#P7_FLOOR} > 0 ? 1 : 0) + (${#S5_TARGET} > 0 ? 2 : 0) ))
 log "$CYCLES cycles x $nruns runs x $((WARMUP + DURATION)) s: about $(( CYCLES * nruns * (WARMUP + DURATION + 1) / 60 + 1 )) min"
 for cycle in $(seq 1 "$CYCLES"); do
   log "cycle $cycle/$CYCLES"
@@ -717,6 +756,11 @@ for cycle in $(seq 1 "$CYCLES"); do
   for row in "${P7_TARGETS[@]}"; do measure "$cycle" "${row}@c$P7_CONNS" "$row" "$P7_CONNS" "$KEYFILE"; done
   [[ -n $P7_FLOOR ]] && measure "$cycle" "$P7_FLOOR@c$P7_CONNS" "$P7_FLOOR" "$P7_CONNS" "$KEYFILE"
   for row in "${P7_TARGETS[@]}"; do measure "$cycle" "${row}@429" "$row" "$CONNS" "$DENYFILE"; done
+  if [[ -n $S5_TARGET ]]; then
+    s5=("$S5_TARGET@s5-fwd $KEYFILE" "$S5_TARGET@s5-429 $DENYFILE")
+    (( cycle % 2 == 0 )) && s5=("${s5[1]}" "${s5[0]}")
+    for r in "${s5[@]}"; do measure "$cycle" "${r%% *}" "$S5_TARGET" "$S5_CONNS" "${r#* }"; done
+  fi
 done
 
 # ------------------------------------------------------------------ S6: idle WebSockets
@@ -743,6 +787,7 @@ META=$RESULTS_DIR/meta.txt
   printf 'active=%s\n' "${ACTIVE[*]}"
   printf 'p7_targets=%s\n' "${P7_TARGETS[*]}"
   printf 'p7_floor=%s\n' "$P7_FLOOR"
+  printf 's5_target=%s\ns5_conns=%s\nhave_perf=%s\n' "$S5_TARGET" "$S5_CONNS" "$HAVE_PERF"
   if [[ -s $WS_IDLE_OUT ]]; then
     printf 'ws_idle.opened=%s\n' "$(sed -n 's/^connections opened *: \([0-9]*\) of \([0-9]*\).*/\1 \2/p' "$WS_IDLE_OUT")"
     printf 'ws_idle.bytes=%s\n' "$(sed -n 's/^per connection *: .*(\([0-9]*\) bytes).*/\1/p' "$WS_IDLE_OUT")"

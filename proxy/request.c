@@ -9,19 +9,16 @@
 
 #include "proxy/access_log.h"
 #include "proxy/asan_poison.h"
-#include "proxy/bytebuf.h"
-#include "proxy/client_watch.h"
 #include "proxy/config.h"
-#include "proxy/forward.h"
-#include "proxy/gate.h"
+#include "proxy/log.h"
 #include "proxy/metrics.h"
-#include "proxy/netaddr.h"
 #include "proxy/pool_trim.h"
 #include "proxy/raw_response.h"
 #include "proxy/rejection_log.h"
-#include "proxy/request_head.h"
+#include "proxy/request_response.h"
+#include "proxy/request_slots.h"
+#include "proxy/request_state.h"
 #include "proxy/respond.h"
-#include "proxy/scratch.h"
 #include "proxy/upstream_cap.h"
 #include "proxy/websocket.h"
 #include "proxy/ws_auth.h"
@@ -40,87 +37,7 @@
  * the answer before the client reads it; then the connection is closed. */
 #define REFUSED_LINGER_MS 2000
 
-enum request_phase {
-    PHASE_HEAD = 0,      /* the first call: headers are in, nothing decided */
-    PHASE_CHECKING,      /* the head is in, waiting for the limiter; no body byte read */
-    PHASE_BODY,          /* admitted: reading the request body */
-    PHASE_FORWARDING,    /* waiting for the upstream's response head */
-    PHASE_RESPONDING,    /* response queued; streaming the body */
-};
-
-/* Its memory is freed only when libmicrohttpd, a pending limiter reply and an open tunnel
- * have all let go of it (hiredis callbacks cannot be cancelled): refs counts them. */
-struct request {
-    struct request_context *ctx;
-    LIST_ENTRY(request) live;     /* in ctx->live */
-    SLIST_ENTRY(request) pooled;  /* in ctx->pool, once freed */
-    struct scratch scratch;       /* what lives as long as the request; kept in the pool */
-    struct MHD_Connection *conn;
-    unsigned refs;                /* MHD, the limiter while a check is pending, an open tunnel */
-    enum request_phase phase;
-    bool suspended;
-    bool mhd_done;                /* MHD's completion callback ran */
-
-    /* the head */
-    struct request_head head;     /* its screen (request_head.h) */
-    char *raw_uri;                /* exactly as the client sent it: path and query (scratch) */
-    size_t head_bytes;            /* what the request head takes of MHD's connection pool */
-    struct request_target target; /* raw_uri normalised: what is matched and forwarded */
-    struct ws_auth_key *query_key; /* taken out of target (key_query); NULL when off (scratch) */
-    struct gate_header *headers;  /* every field in order (the array in scratch, the bytes MHD's) */
-    size_t n_headers;
-    const char *method;           /* owned by MHD, valid until completion */
-    bool ws_upgrade;              /* a WebSocket handshake */
-    int64_t started_ms;
-
-    /* the body, read only once admitted, up to max_body_bytes */
-    bool expects_body;            /* a Content-Length above 0, or chunked */
-    struct bytebuf body;
-    bool admitted;                /* decided at head time: to be forwarded once the body is in */
-    bool refused_in_body;         /* answered 413 on the socket in the middle of the body */
-    int64_t refused_in_body_ms;   /* ... at this time */
-
-    /* who is calling and what applies */
-    struct snapshot *snap;        /* reference held for the request's lifetime */
-    const struct tier_plan *plan; /* NULL for exempt paths */
-    const char *user_id;          /* for X-Tier-User */
-    struct gate_check gate;       /* who is calling and the limits the store checks (gate.h) */
-    struct limiter_result verdict;
-    bool have_verdict;            /* a decided check whose headers go on the response */
-    const char *limit_type;       /* what rejected it: "http", "concurrency", "ws_connection" */
-    char lease_id[64];
-    bool lease_held;              /* concurrency slots taken; given back exactly once */
-    bool release_in_flight;       /* given back, the store's acknowledgement not yet in */
-    void (*after_release)(struct request *r);
-
-    /* the client leaving while the request waits (client_watch.h) */
-    struct client_watch watch;
-    bool client_gone;
-
-    /* the response */
-    struct MHD_Response *pending; /* decided, waiting for MHD to ask for it */
-    unsigned pending_status;
-    struct MHD_Response *stashed; /* decided, waiting for the slots' release first */
-    unsigned stashed_status;
-    bool response_made;           /* the upstream's answer became the response */
-
-    /* the upstream side */
-    bool upstream_place;          /* counted in ctx->upstream_cap (upstream_max_inflight) */
-    bool forwarded;               /* up was started (forward.c's) */
-    struct upstream up;
-    struct ws_tunnel *ws;         /* a WebSocket handshake's tunnel (websocket.c's) */
-    struct ws_refusal *ws_refusal; /* a refused handshake closed with a code (ws_refusal.h) */
-    struct raw_response *raw;     /* the response written without MHD (a head too big for it) */
-
-    /* for the access log and metrics */
-    unsigned status;              /* the status queued; 0 when none was */
-    const char *decision;
-    int64_t store_started_ns;
-    uint64_t bytes_sent;
-};
-
 static void on_client_gone(void *arg);
-static void request_unref(struct request *r);
 static void note_head_refusal(struct request *r);
 static void on_head_rest(void *owner);
 
@@ -240,68 +157,14 @@ void *request_begin(void *cls, const char *uri, struct MHD_Connection *conn)
     return r;
 }
 
-/* ---- slots ------------------------------------------------------------------------- */
 
-static void on_released(void *arg)
-{
-    struct request *r = arg;
-    r->release_in_flight = false;
-    void (*then)(struct request *) = r->after_release;
-    r->after_release = NULL;
-    if (then != NULL && !r->mhd_done)
-        then(r);
-    request_unref(r);
-}
-
-/* Gives back r's slots and calls then(r) once the store has applied that (at once when r
- * holds none). The end of a response goes to the client only after this, so the client's
- * next request cannot meet its own old slot. */
-static void request_release_then(struct request *r, void (*then)(struct request *r))
-{
-    if (!r->lease_held) {
-        then(r);
-        return;
-    }
-    r->lease_held = false;
-    r->release_in_flight = true;
-    r->after_release = then;
-    r->refs++; /* until on_released */
-    limiter_release_notify(r->ctx->limiter, r->gate.subject, strlen(r->gate.subject), r->gate.rules, r->gate.n,
-                           r->lease_id, on_released, r);
-}
-
-/* True while r's slots are not known to be given back (the end of its response waits). */
-static bool request_release_pending(const struct request *r)
-{
-    return r->lease_held || r->release_in_flight;
-}
-
-/* Gives back r's concurrency slots, if it holds any (idempotent). */
-static void request_release_slots(struct request *r)
-{
-    if (!r->lease_held)
-        return;
-    r->lease_held = false;
-    limiter_release(r->ctx->limiter, r->gate.subject, strlen(r->gate.subject), r->gate.rules, r->gate.n, r->lease_id);
-}
-
-/* Gives back r's place among the requests in flight to the upstream (idempotent): once
- * the upstream's answer is in, or the request will not go (refused, client gone). */
-static void give_upstream_place(struct request *r)
-{
-    if (!r->upstream_place)
-        return;
-    r->upstream_place = false;
-    upstream_cap_give(r->ctx->upstream_cap);
-}
-
-static void request_unref(struct request *r)
+void request_unref(struct request *r)
 {
     if (--r->refs > 0)
         return;
     struct request_context *ctx = r->ctx;
     request_release_slots(r);
-    give_upstream_place(r);
+    request_give_upstream_place(r);
     client_watch_stop(&r->watch);
     request_head_free(&r->head);
     ws_free(r->ws);
@@ -322,9 +185,7 @@ static void request_unref(struct request *r)
 
 /* ---- suspending and waking the connection ------------------------------------------ */
 
-/* Resumes the MHD connection if it is suspended and gets MHD to run. Safe from curl and
- * hiredis callbacks. */
-static void request_wake(struct request *r)
+void request_wake(struct request *r)
 {
     if (r->mhd_done)
         return;
@@ -352,28 +213,6 @@ static void on_head_rest(void *owner)
     if (r->head.refused_status != 0)
         note_head_refusal(r);
     request_wake(r);
-}
-
-/* Sets the response to queue (an error or rejection) and wakes the connection. Takes
- * ownership of response. */
-static void request_set_pending(struct request *r, unsigned status, struct MHD_Response *response)
-{
-    if (r->mhd_done || r->pending != NULL) {
-        if (response != NULL)
-            MHD_destroy_response(response);
-        return;
-    }
-    r->pending = response;
-    r->pending_status = status;
-    request_wake(r);
-}
-
-/* The stashed response goes now that the slots are back. */
-static void deliver_stashed(struct request *r)
-{
-    struct MHD_Response *resp = r->stashed;
-    r->stashed = NULL;
-    request_set_pending(r, r->stashed_status, resp);
 }
 
 /* The client left while r waited (client_watch.h): its slots go back at once, and so
@@ -404,38 +243,13 @@ static void on_client_gone(void *arg)
         request_set_pending(r, 499, respond_error("client_closed_request", &r->bytes_sent));
 }
 
-/* Suspends r's MHD connection until request_wake, watching for the client leaving. */
-static void request_suspend(struct request *r)
+void request_suspend(struct request *r)
 {
     if (r->suspended || r->ctx->closing)
         return;
     r->suspended = true;
     MHD_suspend_connection(r->conn);
     client_watch_start(&r->watch, CLIENT_WAIT_SUSPENDED);
-}
-
-static enum MHD_Result queue_pending(struct request *r)
-{
-    struct MHD_Response *resp = r->pending;
-    r->pending = NULL;
-    r->phase = PHASE_RESPONDING;
-    if (resp == NULL)
-        return MHD_NO;
-    r->status = r->pending_status; /* a refusal closed with a code is logged as the refusal */
-    enum MHD_Result ret =
-        r->ws_upgrade && r->ws == NULL && r->ctx->cfg->ws_refusal_close /* the proxy's own refusal */
-            ? ws_refusal_queue(&(struct ws_refusal_env){ r->ctx->base, r->ctx->kick_mhd, r->ctx->kick_ctx }, r->conn,
-                               r->headers, r->n_headers, r->decision, r->pending_status, resp, &r->ws_refusal)
-            : MHD_queue_response(r->conn, r->pending_status, resp);
-    MHD_destroy_response(resp);
-    return ret;
-}
-
-static enum MHD_Result queue_now(struct request *r, unsigned status, struct MHD_Response *resp)
-{
-    r->pending = resp;
-    r->pending_status = status;
-    return queue_pending(r);
 }
 
 /* ---- the model the gate reads ------------------------------------------------------ */
@@ -494,51 +308,7 @@ static void request_model(const struct request *r, struct gate_request *out)
     };
 }
 
-/* r's decided check for the RateLimit headers and the log; NULL when there is none. */
-static const struct limiter_result *decided(const struct request *r)
-{
-    return r->have_verdict ? &r->verdict : NULL;
-}
-
-static void add_ratelimit_headers(const struct request *r, struct MHD_Response *resp)
-{
-    if (resp != NULL)
-        respond_add_ratelimit_headers(r->ctx->cfg->headers, &r->gate, decided(r), resp);
-}
-
-/* The limit closest to running out, by the one rule the headers and the access log share:
- * for a refused request, the one that refused it. */
-static const struct limit_verdict *rejecting_verdict(const struct request *r)
-{
-    const struct limit_verdict *over = respond_closest_verdict(&r->gate, decided(r));
-    return over != NULL ? over : &r->verdict.verdicts[0];
-}
-
 /* ---- the upstream side: what forward.c and websocket.c tell the request ------------ */
-
-/* The transfer is over and the slots are given back: the client side may end. */
-static void finish_client_side(struct request *r)
-{
-    if (r->stashed != NULL) {
-        deliver_stashed(r);
-        return;
-    }
-    if (r->raw != NULL) {
-        raw_response_pump(r->raw); /* the end may go now */
-        return;
-    }
-    const struct upstream *u = &r->up;
-    /* curl refuses some malformed heads itself (a field line without a colon) */
-    if (u->bad_head || (!u->head_done && u->result == CURLE_WEIRD_SERVER_REPLY)) {
-        request_set_pending(r, MHD_HTTP_BAD_GATEWAY, respond_error("bad_upstream_response", &r->bytes_sent));
-    } else if (!u->head_done) {
-        bool slow = u->timed_out || u->result == CURLE_OPERATION_TIMEDOUT;
-        request_set_pending(r, slow ? MHD_HTTP_GATEWAY_TIMEOUT : MHD_HTTP_BAD_GATEWAY,
-                            respond_error(slow ? "upstream_timeout" : "upstream_unavailable", &r->bytes_sent));
-    } else if (u->reader_waiting) {
-        request_wake(r);
-    }
-}
 
 static void on_upstream_progress(void *owner)
 {
@@ -552,9 +322,9 @@ static void on_upstream_progress(void *owner)
 static void on_upstream_finished(void *owner)
 {
     struct request *r = owner;
-    give_upstream_place(r);
+    request_give_upstream_place(r);
     if (!r->mhd_done)
-        request_release_then(r, finish_client_side);
+        request_release_then(r, request_finish_client_side);
 }
 
 static void on_upstream_starved(void *owner)
@@ -562,132 +332,14 @@ static void on_upstream_starved(void *owner)
     request_suspend(owner);
 }
 
-static bool upstream_waits_for_slots(void *owner)
-{
-    return request_release_pending(owner);
-}
 
 static const struct upstream_hooks upstream_hooks = {
     .head_in = on_upstream_progress,
     .body_in = on_upstream_progress,
     .finished = on_upstream_finished,
     .starved = on_upstream_starved,
-    .slots_pending = upstream_waits_for_slots,
+    .slots_pending = request_waits_for_slots,
 };
-
-static void on_raw_over(void *owner)
-{
-    struct request *r = owner;
-    if (r->forwarded)
-        upstream_abort(&r->up); /* cut short: the client is gone or stopped reading */
-    request_wake(r); /* MHD asks again and is told to close the connection */
-}
-
-static const struct raw_response_hooks raw_hooks = {
-    .slots_pending = upstream_waits_for_slots,
-    .over = on_raw_over,
-};
-
-static void add_raw_field(void *rr, const char *name, const char *value)
-{
-    raw_response_field(rr, name, value);
-}
-
-/* The upstream's head does not fit MHD's connection pool beside the request's: the proxy
- * writes the response on the socket itself (raw_response.h). False when it cannot. */
-static bool respond_raw(struct request *r)
-{
-    struct upstream *u = &r->up;
-    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(r->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
-    if (ci == NULL)
-        return false;
-    r->raw = raw_response_create(r->ctx->base, ci->connect_fd, u, (unsigned)u->status, r->ctx->cfg->upstream_timeout_ms,
-                                 &raw_hooks, r);
-    if (r->raw == NULL)
-        return false;
-    for (size_t i = 0; i < u->n_fields; i++)
-        raw_response_field(r->raw, u->fields[i].name, u->fields[i].value);
-    respond_ratelimit_fields(r->ctx->cfg->headers, &r->gate, decided(r), add_raw_field, r->raw);
-    bool bodiless = strcmp(r->method, "HEAD") == 0 || u->status == 204 || u->status == 304;
-    r->status = (unsigned)u->status;
-    if (raw_response_send(r->raw, bodiless, u->content_length) < 0) {
-        raw_response_free(r->raw);
-        r->raw = NULL;
-        r->status = 0;
-        return false;
-    }
-    return true;
-}
-
-/* MHD asks for the response and the upstream's head is in: it becomes r->pending, or
- * r->stashed when a bodiless response must wait for the slots' release, or goes out
- * without MHD when its head is too big for MHD, or a 502. */
-static void respond_from_upstream(struct request *r)
-{
-    r->response_made = true;
-    struct upstream *u = &r->up;
-    if (!upstream_head_fits(u, r->head_bytes)) {
-        if (respond_raw(r))
-            return;
-        upstream_abort(u);
-        r->pending = respond_error("upstream_unavailable", &r->bytes_sent);
-        r->pending_status = MHD_HTTP_BAD_GATEWAY;
-        return;
-    }
-    bool bodiless;
-    struct MHD_Response *resp = upstream_response(u, strcmp(r->method, "HEAD") == 0, &bodiless);
-    if (resp == NULL) {
-        upstream_abort(u);
-        r->pending = respond_error("upstream_unavailable", &r->bytes_sent);
-        r->pending_status = MHD_HTTP_BAD_GATEWAY;
-        return;
-    }
-    add_ratelimit_headers(r, resp);
-    if (bodiless && request_release_pending(r)) {
-        r->stashed = resp; /* complete as soon as sent: it waits for the release */
-        r->stashed_status = (unsigned)u->status;
-    } else {
-        r->pending = resp;
-        r->pending_status = (unsigned)u->status;
-    }
-}
-
-/* The handshake's answer other than 101: the slots go back before it is sent. */
-static void on_ws_answer(void *owner, unsigned status, struct MHD_Response *resp, uint64_t body_bytes)
-{
-    struct request *r = owner;
-    give_upstream_place(r);
-    r->bytes_sent = body_bytes;
-    add_ratelimit_headers(r, resp);
-    r->stashed = resp;
-    r->stashed_status = status;
-    request_release_then(r, deliver_stashed);
-}
-
-static void on_ws_fail(void *owner, unsigned status, const char *error_code)
-{
-    struct request *r = owner;
-    give_upstream_place(r);
-    r->stashed = respond_problem(status, error_code, &r->bytes_sent);
-    r->stashed_status = status;
-    request_release_then(r, deliver_stashed);
-}
-
-static void on_ws_switching(void *owner, struct MHD_Response *resp)
-{
-    struct request *r = owner;
-    give_upstream_place(r);   /* the handshake is answered; an open tunnel is not in flight */
-    /* The method and the header fields are libmicrohttpd's, in the connection's pool, which
-     * the tunnel gives back (pool_trim_upgraded); the access line at its end still names the
-     * method, and only a GET is upgraded (ws_is_upgrade). */
-    ws_select_marker(resp, r->headers, r->n_headers);
-    r->method = "GET";
-    r->headers = NULL;
-    r->n_headers = 0;
-    add_ratelimit_headers(r, resp);
-    r->refs++; /* the tunnel's, until on_ws_closed */
-    request_set_pending(r, MHD_HTTP_SWITCHING_PROTOCOLS, resp);
-}
 
 static void on_ws_release_slots(void *owner)
 {
@@ -706,9 +358,9 @@ static bool ws_abandoned(void *owner)
 }
 
 static const struct ws_hooks ws_hooks = {
-    .answer = on_ws_answer,
-    .fail = on_ws_fail,
-    .switching = on_ws_switching,
+    .answer = request_ws_answer,
+    .fail = request_ws_fail,
+    .switching = request_ws_switching,
     .release_slots = on_ws_release_slots,
     .closed = on_ws_closed,
     .abandoned = ws_abandoned,
@@ -772,7 +424,7 @@ static void apply_verdict(struct request *r, const struct limiter_result *result
         r->lease_held = out.lease_held;
     }
     if (out.over_limit) {
-        const struct limit_verdict *over = rejecting_verdict(r);
+        const struct limit_verdict *over = request_rejecting_verdict(r);
         r->limit_type = out.limit_type_name;
         metrics_count_limit_hit(ctx->metrics, out.limit_type, r->plan->name);
         if (log_enabled(LOG_LEVEL_WARN))
@@ -784,13 +436,13 @@ static void apply_verdict(struct request *r, const struct limiter_result *result
         admit(r);
         break;
     case GATE_UNAVAILABLE:
-        give_upstream_place(r);
+        request_give_upstream_place(r);
         request_set_pending(r, MHD_HTTP_SERVICE_UNAVAILABLE, respond_error(out.error_code, &r->bytes_sent));
         break;
     case GATE_LIMITED: {
-        give_upstream_place(r);
-        struct MHD_Response *resp = respond_limited(&r->gate, decided(r), &out, &r->bytes_sent);
-        add_ratelimit_headers(r, resp);
+        request_give_upstream_place(r);
+        struct MHD_Response *resp = respond_limited(&r->gate, request_decided(r), &out, &r->bytes_sent);
+        request_add_ratelimit_headers(r, resp);
         request_set_pending(r, MHD_HTTP_TOO_MANY_REQUESTS, resp);
         break;
     }
@@ -814,7 +466,7 @@ static void on_verdict(void *arg, const struct limiter_result *result)
 static enum MHD_Result after_decision(struct request *r)
 {
     if (r->pending != NULL)
-        return queue_pending(r); /* early: MHD closes the connection after it */
+        return request_queue_refusal(r);
     if (r->admitted) {
         r->phase = PHASE_BODY;
         if (r->expects_body)
@@ -837,8 +489,8 @@ static bool parse_target(struct request *r)
 }
 
 /* upstream_max_inflight: takes r's place among the requests in flight to the upstream, at
- * head time (so a shed request is answered before its body is read, with Connection: close,
- * and the upstream never sees more than the cap). False when it is shed: 503
+ * head time (so a shed request is answered before its body is read, and the upstream never
+ * sees more than the cap). False when it is shed: 503
  * upstream_saturated with Retry-After: 1 is then queued. Taken before the store is asked, so
  * a shed request counts against no limit; given back if the store refuses it. */
 static bool take_upstream_place(struct request *r, const struct tier_plan *plan, enum MHD_Result *queued)
@@ -851,13 +503,15 @@ static bool take_upstream_place(struct request *r, const struct tier_plan *plan,
     struct MHD_Response *resp = respond_error("upstream_saturated", &r->bytes_sent);
     if (resp != NULL)
         MHD_add_response_header(resp, MHD_HTTP_HEADER_RETRY_AFTER, "1");
-    *queued = queue_now(r, MHD_HTTP_SERVICE_UNAVAILABLE, resp);
+    *queued = request_refuse(r, MHD_HTTP_SERVICE_UNAVAILABLE, resp);
     return false;
 }
 
 /* The head is in, no body byte read: the gate authenticates and picks the limits, the
- * store checks them. A refusal is queued on this first call, so MHD sends it with
- * Connection: close and never reads the body; an admitted request goes on to PHASE_BODY.
+ * store checks them. A refusal goes out before any body byte is read (request_queue_refusal:
+ * with Connection: close when a body was announced, else keeping the connection); a target
+ * refused (400) is queued on this first call and closes, as nginx closes after a 400. An
+ * admitted request goes on to PHASE_BODY.
  * When the store has to be asked, the connection is suspended here and MHD repeats the
  * first call once it is woken. */
 static enum MHD_Result admit_or_refuse_head(struct request *r, size_t n_fields)
@@ -865,7 +519,7 @@ static enum MHD_Result admit_or_refuse_head(struct request *r, size_t n_fields)
     struct request_context *ctx = r->ctx;
     if (!parse_target(r)) {
         r->decision = "malformed";
-        return queue_now(r, MHD_HTTP_BAD_REQUEST, respond_error("bad_request_target", &r->bytes_sent));
+        return request_queue_now(r, MHD_HTTP_BAD_REQUEST, respond_error("bad_request_target", &r->bytes_sent));
     }
     if (!gather_headers(r, n_fields))
         return MHD_NO;
@@ -889,7 +543,7 @@ static enum MHD_Result admit_or_refuse_head(struct request *r, size_t n_fields)
         struct MHD_Response *resp = respond_problem(adm.refusal.status, adm.refusal.error_code, &r->bytes_sent);
         if (resp != NULL && adm.refusal.www_authenticate)
             MHD_add_response_header(resp, MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer");
-        return queue_now(r, adm.refusal.status, resp);
+        return request_refuse(r, adm.refusal.status, resp);
     }
     case GATE_UNLIMITED:
     case GATE_CHECK:
@@ -911,17 +565,7 @@ static enum MHD_Result admit_or_refuse_head(struct request *r, size_t n_fields)
     r->phase = PHASE_CHECKING;
     r->refs++; /* the limiter's, until on_verdict */
     r->store_started_ns = store_mono_ns();
-    int rc;
-    if (r->gate.has_concurrency) {
-        snprintf(r->lease_id, sizeof(r->lease_id), "%s:%d:%llu", ctx->instance_id, ctx->worker_index,
-                 (unsigned long long)++ctx->lease_seq);
-        rc = limiter_check_leased(ctx->limiter, r->gate.subject, strlen(r->gate.subject), r->gate.rules, r->gate.n, -1,
-                                  r->lease_id, on_verdict, r);
-    } else {
-        rc = limiter_check(ctx->limiter, r->gate.subject, strlen(r->gate.subject), r->gate.rules, r->gate.n, -1,
-                           on_verdict, r);
-    }
-    if (rc < 0) {
+    if (request_check_limits(r, on_verdict) < 0) {
         r->refs--;
         struct limiter_result unavailable = { .status = LIMITER_UNAVAILABLE };
         apply_verdict(r, &unavailable);
@@ -971,7 +615,7 @@ enum MHD_Result request_handle(void *cls, struct MHD_Connection *conn, const cha
             /* Answered on this first call, so MHD closes the connection after it: nothing the
                client sent after a head like this is read as another request (RFC 9112 6.1). */
             r->decision = hv.decision;
-            return queue_now(r, hv.status, respond_problem(hv.status, hv.error_code, &r->bytes_sent));
+            return request_queue_now(r, hv.status, respond_problem(hv.status, hv.error_code, &r->bytes_sent));
         }
         r->expects_body = hv.expects_body;
         return admit_or_refuse_head(r, hv.fields);
@@ -1001,14 +645,16 @@ enum MHD_Result request_handle(void *cls, struct MHD_Connection *conn, const cha
         client_watch_stop(&r->watch);
         if (r->refused_in_body)
             return MHD_NO; /* answered already: MHD closes the connection */
+        if (!r->admitted)
+            return request_queue_pending(r); /* a refusal kept for this last call */
         start_upstream(r);
         if (r->pending != NULL)
-            return queue_pending(r);
+            return request_queue_pending(r);
         request_suspend(r);
         return MHD_YES;
     case PHASE_FORWARDING:
         if (r->forwarded && r->up.head_done && !r->response_made && r->pending == NULL)
-            respond_from_upstream(r);
+            request_respond_from_upstream(r);
         if (r->raw != NULL) {
             if (raw_response_over(r->raw))
                 return MHD_NO; /* written without MHD: the connection closes */
@@ -1016,67 +662,13 @@ enum MHD_Result request_handle(void *cls, struct MHD_Connection *conn, const cha
             return MHD_YES;
         }
         if (r->pending != NULL)
-            return queue_pending(r);
+            return request_queue_pending(r);
         request_suspend(r);
         return MHD_YES;
     case PHASE_RESPONDING:
         break;
     }
     return MHD_YES;
-}
-
-/* ---- the end ----------------------------------------------------------------------- */
-
-/* Metrics and the access log line, once the request is over. */
-static void count_and_log(struct request *r)
-{
-    struct request_context *ctx = r->ctx;
-    const char *plan = r->plan != NULL ? r->plan->name : NULL;
-    metrics_count_request(ctx->metrics, plan, r->status);
-    if (ctx->access_log == NULL)
-        return;
-    char client[64] = "";
-    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(r->conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
-    if (ci != NULL && ci->client_addr != NULL)
-        sockaddr_to_text(ci->client_addr, client, sizeof(client));
-    struct access_entry e = {
-        .time_unix_ms = store_realtime_ms(),
-        .decision_unix_ms = r->have_verdict && r->verdict.status == LIMITER_DECIDED ? r->verdict.now_ms : 0,
-        .client = client,
-        .method = r->method,
-        .path = r->raw_uri,
-        .path_key_query = ctx->cfg->key_query,
-        .status = r->status,
-        .user = r->plan != NULL ? r->user_id : NULL,
-        .plan = plan,
-        .decision = r->decision != NULL ? r->decision : "error",
-        .upstream_ms = r->ws != NULL ? ws_upstream_ms(r->ws) : r->forwarded ? r->up.waited_ms : -1,
-        .upstream_error = r->ws != NULL ? ws_upstream_error(r->ws) : r->forwarded ? upstream_failure(&r->up) : NULL,
-        .total_ms = store_mono_ms() - r->started_ms,
-        .bytes_sent = r->bytes_sent,
-    };
-    if (r->have_verdict && r->verdict.status == LIMITER_DECIDED && r->verdict.n > 0) {
-        /* the same limit the draft and x headers describe */
-        const struct limit_verdict *closest = rejecting_verdict(r);
-        e.has_limit = true;
-        e.limit = closest->limit;
-        e.remaining = closest->remaining;
-        if (!r->verdict.allowed) { /* closest is then one that refused */
-            e.limit_type = r->limit_type != NULL ? r->limit_type : "http";
-            e.current_count = closest->limit - closest->remaining;
-        }
-    }
-    access_log_write(ctx->access_log, &e);
-}
-
-/* A request whose head was read and that ends with no answer is logged as nginx logs it:
- * 408 when libmicrohttpd timed the client out, else 499, the client went away. */
-static void note_unanswered(struct request *r, enum MHD_RequestTerminationCode toe)
-{
-    bool timed_out = toe == MHD_REQUEST_TERMINATED_TIMEOUT_REACHED;
-    r->status = timed_out ? MHD_HTTP_REQUEST_TIMEOUT : 499;
-    if (r->decision == NULL)
-        r->decision = timed_out ? "client_timeout" : "client_closed";
 }
 
 void request_completed(void *cls, struct MHD_Connection *conn, void **req_cls, enum MHD_RequestTerminationCode toe)
@@ -1105,8 +697,9 @@ void request_completed(void *cls, struct MHD_Connection *conn, void **req_cls, e
     if (!tunnel_holds_slots)
         request_release_slots(r);
     if (r->status == 0 && r->method != NULL && !ctx->closing)
-        note_unanswered(r, toe);
+        request_note_unanswered(r, toe);
     if (r->status != 0)
-        count_and_log(r);
+        request_count_and_log(r);
     request_unref(r);
 }
+

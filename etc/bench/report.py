@@ -27,7 +27,8 @@ SPEED = {  # S1..S6 thresholds (issue 15, "Speed II"); ratios of rows of one int
     "S3_p99_vs_floor": 1.1,     # tierproxy_memory p99 / floor_proxy_opt p99, at most
     "S4_redis_us": 6.0,         # redis-server CPU µs per check (tierproxy_redis), at most
     "S5_goodput": 0.95,         # goodput at 2x the connections / goodput at CONNS, at least
-    "S5_429": 0.35,             # proxy CPU per 429 / proxy CPU per forwarded request, at most
+    "S5_429": 0.35,             # proxy CPU per 429 / proxy CPU per forwarded request, at most (also
+                                # issue 25's: a refusal kept alive, memory store, -cS5_CONNS, side by side)
     "S6_rss_bytes": 12 * 1024,  # proxy RSS per idle WebSocket tunnel at 9,900 tunnels, at most
 }
 PEER, FLOOR = "nginx_lua_redis", "floor_proxy_opt"
@@ -140,8 +141,10 @@ def main():
     w("| run | proxy µs | upstream µs | redis-server µs | wrk µs | proxy % | upstream % | redis % | wrk % | other procs % | steal % | repeated / disturbed but kept |")
     w("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     p7_floor = meta.get("p7_floor", "")
+    s5t, s5c = meta.get("s5_target", ""), meta.get("s5_conns", "")
+    s5_fwd, s5_429 = f"{s5t}@s5-fwd", f"{s5t}@s5-429"
     names = active + [f"{t}@c{p7c}" for t in p7] + ([f"{p7_floor}@c{p7c}"] if p7_floor else []) + \
-        [f"{t}@429" for t in p7]
+        [f"{t}@429" for t in p7] + ([s5_fwd, s5_429] if s5t else [])
     for run in names:
         if not R.has(run):
             continue
@@ -383,6 +386,11 @@ def main():
                           f"{store}: goodput at -c{p7c} vs -c{conns}", gput))
         parts.append(part(f"{t}@429", t, "us_proxy", SPEED["S5_429"], False,
                           f"{store}: proxy CPU of a 429 vs a forward", cpu))
+    if s5t:
+        parts.append(part(s5_429, s5_fwd, "us_proxy", SPEED["S5_429"], False,
+                          f"memory at -c{s5c}, side by side: proxy CPU of a refusal kept alive vs a forward", cpu))
+    else:
+        parts.append((None, "the S5 runs (a refusal kept alive at -cS5_CONNS) were not run (S5=0, or no tierproxy_memory row)"))
     notes = []
     if p7_floor and R.has(f"{p7_floor}@c{p7c}"):
         g = R.ratio(f"{p7_floor}@c{p7c}", p7_floor, "goodput")
@@ -407,11 +415,27 @@ def main():
         verdict("S6", s6, None, "etc/ws_idle.py not run (WS_IDLE=0, no tierproxy_memory row) or its output "
                 "not understood: see ws_idle.txt")
     w("")
+    if s5t and R.has(s5_fwd) and R.has(s5_429):
+        w("")
+        w(f"S5 runs, per cycle ({s5t}, wrk -t1 -c{s5c}, the bench keys and the bench429 keys back to back, "
+          "their order swapped every cycle; system calls per request counted in each run's warm-up with "
+          "`perf stat -e raw_syscalls:sys_enter`, every thread of the proxy):")
+        w("")
+        w("| cycle | forward: proxy µs/req | refusal: proxy µs/req | ratio | forward req/s | refusal req/s "
+          "| refusal non-2xx % | syscalls/req forward | syscalls/req refusal |")
+        w("|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+        a, b = {r["cycle"]: r for r in R.used(s5_fwd)}, {r["cycle"]: r for r in R.used(s5_429)}
+        sc = lambda r: "-" if r.get("syscalls_per_req", -1) < 0 else f"{r['syscalls_per_req']:.2f}"
+        for c in sorted(set(a) & set(b)):
+            w(f"| {int(c)} | {a[c]['us_proxy']:.2f} | {b[c]['us_proxy']:.2f} | {b[c]['us_proxy'] / a[c]['us_proxy']:.3f} "
+              f"| {a[c]['rps']:.0f} | {b[c]['rps']:.0f} | {b[c]['non2xx_pct']:.1f} | {sc(a[c])} | {sc(b[c])} |")
+        w("")
     w("Every S ratio is the median of per-cycle ratios of the two rows (both measured in the same cycle), "
       "as for P1–P3; CPU per request is the proxy's process group (/proc) ÷ requests wrk counted. The peer "
       f"is {PEER}, the floor {FLOOR}. S4: redis-server's process-group CPU per request in the tierproxy_redis "
       "run (how ../shared/bench/run.sh measured today's 8.7 µs), the same as per check while EVALSHA per "
-      "request is 1.000 (0.99–1.01 in every cycle, as P6). S5 reads the P7 runs (-c2×CONNS and all-429). "
+      "request is 1.000 (0.99–1.01 in every cycle, as P6). S5 reads the P7 runs (-c2×CONNS and all-429) and the S5 runs "
+      "(memory store, -cS5_CONNS: a refusal kept alive against a forward, back to back; issue 25). "
       "A target whose rows are missing is \"not measured\", unless a part that was measured already misses it.")
     w("")
 
@@ -424,6 +448,9 @@ def main():
     if p7:
         w(f"- **TARGET@c{p7c}**: the same proxy at -c{p7c}; **TARGET@429**: the same proxy, -c{conns}, "
           "keys of plan bench429 (1/min), so every request after the first of each key in a minute gets 429")
+    if s5t:
+        w(f"- **{s5_fwd}**, **{s5_429}**: {s5t} at -c{s5c} with the bench keys (forwarded) and with the bench429 "
+          "keys (refused with 429 on the same kept-alive connections), back to back in every cycle")
     w("")
     w("```")
     w(f"# {meta['command']}   (from the repository's root)")

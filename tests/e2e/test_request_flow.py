@@ -616,7 +616,18 @@ def test_slot_taken_at_head_time_is_given_back_when_the_upload_dies(catalog, pro
     assert p.get("/fourth", key=key).status == 200, "the slot stayed taken after the upload died"
 
 
-def test_refused_get_closes_the_connection_too(catalog, proxies):
-    wide(catalog)
+def test_refused_get_keeps_the_connection(catalog, proxies):
+    """A refusal of a request that announced no body leaves the connection open (SPEC
+    "Clients as they are"; test_keepalive_refusals.py has the rest)."""
+    key = wide(catalog)
     p = proxies.start(catalog)
-    assert_refused_at_once(p, b"GET /nokey HTTP/1.1\r\nHost: t\r\n\r\n", 401, "missing_api_key")
+    s = open_head(p, b"GET /nokey HTTP/1.1\r\nHost: t\r\n\r\n")
+    try:
+        r = parse_raw_response(read_answer(s, ANSWER_WITHIN_S))
+        assert json.loads(r.body)["error_code"] == "missing_api_key" and r.status == 401, r
+        assert (r.header("Connection") or "").lower() != "close", r
+        s.sendall(post_head(b"/next", key=key, method=b"GET"))
+        r = parse_raw_response(read_answer(s, ANSWER_WITHIN_S))
+        assert r.status == 200 and r.echo["path"] == "/next", r
+    finally:
+        s.close()
