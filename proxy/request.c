@@ -645,8 +645,8 @@ enum MHD_Result request_handle(void *cls, struct MHD_Connection *conn, const cha
         client_watch_stop(&r->watch);
         if (r->refused_in_body)
             return MHD_NO; /* answered already: MHD closes the connection */
-        if (!r->admitted)
-            return request_queue_pending(r); /* a refusal kept for this last call */
+        if (r->pending != NULL || !r->admitted) /* a refusal kept for this last call, or the */
+            return request_queue_pending(r);     /* 499 of a client that left meanwhile */
         start_upstream(r);
         if (r->pending != NULL)
             return request_queue_pending(r);
