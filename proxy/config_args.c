@@ -121,7 +121,7 @@ int config_args_parse(int argc, char **argv, struct config_args *a, struct confi
 static int set_from(struct proxy_config *cfg, const struct directive *d, enum origin_kind origin, const char *flag,
                     const char *where, const char *value, struct config_report *report)
 {
-    char why[256];
+    char why[1024];
     int r = config_directive_set(d, cfg, value, why, sizeof(why));
     if (r == 0)
         r = config_set_origin(cfg, d, origin, 0, flag, value);

@@ -207,7 +207,7 @@ static void unknown_section_key(struct ini_source *s, const char *section, const
 static int ini_source_handler(void *user, const char *section_raw, const char *key, const char *value)
 {
     struct ini_source *s = user;
-    char section_buf[64], *section, why[256], hint[64], q[CONFIG_QUOTE_MAX + 8], where[1200];
+    char section_buf[64], *section, why[1024], hint[64], q[CONFIG_QUOTE_MAX + 8], where[1200];
 
     snprintf(section_buf, sizeof(section_buf), "%s", section_raw);
     section = config_trim(section_buf);

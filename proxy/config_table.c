@@ -133,11 +133,11 @@ static void errf(char *err, size_t errlen, const char *fmt, ...)
     va_end(ap);
 }
 
-/* A token for an error message: at most CONFIG_QUOTE_MAX characters, non-printable bytes as '?'. */
+/* A token for an error message: at most buflen - 8 characters, non-printable bytes as '?'. */
 const char *config_quote(const char *s, char *buf, size_t buflen)
 {
     size_t o = 0, i;
-    for (i = 0; s[i] && o + 4 < buflen && i < CONFIG_QUOTE_MAX; i++)
+    for (i = 0; s[i] && o + 8 < buflen; i++)
         buf[o++] = isprint((unsigned char)s[i]) ? s[i] : '?';
     if (s[i] && o + 4 <= buflen) {
         memcpy(buf + o, "...", 3);
@@ -500,7 +500,8 @@ int config_directive_set(const struct directive *d, struct proxy_config *cfg, co
         } else if (*v == '\0' && !(d->flags & F_EMPTY_OK)) {
             why_got(why, whylen, d->expect, v);
         } else if ((d->flags & F_READABLE) && access(v, R_OK) != 0) {
-            errf(why, whylen, "cannot read \"%s\": %s", config_quote(v, q, sizeof(q)), strerror(errno));
+            char path[CONFIG_QUOTE_PATH_MAX + 8];
+            errf(why, whylen, "cannot read \"%s\": %s", config_quote(v, path, sizeof(path)), strerror(errno));
         } else {
             r = replace_string(field, v);
         }

@@ -10,8 +10,10 @@
 
 #include "proxy/config_types.h"
 
-/* Longest token quoted back in a message. */
+/* Longest token quoted back in a message; a file's path is quoted whole, up to
+ * CONFIG_QUOTE_PATH_MAX, so the operator sees which file. */
 #define CONFIG_QUOTE_MAX 80
+#define CONFIG_QUOTE_PATH_MAX 512
 #define CONFIG_MAX_WORKERS 1024
 #define CONFIG_KNOWN_SECTIONS "(known: proxy, admin, auth, plans, limits, log)"
 
@@ -85,8 +87,8 @@ bool config_known_section(const char *section);
 int config_directive_set(const struct directive *d, struct proxy_config *cfg, const char *raw, char *why,
                          size_t whylen);
 
-/* s for a message: at most CONFIG_QUOTE_MAX characters, non-printable bytes as '?'.
- * Returns buf (CONFIG_QUOTE_MAX + 8 bytes are enough). */
+/* s for a message: at most buflen - 8 characters (then "..."), non-printable bytes as '?'.
+ * Returns buf (CONFIG_QUOTE_MAX + 8 bytes: at most CONFIG_QUOTE_MAX characters). */
 const char *config_quote(const char *s, char *buf, size_t buflen);
 
 /* Records where d's value in cfg came from, and the text given (value; a URL's password
