@@ -14,7 +14,10 @@ import pytest
 from conftest import SLOW, Client, assert_json_error, ietf_policy, ratelimit_headers
 from fleet_helpers import check_concurrency_429, http_read, http_send, ws_upstream  # noqa: F401
 
-P95_MAX_S = 0.050          # generous for a loaded 2-core box; the medians are reported
+# "At once" means without waiting on the store: a request that waited for it would take
+# the worker's store command timeout (500 ms, proxy/worker.c). Half of it tells the two
+# apart on a loaded box; how fast the answers are is reported, and is the benchmarks' to judge.
+P95_MAX_S = 0.250
 RECOVERY_MAX_S = 2.0       # "within ~1 s" of Redis answering PING again, with slack
 SAMPLES = 100
 
