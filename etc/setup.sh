@@ -9,10 +9,11 @@
 #   etc/setup.sh --fuzz     also clang and its libFuzzer runtime, for etc/fuzz.sh
 set -euo pipefail
 
-# scdoc: the man pages (man/*.scd); dpkg-dev: etc/package.sh (dpkg-buildflags, dpkg-shlibdeps)
+# scdoc: the man pages (man/*.scd); dpkg-dev: etc/package.sh (dpkg-buildflags, dpkg-shlibdeps);
+# dpkg: dpkg-deb, which package.sh and test_day2_install.py run (essential, named to be sure)
 build_pkgs=(gcc libc6-dev meson ninja-build pkg-config libmicrohttpd-dev libcurl4-openssl-dev
             libhiredis-dev libsqlite3-dev libevent-dev libinih-dev libjansson-dev
-            libssl-dev libcmocka-dev libsystemd-dev scdoc dpkg-dev)
+            libssl-dev libcmocka-dev libsystemd-dev scdoc dpkg dpkg-dev)
 # Every program the demo and the test suite start, by the package that has it (a minimal
 # Debian 12, debootstrap --variant=minbase or the debian:12 image, has none of them):
 #   python3, python3-pytest   /usr/bin/python3 -m pytest (tests/e2e), upstream.py (demo too)

@@ -16,7 +16,6 @@ import json
 import os
 import pathlib
 import re
-import shutil
 import subprocess
 
 import pytest
@@ -327,8 +326,8 @@ def needed_packages(binary):
 
 
 def test_package_holds_every_file_and_depends_on_what_it_links(tmp_path):
-    if shutil.which("dpkg-deb") is None:
-        pytest.skip("dpkg-deb is not installed: not a Debian system, no package to build")
+    conftest.require_program("dpkg-deb", "dpkg")
+    conftest.require_program("dpkg-shlibdeps", "dpkg-dev")
     out = tmp_path / "out"
     assert (ROOT / "etc" / "package.sh").is_file(), "no etc/package.sh"
     cp = subprocess.run([str(ROOT / "etc" / "package.sh"), "--builddir",
