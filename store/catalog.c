@@ -196,7 +196,7 @@ int catalog_open(const char *path, enum catalog_mode mode, struct catalog **pcat
         }
     }
     int flags = mode == CATALOG_READ_ONLY ? SQLITE_OPEN_READONLY
-              : mode == CATALOG_READ_WRITE ? SQLITE_OPEN_READWRITE
+              : mode == CATALOG_READ_WRITE || mode == CATALOG_CACHE ? SQLITE_OPEN_READWRITE
               : SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE;
     int r = 0;
     int rc = sqlite3_open_v2(path, &cat->db, flags, NULL);
@@ -209,7 +209,7 @@ int catalog_open(const char *path, enum catalog_mode mode, struct catalog **pcat
     sqlite3_extended_result_codes(cat->db, 1);
     sqlite3_busy_timeout(cat->db, CATALOG_BUSY_TIMEOUT_MS);
     r = stmt_run(cat, NULL, "PRAGMA foreign_keys = ON", "");
-    if (r == 0 && mode != CATALOG_READ_ONLY) {
+    if (r == 0 && (mode == CATALOG_READ_WRITE || mode == CATALOG_CREATE)) {
         /* Readers never wait for tierctl, and tierctl never waits for readers. */
         sqlite3_stmt *st = NULL;
         r = stmt_prepare(cat, &st, "PRAGMA journal_mode = WAL", "");

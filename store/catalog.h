@@ -47,6 +47,8 @@ enum catalog_mode {
     CATALOG_READ_ONLY,       /* the file must exist and be at the current schema */
     CATALOG_READ_WRITE,      /* the file must exist; writers migrate older schemas */
     CATALOG_CREATE,          /* creates the file, and the schema on the first write */
+    CATALOG_CACHE,           /* read-write in the journal mode the file has: a follower's */
+                             /* cache, which a new version may be renamed over */
 };
 
 /* A catalog limit's kind: what it bounds (the column `kind`; tierctl --rate,
@@ -113,7 +115,7 @@ struct catalog_key {
 struct catalog;
 
 /* Opens (CATALOG_CREATE: creates) the catalog at path: busy timeout
- * CATALOG_BUSY_TIMEOUT_MS, foreign keys on, WAL for writers. A read-only open does no I/O
+ * CATALOG_BUSY_TIMEOUT_MS, foreign keys on, WAL for writers but the cache. A read-only open does no I/O
  * yet; the schema is checked by catalog_begin. Returns 0 and sets *pcat, or a negative
  * errno with a reason in err. Free with catalog_close. */
 int catalog_open(const char *path, enum catalog_mode mode, struct catalog **pcat,

@@ -29,7 +29,10 @@
 
 /* Publishes when nobody published past the publisher's version (ARGV[1]) or with force
  * (ARGV[2] = "1"), once every chunk of the upload ARGV[3] is there; the version and the
- * time come from Redis, never from a host's clock. Chunk keys share the head's hash tag. */
+ * time come from Redis, never from a host's clock. Chunk keys share the head's hash tag.
+ * The changed rows uploaded beside the chunks (ARGV[9] their sha256, "" for none; ARGV[10]
+ * their size) are named in the head only when the new version follows base directly: they
+ * make it from base and from nothing else. */
 static const char publish_script[] =
     "redis.replicate_commands()\n"
     "local current = tonumber(redis.call('HGET', KEYS[1], 'version') or '0') or 0\n"
@@ -45,10 +48,18 @@ static const char publish_script[] =
     "if old[1] and old[2] then\n"
     "  for i = 0, tonumber(old[2]) - 1 do redis.call('EXPIRE', prefix .. old[1] .. ':' .. i, " CHUNK_RETIRE_TTL_S ") end\n"
     "end\n"
+    "if old[1] then redis.call('EXPIRE', KEYS[1] .. ':changes:' .. old[1], " CHUNK_RETIRE_TTL_S ") end\n"
     "local version = math.max(current, base) + 1\n"
     "local now = redis.call('TIME')\n"
     "redis.call('HSET', KEYS[1], 'version', version, 'upload', ARGV[3], 'chunks', ARGV[4], 'size', ARGV[5],\n"
     "           'sha256', ARGV[6], 'schema', ARGV[7], 'published_at', now[1], 'by', ARGV[8])\n"
+    "local changes = KEYS[1] .. ':changes:' .. ARGV[3]\n"
+    "if ARGV[9] ~= '' and current == base and redis.call('PERSIST', changes) == 1 then\n"
+    "  redis.call('HSET', KEYS[1], 'changes_base', base, 'changes_size', ARGV[10], 'changes_sha256', ARGV[9])\n"
+    "else\n"
+    "  redis.call('DEL', changes)\n"
+    "  redis.call('HDEL', KEYS[1], 'changes_base', 'changes_size', 'changes_sha256')\n"
+    "end\n"
     "return {version, current}\n";
 
 struct fleet_redis {
@@ -312,19 +323,19 @@ static void copy_str(char *out, size_t outlen, const redisReply *r)
 }
 
 /* The head: HMGET of its fields; upload and chunks name the image's chunks. */
-static int read_head(struct fleet_redis *fr, struct fleet_redis_head *head, char *upload, size_t uploadlen,
-                     int64_t *pchunks, int64_t *psize, char *err, size_t errlen)
+static int read_head(struct fleet_redis *fr, struct fleet_redis_head *head, int64_t *pchunks, int64_t *psize,
+                     char *err, size_t errlen)
 {
-    const char *argv[10] = {"HMGET", fr->key, "version", "schema", "published_at", "sha256", "by", "upload", "chunks",
-                            "size"};
+    const char *argv[13] = {"HMGET", fr->key, "version", "schema", "published_at", "sha256", "by", "upload", "chunks",
+                            "size", "changes_base", "changes_size", "changes_sha256"};
     int rc = 0;
-    redisReply *r = run(fr, 10, argv, NULL, err, errlen, &rc);
+    redisReply *r = run(fr, 13, argv, NULL, err, errlen, &rc);
     if (!r)
         return rc;
     memset(head, 0, sizeof(*head));
-    if (r->type != REDIS_REPLY_ARRAY || r->elements != 8) {
+    if (r->type != REDIS_REPLY_ARRAY || r->elements != 11) {
         freeReplyObject(r);
-        snprintf(err, errlen, "HMGET %s: an answer that is not a list of 8", fr->key);
+        snprintf(err, errlen, "HMGET %s: an answer that is not a list of 11", fr->key);
         return -EIO;
     }
     head->version = reply_int(r->element[0]);
@@ -332,11 +343,19 @@ static int read_head(struct fleet_redis *fr, struct fleet_redis_head *head, char
     head->published_at = reply_int(r->element[2]);
     copy_str(head->sha256, sizeof(head->sha256), r->element[3]);
     copy_str(head->by, sizeof(head->by), r->element[4]);
-    copy_str(upload, uploadlen, r->element[5]);
+    copy_str(head->upload, sizeof(head->upload), r->element[5]);
     *pchunks = reply_int(r->element[6]);
     *psize = reply_int(r->element[7]);
+    head->changes_base = reply_int(r->element[8]);
+    head->changes_size = reply_int(r->element[9]);
+    copy_str(head->changes_sha256, sizeof(head->changes_sha256), r->element[10]);
     freeReplyObject(r);
     return 0;
+}
+
+static void changes_key(const struct fleet_redis *fr, const char *upload, char *out, size_t len)
+{
+    snprintf(out, len, "%s:changes:%s", fr->key, upload);
 }
 
 static void chunk_key(const struct fleet_redis *fr, const char *upload, int64_t i, char *out, size_t len)
@@ -371,19 +390,51 @@ static int take_chunk(void *ctx, int64_t i, const redisReply *r, char *err, size
 
 int fleet_redis_head(struct fleet_redis *fr, struct fleet_redis_head *head, char *err, size_t errlen)
 {
-    char upload[64];
     int64_t chunks, size;
-    return read_head(fr, head, upload, sizeof(upload), &chunks, &size, err, errlen);
+    return read_head(fr, head, &chunks, &size, err, errlen);
+}
+
+int fleet_redis_fetch_changes(struct fleet_redis *fr, const struct fleet_redis_head *head, unsigned char **pbuf,
+                              size_t *plen, char *err, size_t errlen)
+{
+    char key[512], sha[FLEET_SHA256_HEX];
+    changes_key(fr, head->upload, key, sizeof(key));
+    const char *argv[2] = {"GET", key};
+    int rc = 0;
+    redisReply *r = run(fr, 2, argv, NULL, err, errlen, &rc);
+    if (!r)
+        return rc;
+    if (r->type == REDIS_REPLY_NIL) {
+        snprintf(err, errlen, "the changed rows of version %lld are gone (a newer publication replaced them)",
+                 (long long)head->version);
+        rc = -EAGAIN;
+    } else if (r->type != REDIS_REPLY_STRING || (int64_t)r->len != head->changes_size) {
+        snprintf(err, errlen, "the changed rows of version %lld are not the %lld bytes its head says",
+                 (long long)head->version, (long long)head->changes_size);
+        rc = -EBADMSG;
+    } else if (fleet_sha256_hex((const unsigned char *)r->str, r->len, sha), strcmp(sha, head->changes_sha256)) {
+        snprintf(err, errlen, "the sha256 of the changed rows of version %lld is not its head's",
+                 (long long)head->version);
+        rc = -EBADMSG;
+    } else if (!(*pbuf = malloc(r->len ? r->len : 1))) {
+        snprintf(err, errlen, "out of memory");
+        rc = -ENOMEM;
+    } else {
+        memcpy(*pbuf, r->str, r->len);
+        *plen = r->len;
+    }
+    freeReplyObject(r);
+    return rc;
 }
 
 int fleet_redis_fetch(struct fleet_redis *fr, struct fleet_redis_head *head, unsigned char **pimage, size_t *plen,
                       char *err, size_t errlen)
 {
-    char upload[64];
     int64_t chunks = 0, size = 0;
     *pimage = NULL;
     *plen = 0;
-    int rc = read_head(fr, head, upload, sizeof(upload), &chunks, &size, err, errlen);
+    int rc = read_head(fr, head, &chunks, &size, err, errlen);
+    const char *upload = head->upload;
     if (rc || head->version == 0)
         return rc;
     if (!upload[0] || chunks < 1 || size < 1 || (size + CHUNK_BYTES - 1) / CHUNK_BYTES != chunks) {
@@ -456,25 +507,43 @@ static int upload_image(struct fleet_redis *fr, const unsigned char *image, size
     return rc;
 }
 
-int fleet_redis_publish(struct fleet_redis *fr, int64_t base, bool force, const unsigned char *image, size_t len,
-                        int schema, const char *by, int64_t *pversion, int64_t *pcurrent, char *err, size_t errlen)
+/* SET of the changed rows beside the upload's chunks, with the upload's TTL. */
+static int set_changes(struct fleet_redis *fr, const char *upload, const unsigned char *changes, size_t len,
+                       char *err, size_t errlen)
+{
+    char key[512];
+    changes_key(fr, upload, key, sizeof(key));
+    const char *argv[5] = {"SET", key, (const char *)changes, "EX", CHUNK_UPLOAD_TTL_S};
+    size_t lens[5] = {3, strlen(key), len, 2, strlen(CHUNK_UPLOAD_TTL_S)};
+    int rc = 0;
+    redisReply *r = run(fr, 5, argv, lens, err, errlen, &rc);
+    if (r)
+        freeReplyObject(r);
+    return rc;
+}
+
+int fleet_redis_publish(struct fleet_redis *fr, int64_t base, bool force, const struct fleet_publication *pub,
+                        int64_t *pversion, int64_t *pcurrent, char *err, size_t errlen)
 {
     char upload[32] = "", chunks_text[24], size_text[24], base_text[24], schema_text[16], sha[FLEET_SHA256_HEX];
+    char changes_sha[FLEET_SHA256_HEX] = "", changes_size[24] = "0";
     int64_t chunks = 0;
-    int rc = upload_image(fr, image, len, upload, sizeof(upload), &chunks, err, errlen);
+    int rc = upload_image(fr, pub->image, pub->len, upload, sizeof(upload), &chunks, err, errlen);
+    if (rc == 0 && pub->changes != NULL && (rc = set_changes(fr, upload, pub->changes, pub->changes_len, err,
+                                                             errlen)) == 0) {
+        fleet_sha256_hex(pub->changes, pub->changes_len, changes_sha);
+        snprintf(changes_size, sizeof(changes_size), "%zu", pub->changes_len);
+    }
     if (rc)
         return rc;
     snprintf(base_text, sizeof(base_text), "%lld", (long long)base);
     snprintf(chunks_text, sizeof(chunks_text), "%lld", (long long)chunks);
-    snprintf(size_text, sizeof(size_text), "%zu", len);
-    snprintf(schema_text, sizeof(schema_text), "%d", schema);
-    fleet_sha256_hex(image, len, sha);
-    const char *argv[11] = {"EVAL", publish_script, "1", fr->key, base_text, force ? "1" : "0", upload,
-                            chunks_text, size_text, sha, schema_text};
-    const char *argv_by[12];
-    memcpy(argv_by, argv, sizeof(argv));
-    argv_by[11] = by;
-    redisReply *r = run(fr, 12, argv_by, NULL, err, errlen, &rc);
+    snprintf(size_text, sizeof(size_text), "%zu", pub->len);
+    snprintf(schema_text, sizeof(schema_text), "%d", pub->schema);
+    fleet_sha256_hex(pub->image, pub->len, sha);
+    const char *argv[14] = {"EVAL", publish_script, "1", fr->key, base_text, force ? "1" : "0", upload,
+                            chunks_text, size_text, sha, schema_text, pub->by, changes_sha, changes_size};
+    redisReply *r = run(fr, 14, argv, NULL, err, errlen, &rc);
     if (!r)
         return rc;
     if (r->type != REDIS_REPLY_ARRAY || r->elements != 2) {

@@ -35,6 +35,12 @@ struct fleet_redis_head {
     int64_t published_at;
     char sha256[FLEET_SHA256_HEX];
     char by[128];
+    /* The rows the change from version changes_base made, when the publisher knew them
+     * (store/catalog_changes.h): changes_size bytes (0: none published) */
+    int64_t changes_base;
+    int64_t changes_size;
+    char changes_sha256[FLEET_SHA256_HEX];
+    char upload[64];                   /* names the image's chunks and the changed rows */
 };
 
 struct fleet_redis;
@@ -67,12 +73,27 @@ int fleet_redis_head(struct fleet_redis *fr, struct fleet_redis_head *head, char
 int fleet_redis_fetch(struct fleet_redis *fr, struct fleet_redis_head *head, unsigned char **pimage,
                       size_t *plen, char *err, size_t errlen);
 
+/* The changed rows of head's publication (head->changes_size > 0): *pbuf (free()) holds
+ * them. -EAGAIN: a newer publication replaced them; -EBADMSG: not what the head says. */
+int fleet_redis_fetch_changes(struct fleet_redis *fr, const struct fleet_redis_head *head, unsigned char **pbuf,
+                              size_t *plen, char *err, size_t errlen);
+
 /* Publishes image when the published version is at most base (the version this file last
  * published or pulled), or whatever it is with force. The new version is one more than the
  * larger of the two, so versions only grow. Returns 0 with *pversion set, 1 when refused
- * (*pcurrent: the version published meanwhile), or a negative errno. */
-int fleet_redis_publish(struct fleet_redis *fr, int64_t base, bool force, const unsigned char *image, size_t len,
-                        int schema, const char *by, int64_t *pversion, int64_t *pcurrent, char *err, size_t errlen);
+ * (*pcurrent: the version published meanwhile), or a negative errno. changes (NULL: not
+ * known) are the rows that made image from version base: published beside it when the new
+ * version is base + 1, so that a follower at base takes them instead of the image. */
+struct fleet_publication {
+    const unsigned char *image;
+    size_t len;
+    const unsigned char *changes;
+    size_t changes_len;
+    int schema;
+    const char *by;
+};
+int fleet_redis_publish(struct fleet_redis *fr, int64_t base, bool force, const struct fleet_publication *pub,
+                        int64_t *pversion, int64_t *pcurrent, char *err, size_t errlen);
 
 /* The names of the connections to the catalog's node that begin with prefix (CLIENT
  * LIST), one per line into out. Returns how many, or a negative errno. */

@@ -17,6 +17,7 @@
 #include <time.h>
 
 #include "store/catalog.h"
+#include "store/catalog_changes.h"
 #include "store/catalog_image.h"
 #include "tiers/catalog_install.h"
 
@@ -227,6 +228,50 @@ static int install(struct catalog_follow *f, const struct fleet_redis_head *head
     return 1;
 }
 
+static double ms_since(const struct timespec *t0)
+{
+    struct timespec t1;
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    return (double)(t1.tv_sec - t0->tv_sec) * 1e3 + (double)(t1.tv_nsec - t0->tv_nsec) / 1e6;
+}
+
+/* Version version + 1 from the rows its change made, when the publisher knew them and
+ * this file holds the version they start from. Returns 1 when installed; 0 when the whole
+ * catalog is to be fetched instead (said why, when the rows were there but did not do). */
+static int follow_rows(struct catalog_follow *f, int64_t version)
+{
+    struct fleet_redis_head head;
+    char err[512];
+    if (fleet_redis_head(f->redis, &head, err, sizeof(err)) != 0 || head.version != version ||
+        head.changes_size < 1 || head.changes_base != f->local_version || head.version != head.changes_base + 1 ||
+        head.schema != CATALOG_SCHEMA_VERSION)
+        return 0;
+    struct timespec t0;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    unsigned char *rows = NULL;
+    size_t len = 0;
+    struct catalog_changes_summary sum = {0};
+    int r = fleet_redis_fetch_changes(f->redis, &head, &rows, &len, err, sizeof(err));
+    if (r == 0 && (r = open_file(f, CATALOG_CACHE)) == 0)
+        r = catalog_install_rows(f->cat, rows, len, f->local_version, version, &sum, err, sizeof(err));
+    close_file(f);
+    free(rows);
+    if (r == -EAGAIN)
+        return 0;
+    if (r) {
+        say(f, CATALOG_FOLLOW_WARN, "catalog: the changed rows of version %" PRId64 " from %s do not make it from"
+            " version %" PRId64 " in %s (%s): taking the whole catalog", version, fleet_redis_where(f->redis),
+            f->local_version, f->db_path, err);
+        return 0;
+    }
+    f->local_version = version;
+    show_version(f);
+    say(f, CATALOG_FOLLOW_INFO, "catalog: version %" PRId64 " from %s applied to %s: %zu changed row%s (%zu bytes,"
+        " %.0f ms)", version, fleet_redis_where(f->redis), f->db_path, sum.rows, sum.rows == 1 ? "" : "s", len,
+        ms_since(&t0));
+    return 1;
+}
+
 int catalog_follow_poll(struct catalog_follow *f)
 {
     if (f->local_version < 0 && read_local_version(f) != 0)
@@ -234,6 +279,8 @@ int catalog_follow_poll(struct catalog_follow *f)
     int64_t version = published_version(f);
     if (version <= f->local_version || version == f->refused_version)
         return 0;
+    if (version == f->local_version + 1 && follow_rows(f, version))
+        return 1;
     struct fleet_redis_head head;
     unsigned char *image = NULL;
     size_t len = 0;

@@ -12,6 +12,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "store/catalog_changes.h"
 #include "store/catalog_image.h"
 #include "tiers/limit_bounds.h"
 
@@ -152,6 +153,33 @@ int catalog_install_image(struct catalog *cat, const unsigned char *image, size_
     }
     catalog_image_detach(cat);
     return r;
+}
+
+int catalog_install_rows(struct catalog *cat, const unsigned char *rows, size_t len, int64_t base, int64_t version,
+                         struct catalog_changes_summary *sum, char *err, size_t errlen)
+{
+    err[0] = '\0';
+    int64_t mark = 0;
+    bool changed = true;
+    int r = catalog_foreign_keys(cat, false);
+    if (r == 0)
+        r = catalog_begin(cat, true);
+    if (r == 0 && (r = catalog_fleet_mark(cat, &mark, &changed)) == 0 && (mark != base || changed)) {
+        snprintf(err, errlen, "the file holds version %" PRId64 "%s, not version %" PRId64, mark,
+                 changed ? " and a local change" : "", base);
+        r = CATALOG_INVALID;
+    }
+    if (r == 0)
+        r = catalog_changes_apply(cat, rows, len, sum);
+    if (r == 0)
+        r = finish_records(cat, true, version, err, errlen);
+    if (r) {
+        if (!err[0])
+            snprintf(err, errlen, "%s", catalog_errmsg(cat));
+        catalog_rollback(cat);
+    }
+    int fk = catalog_foreign_keys(cat, true);
+    return r ? r : fk;
 }
 
 /* ---- install by file ---- */

@@ -16,6 +16,16 @@
 int catalog_install_image(struct catalog *cat, const unsigned char *image, size_t len, int64_t version, char *err,
                           size_t errlen);
 
+struct catalog_changes_summary;
+
+/* A follower's install of the rows a change made (store/catalog_changes.h): cat (open
+ * read-write, no transaction) must hold exactly version base, unchanged since; the rows
+ * applied must pass the checks above; then the fleet mark becomes version, all in one
+ * transaction. Returns 0 with *sum; CATALOG_INVALID with why in err, the file untouched
+ * (the caller takes the whole catalog instead); or another catalog code. */
+int catalog_install_rows(struct catalog *cat, const unsigned char *rows, size_t len, int64_t base, int64_t version,
+                         struct catalog_changes_summary *sum, char *err, size_t errlen);
+
 /* The checks alone, on the records of cat inside the caller's transaction. */
 int catalog_install_check(struct catalog *cat, char *err, size_t errlen);
 

@@ -229,13 +229,19 @@ static int run_in_transaction(struct cli *c)
         return status;
     if (catalog_open(c->db_path, mode, &c->cat, err, sizeof(err)))
         return cli_fail("%s", err);
-    if (catalog_begin(c->cat, access != ACCESS_READ))
+    if (catalog_begin(c->cat, access != ACCESS_READ)) {
         status = catalog_failed(c);
-    else
+    } else {
+        if (fleet.follow)
+            fleet_rows_record(c->cat, &c->rows);
         status = finish_transaction(c, c->args.cmd->run(c));
-    if (status == 0 && fleet.follow)
+    }
+    if (status == 0 && fleet.follow) {
+        fleet_rows_committed(c->cat, &c->rows);
         status = publish_in_transaction(c, &fleet, false, "the change is made, but not published"
                                         " (`tierctl publish` sends it later): ");
+    }
+    fleet_rows_stop(&c->rows);
     catalog_close(c->cat);
     return status;
 }

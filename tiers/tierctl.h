@@ -30,6 +30,7 @@
 #include "store/catalog.h"
 #include "store/limit.h"
 #include "tiers/tierctl_args.h"
+#include "tiers/tierctl_fleet.h"
 
 #define DEFAULT_DB "./plans.db"
 #define MAX_RATE_FLAGS CLI_MAX_REPEAT   /* --rate given that often in one command */
@@ -69,6 +70,7 @@ struct cli {
     char route_prefix[CATALOG_PREFIX_MAX + 1];
     struct catalog *cat;
     char note[1024];                   /* what a change changed; printed after the commit */
+    struct fleet_rows rows;            /* with follow = redis: the rows the change writes */
 };
 
 typedef int command_fn(struct cli *c);

@@ -11,6 +11,7 @@
 
 #include <jansson.h>
 
+#include "store/catalog_changes.h"
 #include "store/catalog_image.h"
 #include "store/fleet_redis.h"
 #include "tiers/catalog_install.h"
@@ -46,24 +47,59 @@ static void publisher_name(char *by, size_t len)
     snprintf(by, len, "tierctl@%s", host[0] ? host : "?");
 }
 
-int fleet_publish(struct catalog *cat, const char *db_path, const struct proxy_settings *fc, bool force, char *msg,
-                  size_t msglen)
+void fleet_rows_record(struct catalog *cat, struct fleet_rows *rows)
+{
+    bool changed = true;
+    *rows = (struct fleet_rows){0};
+    if (catalog_fleet_mark(cat, &rows->base, &changed) != 0 || changed || rows->base < 1 ||
+        catalog_changes_record(cat, &rows->recording) != 0)
+        rows->recording = NULL;
+}
+
+void fleet_rows_committed(struct catalog *cat, struct fleet_rows *rows)
+{
+    if (rows->recording && catalog_data_version(cat, &rows->data_version) != 0)
+        fleet_rows_stop(rows);
+}
+
+void fleet_rows_stop(struct fleet_rows *rows)
+{
+    catalog_changes_stop(rows->recording);
+    rows->recording = NULL;
+}
+
+/* The rows of the change, when they make this file's catalog from base: nobody else wrote
+ * the file since the change (data_version), and its mark is the one the change began at. */
+static void take_rows(struct catalog *cat, const struct fleet_rows *rows, int64_t base, unsigned char **pbuf,
+                      size_t *plen)
+{
+    int64_t data_version = -1;
+    *pbuf = NULL;
+    if (!rows || !rows->recording || rows->base != base || catalog_data_version(cat, &data_version) != 0 ||
+        data_version != rows->data_version || catalog_changes_take(rows->recording, pbuf, plen) != 0)
+        *pbuf = NULL;
+}
+
+int fleet_publish(struct catalog *cat, const char *db_path, const struct proxy_settings *fc, bool force,
+                  const struct fleet_rows *rows, char *msg, size_t msglen)
 {
     int64_t base = 0, version = 0, current = 0;
     bool changed = true;
-    unsigned char *image = NULL;
-    size_t len = 0;
+    struct fleet_publication pub = {.schema = CATALOG_SCHEMA_VERSION};
+    unsigned char *changes = NULL;
     struct fleet_redis *fr = NULL;
     char err[512], by[160];
-    if (catalog_fleet_mark(cat, &base, &changed) || catalog_image_make(cat, &image, &len)) {
+    if (catalog_fleet_mark(cat, &base, &changed) || catalog_image_make(cat, (unsigned char **)&pub.image, &pub.len)) {
         snprintf(msg, msglen, "%s", catalog_errmsg(cat));
         return -1;
     }
+    take_rows(cat, rows, base, &changes, &pub.changes_len);
+    pub.changes = changes;
     int r = open_redis(fc, &fr, msg, msglen);
     if (r == 0) {
         publisher_name(by, sizeof(by));
-        r = fleet_redis_publish(fr, base, force, image, len, CATALOG_SCHEMA_VERSION, by, &version, &current, err,
-                                sizeof(err));
+        pub.by = by;
+        r = fleet_redis_publish(fr, base, force, &pub, &version, &current, err, sizeof(err));
         if (r < 0)
             snprintf(msg, msglen, "catalog %s not published to %s: %s", db_path, fleet_redis_where(fr), err);
         else if (r == 1)
@@ -78,10 +114,12 @@ int fleet_publish(struct catalog *cat, const char *db_path, const struct proxy_s
                  catalog_errmsg(cat));
         r = -1;
     } else if (r == 0) {
-        snprintf(msg, msglen, "catalog %s published to %s as version %" PRId64 " (%zu bytes)%s", db_path,
-                 fleet_redis_where(fr), version, len, force && current > base ? ", replacing the fleet's" : "");
+        snprintf(msg, msglen, "catalog %s published to %s as version %" PRId64 " (%zu bytes%s)%s", db_path,
+                 fleet_redis_where(fr), version, pub.len, changes && current == base ? ", and the changed rows" : "",
+                 force && current > base ? ", replacing the fleet's" : "");
     }
-    catalog_image_free(image);
+    catalog_changes_free(changes);
+    catalog_image_free((unsigned char *)pub.image);
     fleet_redis_destroy(fr);
     return r;
 }

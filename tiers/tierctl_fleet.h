@@ -15,12 +15,31 @@
  * -1 with why in err. */
 int fleet_config_read(const char *config_flag, struct proxy_settings *fc, char *err, size_t errlen);
 
+struct catalog_changes;
+
+/* The rows a change writes, recorded only when the file holds exactly the fleet's version
+ * base (published or pulled, and unchanged since): then they make version base + 1, and a
+ * follower at base takes them instead of the whole catalog. */
+struct fleet_rows {
+    struct catalog_changes *recording;   /* NULL: not recorded */
+    int64_t base;
+    int64_t data_version;                /* the file's PRAGMA data_version after the commit */
+};
+
+/* In the change's write transaction, before it writes. Never fails the change: rows that
+ * cannot be recorded are not published, and followers take the whole catalog. */
+void fleet_rows_record(struct catalog *cat, struct fleet_rows *rows);
+/* After the change's commit: what tells another writer's commit since. */
+void fleet_rows_committed(struct catalog *cat, struct fleet_rows *rows);
+void fleet_rows_stop(struct fleet_rows *rows);
+
 /* Publishes the catalog of cat, which holds a write transaction, and marks it published
- * in that transaction (the caller commits). Returns 0 with what was done in msg; 1 when
+ * in that transaction (the caller commits), with the change's rows when they make it from
+ * the version published (rows NULL: none). Returns 0 with what was done in msg; 1 when
  * refused (the fleet's catalog changed since this file last published or pulled; force
  * overrides); -1 when it could not be published; why in msg. */
-int fleet_publish(struct catalog *cat, const char *db_path, const struct proxy_settings *fc, bool force, char *msg,
-                  size_t msglen);
+int fleet_publish(struct catalog *cat, const char *db_path, const struct proxy_settings *fc, bool force,
+                  const struct fleet_rows *rows, char *msg, size_t msglen);
 
 /* Replaces the catalog of cat (open read-write, no transaction) by the fleet's. Returns 0
  * with what was done in msg, or -1 with why. */

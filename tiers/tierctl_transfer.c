@@ -126,7 +126,8 @@ int publish_in_transaction(struct cli *c, const struct proxy_settings *fc, bool 
     int r = catalog_begin(c->cat, true);
     if (r)
         snprintf(msg, sizeof(msg), "%s", catalog_errmsg(c->cat));
-    else if ((r = fleet_publish(c->cat, c->db_path, fc, force, msg, sizeof(msg))) == 0 && catalog_commit(c->cat)) {
+    else if ((r = fleet_publish(c->cat, c->db_path, fc, force, &c->rows, msg, sizeof(msg))) == 0 &&
+             catalog_commit(c->cat)) {
         snprintf(msg, sizeof(msg), "published, but cannot mark %s as published: %s", c->db_path,
                  catalog_errmsg(c->cat));
         r = -1;

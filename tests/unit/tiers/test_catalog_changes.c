@@ -1,0 +1,221 @@
+/* A change's rows installed on a follower's copy (catalog_install_rows over
+ * store/catalog_changes.h): they make exactly the admin's catalog from the version they
+ * start from, and a copy that is not that version, rows that do not apply and bytes that
+ * are not rows all leave the copy as it was. */
+#include "helpers.h"
+
+#include <sqlite3.h>
+
+#include "store/catalog_changes.h"
+#include "store/catalog_image.h"
+#include "tiers/catalog_install.h"
+
+struct pair {
+    struct tmpdb admin;
+    char follower[128];
+};
+
+static void copy_file(const char *from, const char *to)
+{
+    FILE *in = fopen(from, "rb"), *out = fopen(to, "wb");
+    assert_non_null(in);
+    assert_non_null(out);
+    char buf[8192];
+    size_t n;
+    while ((n = fread(buf, 1, sizeof(buf), in)) > 0)
+        assert_int_equal(fwrite(buf, 1, n, out), n);
+    fclose(in);
+    assert_int_equal(fclose(out), 0);
+}
+
+static int64_t count(const char *path, const char *sql)
+{
+    sqlite3 *db;
+    sqlite3_stmt *st;
+    assert_int_equal(sqlite3_open_v2(path, &db, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
+    assert_int_equal(sqlite3_prepare_v2(db, sql, -1, &st, NULL), SQLITE_OK);
+    assert_int_equal(sqlite3_step(st), SQLITE_ROW);
+    int64_t v = sqlite3_column_int64(st, 0);
+    sqlite3_finalize(st);
+    sqlite3_close(db);
+    return v;
+}
+
+static void raw_exec(const char *path, const char *sql)
+{
+    sqlite3 *db;
+    assert_int_equal(sqlite3_open(path, &db), SQLITE_OK);
+    assert_int_equal(sqlite3_exec(db, sql, NULL, NULL, NULL), SQLITE_OK);
+    sqlite3_close(db);
+}
+
+/* The admin's catalog at fleet version 1 (plans free and gone-soon with a limit, user ann
+ * with a key), and the follower's copy of it. */
+static int setup(void **state)
+{
+    struct pair *p = calloc(1, sizeof(*p));
+    tmpdb_make(&p->admin);
+    snprintf(p->follower, sizeof(p->follower), "%s/follower.db", p->admin.dir);
+    struct catalog *cat = tmpdb_begin(&p->admin);
+    int64_t free_plan = add_plan(cat, "free");
+    add_limit(cat, free_plan, 'r', 10, 60000, NULL, NULL);
+    add_limit(cat, add_plan(cat, "gone-soon"), 'r', 5, 1000, NULL, NULL);
+    add_user(cat, "ann", free_plan);
+    add_key(cat, "ann", "tp_ann");
+    assert_int_equal(catalog_fleet_mark_set(cat, 1), 0);
+    tmpdb_commit(cat);
+    copy_file(p->admin.path, p->follower);
+    *state = p;
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    struct pair *p = *state;
+    unlink(p->follower);
+    char side[160];
+    snprintf(side, sizeof(side), "%s-journal", p->follower);
+    unlink(side);
+    tmpdb_remove(&p->admin);
+    free(p);
+    return 0;
+}
+
+/* One change on the admin's catalog, recorded: a user and key added, a plan with its
+ * limit removed (a cascade), ann's key revoked. Returns the rows (catalog_changes_free). */
+static unsigned char *admin_change(struct pair *p, size_t *plen)
+{
+    struct catalog *cat = tmpdb_begin(&p->admin);
+    struct catalog_changes *rec = NULL;
+    assert_int_equal(catalog_changes_record(cat, &rec), 0);
+    int64_t free_plan = 0, gone = 0;
+    assert_int_equal(catalog_plan_find(cat, "free", &free_plan, NULL), 0);
+    assert_int_equal(catalog_plan_find(cat, "gone-soon", &gone, NULL), 0);
+    add_user(cat, "ben", free_plan);
+    add_key(cat, "ben", "tp_ben");
+    assert_int_equal(catalog_plan_remove(cat, gone), 0);
+    assert_int_equal(catalog_key_revoke(cat, 1), 0);
+    assert_int_equal(catalog_commit(cat), 0);
+    unsigned char *rows = NULL;
+    assert_int_equal(catalog_changes_take(rec, &rows, plen), 0);
+    assert_true(*plen > 0);
+    catalog_changes_stop(rec);
+    catalog_close(cat);
+    return rows;
+}
+
+static int install(struct pair *p, const unsigned char *rows, size_t len, int64_t base,
+                   struct catalog_changes_summary *sum, char *err, size_t errlen)
+{
+    struct catalog *cat = NULL;
+    assert_int_equal(catalog_open(p->follower, CATALOG_CACHE, &cat, err, errlen), 0);
+    int r = catalog_install_rows(cat, rows, len, base, base + 1, sum, err, errlen);
+    catalog_close(cat);
+    return r;
+}
+
+static int64_t follower_mark(struct pair *p)
+{
+    return count(p->follower, "SELECT version * 10 + changed FROM fleet WHERE id = 1");
+}
+
+static void test_rows_make_the_admins_catalog(void **state)
+{
+    struct pair *p = *state;
+    size_t len = 0;
+    unsigned char *rows = admin_change(p, &len);
+    struct catalog_changes_summary sum = {0};
+    char err[512];
+    assert_int_equal(install(p, rows, len, 1, &sum, err, sizeof(err)), 0);
+    catalog_changes_free(rows);
+    assert_int_equal(sum.rows, 5);   /* user, key, plan, its limit, a revocation */
+    assert_false(sum.keys_only);
+    static const char *const same[] = {
+        "SELECT count(*) FROM users", "SELECT count(*) FROM plans", "SELECT count(*) FROM limits",
+        "SELECT count(*) FROM api_keys WHERE revoked IS NULL", "SELECT max(id) FROM api_keys",
+        "SELECT seq FROM sqlite_sequence WHERE name = 'plans'"};
+    for (size_t i = 0; i < sizeof(same) / sizeof(same[0]); i++)
+        assert_int_equal(count(p->follower, same[i]), count(p->admin.path, same[i]));
+    assert_int_equal(count(p->follower, "SELECT count(*) FROM users WHERE id = 'ben'"), 1);
+    assert_int_equal(follower_mark(p), 20);   /* version 2, unchanged since */
+}
+
+static void test_a_copy_at_another_version_is_left_alone(void **state)
+{
+    struct pair *p = *state;
+    size_t len = 0;
+    unsigned char *rows = admin_change(p, &len);
+    struct catalog_changes_summary sum = {0};
+    char err[512];
+    assert_int_equal(install(p, rows, len, 2, &sum, err, sizeof(err)), CATALOG_INVALID);
+    assert_non_null(strstr(err, "holds version 1"));
+    raw_exec(p->follower, "INSERT INTO users (id, plan_id, created) VALUES ('local', 1, '2026-01-01T00:00:00Z')");
+    assert_int_equal(install(p, rows, len, 1, &sum, err, sizeof(err)), CATALOG_INVALID);
+    assert_non_null(strstr(err, "local change"));
+    catalog_changes_free(rows);
+    assert_int_equal(count(p->follower, "SELECT count(*) FROM users"), 2);
+    assert_int_equal(follower_mark(p), 11);
+}
+
+static void test_rows_that_do_not_apply_change_nothing(void **state)
+{
+    struct pair *p = *state;
+    size_t len = 0;
+    unsigned char *rows = admin_change(p, &len);
+    /* the copy differs from version 1 in the column of the row the change revokes; its mark
+     * says it does not (a row's other columns are not in a changeset: the mark vouches) */
+    raw_exec(p->follower, "UPDATE api_keys SET revoked = '2026-01-02T00:00:00Z' WHERE id = 1;"
+                          "UPDATE fleet SET changed = 0");
+    struct catalog_changes_summary sum = {0};
+    char err[512];
+    assert_int_equal(install(p, rows, len, 1, &sum, err, sizeof(err)), CATALOG_INVALID);
+    assert_non_null(strstr(err, "api_keys"));
+    catalog_changes_free(rows);
+    assert_int_equal(count(p->follower, "SELECT count(*) FROM users"), 1);
+    assert_int_equal(count(p->follower, "SELECT count(*) FROM plans"), 2);
+    assert_int_equal(follower_mark(p), 10);
+    assert_int_equal(count(p->follower, "PRAGMA foreign_keys"), 0);   /* a new connection's default */
+}
+
+static void test_bytes_that_are_not_rows_change_nothing(void **state)
+{
+    struct pair *p = *state;
+    static const unsigned char junk[] = "T\x03\x01\x00users\x00\x12\x00not rows at all";
+    struct catalog_changes_summary sum = {0};
+    char err[512];
+    assert_int_equal(install(p, junk, sizeof(junk), 1, &sum, err, sizeof(err)), CATALOG_INVALID);
+    assert_int_equal(count(p->follower, "SELECT count(*) FROM users"), 1);
+    assert_int_equal(follower_mark(p), 10);
+}
+
+static void test_the_cache_keeps_its_journal_mode(void **state)
+{
+    struct pair *p = *state;
+    raw_exec(p->follower, "PRAGMA journal_mode = DELETE");
+    size_t len = 0;
+    unsigned char *rows = admin_change(p, &len);
+    struct catalog_changes_summary sum = {0};
+    char err[512];
+    assert_int_equal(install(p, rows, len, 1, &sum, err, sizeof(err)), 0);
+    catalog_changes_free(rows);
+    sqlite3 *db;
+    sqlite3_stmt *st;
+    assert_int_equal(sqlite3_open_v2(p->follower, &db, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
+    assert_int_equal(sqlite3_prepare_v2(db, "PRAGMA journal_mode", -1, &st, NULL), SQLITE_OK);
+    assert_int_equal(sqlite3_step(st), SQLITE_ROW);
+    assert_string_equal((const char *)sqlite3_column_text(st, 0), "delete");
+    sqlite3_finalize(st);
+    sqlite3_close(db);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_rows_make_the_admins_catalog, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_a_copy_at_another_version_is_left_alone, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_rows_that_do_not_apply_change_nothing, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_bytes_that_are_not_rows_change_nothing, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_the_cache_keeps_its_journal_mode, setup, teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
