@@ -177,6 +177,75 @@ static int orphans(struct catalog *cat)
     return r;
 }
 
+/* api_keys: id, user_id, hash, label, created, revoked (catalog_schema.c) */
+enum { KEY_ID, KEY_USER, KEY_HASH, KEY_REVOKED = 5 };
+
+/* A key as the file holds it now, by id. */
+static int key_now(struct catalog *cat, sqlite3_value *id, struct catalog_key_change *out)
+{
+    sqlite3_stmt *st = NULL;
+    int rc = sqlite3_prepare_v2(cat->db, "SELECT user_id, hash, revoked IS NULL FROM api_keys WHERE id = ?1", -1,
+                                &st, NULL);
+    if (rc == SQLITE_OK)
+        rc = sqlite3_bind_value(st, 1, id);
+    if (rc == SQLITE_OK && (rc = sqlite3_step(st)) == SQLITE_ROW) {
+        const void *hash = sqlite3_column_blob(st, 1);
+        if (hash && sqlite3_column_bytes(st, 1) == CATALOG_HASH_LEN)
+            memcpy(out->hash, hash, CATALOG_HASH_LEN);
+        snprintf(out->user_id, sizeof(out->user_id), "%s", (const char *)sqlite3_column_text(st, 0));
+        out->active = sqlite3_column_int(st, 2) != 0;
+        rc = SQLITE_OK;
+    }
+    sqlite3_finalize(st);
+    return rc == SQLITE_OK ? 0 : catalog_sql_fail(cat, rc);
+}
+
+/* A deleted key, from its values before. */
+static void key_before(sqlite3_changeset_iter *it, struct catalog_key_change *out)
+{
+    sqlite3_value *user = NULL, *hash = NULL;
+    out->active = false;
+    if (sqlite3changeset_old(it, KEY_HASH, &hash) == SQLITE_OK && hash &&
+        sqlite3_value_bytes(hash) == CATALOG_HASH_LEN)
+        memcpy(out->hash, sqlite3_value_blob(hash), CATALOG_HASH_LEN);
+    if (sqlite3changeset_old(it, KEY_USER, &user) == SQLITE_OK && user)
+        snprintf(out->user_id, sizeof(out->user_id), "%s", (const char *)sqlite3_value_text(user));
+}
+
+/* Lists each key the rows (every one in api_keys, already applied) changed. */
+static void list_keys(struct catalog *cat, const unsigned char *buf, size_t len, struct catalog_changes_summary *sum)
+{
+    sum->keys = calloc(sum->rows ? sum->rows : 1, sizeof(*sum->keys));
+    if (!sum->keys)
+        return;
+    sqlite3_changeset_iter *it = NULL;
+    int rc = sqlite3changeset_start(&it, (int)len, (void *)buf), r = 0;
+    while (r == 0 && rc == SQLITE_OK && (rc = sqlite3changeset_next(it)) == SQLITE_ROW && sum->n_keys < sum->rows) {
+        const char *table = NULL;
+        int ncol = 0, op = 0, indirect = 0;
+        sqlite3_value *id = NULL;
+        struct catalog_key_change *k = &sum->keys[sum->n_keys++];
+        sqlite3changeset_op(it, &table, &ncol, &op, &indirect);
+        if (op == SQLITE_DELETE) {
+            key_before(it, k);
+            continue;
+        }
+        rc = op == SQLITE_INSERT ? sqlite3changeset_new(it, KEY_ID, &id) : sqlite3changeset_old(it, KEY_ID, &id);
+        if (rc == SQLITE_OK && !id)
+            rc = SQLITE_CORRUPT;
+        if (rc == SQLITE_OK)
+            r = key_now(cat, id, k);
+    }
+    if (r == 0 && rc != SQLITE_DONE && rc != SQLITE_OK)
+        r = catalog_sql_fail(cat, rc);
+    sqlite3changeset_finalize(it);
+    if (r) {
+        free(sum->keys);
+        sum->keys = NULL;
+        sum->n_keys = 0;
+    }
+}
+
 int catalog_changes_apply(struct catalog *cat, const unsigned char *buf, size_t len,
                           struct catalog_changes_summary *sum)
 {
@@ -187,8 +256,10 @@ int catalog_changes_apply(struct catalog *cat, const unsigned char *buf, size_t 
         return r;
     struct apply_state st = {0};
     int rc = sqlite3changeset_apply(cat->db, (int)len, (void *)buf, NULL, on_conflict, &st);
+    if (rc == SQLITE_OK && (r = orphans(cat)) == 0 && sum->keys_only && sum->rows <= CATALOG_KEY_CHANGES_MAX)
+        list_keys(cat, buf, len, sum);   /* without the list, the proxy rebuilds its snapshot */
     if (rc == SQLITE_OK)
-        return orphans(cat);
+        return r;
     if (st.conflict)
         return catalog_set_error(cat, "the changed rows do not apply: %s in %s", conflict_name(st.conflict),
                                  st.table), CATALOG_INVALID;

@@ -9,6 +9,7 @@
 #pragma once
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "store/catalog.h"
 
@@ -26,9 +27,21 @@ void catalog_changes_free(unsigned char *buf);
 /* Stops recording (NULL: nothing); before catalog_close. */
 void catalog_changes_stop(struct catalog_changes *changes);
 
+/* A key the rows changed, as it is after them. */
+struct catalog_key_change {
+    uint8_t hash[CATALOG_HASH_LEN];
+    bool active;                              /* it admits requests now (not revoked) */
+    char user_id[CATALOG_USER_ID_MAX + 1];
+};
+
+/* Changes to keys alone are listed up to this many; more are left to a rebuild. */
+#define CATALOG_KEY_CHANGES_MAX 4096
+
 struct catalog_changes_summary {
     size_t rows;          /* rows inserted, updated or deleted */
     bool keys_only;       /* every one of them in api_keys */
+    struct catalog_key_change *keys;   /* keys_only, at most CATALOG_KEY_CHANGES_MAX rows: each */
+    size_t n_keys;                     /* key as it is after them (free()); else NULL */
 };
 
 /* Applies buf in cat's write transaction, begun with foreign keys off

@@ -35,6 +35,9 @@ struct catalog_follow {
     bool nothing_said;                 /* nothing published, said once */
     bool away;                         /* Redis unreachable, said once */
     atomic_uint_fast64_t refused;
+    struct catalog_key_change *keys;   /* the last install's, for the watcher */
+    size_t n_keys;
+    int64_t keys_version;
 };
 
 __attribute__((format(printf, 3, 4)))
@@ -76,6 +79,7 @@ void catalog_follow_destroy(struct catalog_follow *f)
     if (!f)
         return;
     catalog_close(f->cat);
+    free(f->keys);
     fleet_redis_destroy(f->redis);
     free(f->db_path);
     free(f->name);
@@ -256,6 +260,13 @@ static int follow_rows(struct catalog_follow *f, int64_t version)
         r = catalog_install_rows(f->cat, rows, len, f->local_version, version, &sum, err, sizeof(err));
     close_file(f);
     free(rows);
+    if (r == 0 && sum.keys && sum.n_keys == sum.rows) {
+        f->keys = sum.keys;
+        f->n_keys = sum.n_keys;
+        f->keys_version = version;
+    } else {
+        free(sum.keys);
+    }
     if (r == -EAGAIN)
         return 0;
     if (r) {
@@ -272,8 +283,22 @@ static int follow_rows(struct catalog_follow *f, int64_t version)
     return 1;
 }
 
+bool catalog_follow_take_keys(struct catalog_follow *f, struct catalog_key_change **pkeys, size_t *pn,
+                              int64_t *pversion)
+{
+    if (!f->keys)
+        return false;
+    *pkeys = f->keys;
+    *pn = f->n_keys;
+    *pversion = f->keys_version;
+    f->keys = NULL;
+    return true;
+}
+
 int catalog_follow_poll(struct catalog_follow *f)
 {
+    free(f->keys);   /* not taken after the last poll: that snapshot was rebuilt */
+    f->keys = NULL;
     if (f->local_version < 0 && read_local_version(f) != 0)
         return 0;
     int64_t version = published_version(f);

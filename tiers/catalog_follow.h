@@ -39,5 +39,13 @@ void catalog_follow_destroy(struct catalog_follow *follow);
  * new, refused, Redis away: the file keeps serving). */
 int catalog_follow_poll(struct catalog_follow *follow);
 
+struct catalog_key_change;
+
+/* After a poll that installed a version from the rows of api_keys alone: hands over each
+ * key as it is now (*pkeys, free()) and the version, once, so that the snapshot can be
+ * patched instead of rebuilt. false after any other poll. */
+bool catalog_follow_take_keys(struct catalog_follow *follow, struct catalog_key_change **pkeys, size_t *pn,
+                              int64_t *pversion);
+
 /* How many published versions were refused (for /metrics); any thread. */
 uint64_t catalog_follow_refused(const struct catalog_follow *follow);

@@ -26,38 +26,7 @@
 #include "tiers/limit_bounds.h"
 #include "tiers/own_limits.h"
 #include "tiers/request_target.h"
-
-struct arena_block {
-    struct arena_block *next;
-    size_t used, cap;
-    char data[];
-};
-
-struct key_slot {
-    uint8_t hash[TIER_KEY_HASH_LEN];
-    const struct tier_user *user;      /* NULL = empty slot */
-};
-
-struct snapshot {
-    atomic_long refs;
-    struct tier_plan *plans;
-    size_t n_plans;
-    struct tier_limit *limits;
-    size_t n_limits;
-    struct tier_cost *costs;           /* every plan's, in plan id order */
-    size_t n_costs;
-    struct tier_limit *own_limits;     /* every user's own, grouped by user */
-    size_t n_own_limits;
-    struct tier_plan *own_plans;       /* one per user with own limits */
-    struct tier_limit *merged;         /* the limits of own_plans */
-    struct tier_user *users;           /* sorted by id (strcmp) */
-    size_t n_users;
-    struct key_slot *keys;             /* power-of-two table, at most half full */
-    size_t key_mask;
-    size_t n_keys;
-    struct arena_block *arena;
-    int64_t catalog_version;           /* the fleet's version of the catalog (catalog_image.h) */
-};
+#include "tiers/snapshot_impl.h"
 
 #define ARENA_BLOCK 65536
 
@@ -81,10 +50,16 @@ static char *arena_strdup(struct snapshot *snap, const char *s)
     return p;
 }
 
-static void snapshot_free(struct snapshot *snap)
+void snapshot_free(struct snapshot *snap)
 {
     if (!snap)
         return;
+    if (snap->body) {   /* a patched snapshot: only its key table is its own */
+        free(snap->keys);
+        snapshot_unref(snap->body);
+        free(snap);
+        return;
+    }
     for (struct arena_block *b = snap->arena, *next; b; b = next) {
         next = b->next;
         free(b);
@@ -294,12 +269,6 @@ static int cmp_user_id(const void *key, const void *b)
     return strcmp(key, ((const struct tier_user *)b)->id);
 }
 
-static size_t slot_of(const uint8_t *hash, size_t mask)
-{
-    uint64_t h;
-    memcpy(&h, hash, sizeof(h));
-    return (size_t)h & mask;
-}
 
 /* A limit's name for the ietf RateLimit headers, from what an operator wrote, never an
  * internal id: "<plan>[-<METHOD> <prefix>]-<window>", "concurrency" in place of the
@@ -524,7 +493,7 @@ static int build_key_table(struct build *b)
                                                sizeof(struct tier_user), cmp_user_id);
         if (!user)
             continue;   /* the query joins users; a missing one is skipped, not fatal */
-        size_t s = slot_of(keys[i].hash, snap->key_mask);
+        size_t s = snapshot_slot_of(keys[i].hash, snap->key_mask);
         while (snap->keys[s].user) {
             if (memcmp(snap->keys[s].hash, keys[i].hash, TIER_KEY_HASH_LEN) == 0)
                 break;   /* UNIQUE in the catalog; never twice */
@@ -659,7 +628,7 @@ const struct tier_user *snapshot_find_key(const struct snapshot *snap, const cha
     uint8_t hash[TIER_KEY_HASH_LEN];
     if (!snap || !key || apikey_hash(key, key_len, hash) != 0)
         return NULL;
-    for (size_t s = slot_of(hash, snap->key_mask);; s = (s + 1) & snap->key_mask) {
+    for (size_t s = snapshot_slot_of(hash, snap->key_mask);; s = (s + 1) & snap->key_mask) {
         const struct key_slot *slot = &snap->keys[s];
         if (!slot->user)
             return NULL;

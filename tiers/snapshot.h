@@ -135,6 +135,19 @@ void snapshot_watch_last_error(struct snapshot_watch *watch, char *buf, size_t b
  * pulled; store/catalog_image.h). */
 int64_t snapshot_catalog_version(const struct snapshot *snap);
 
+/* A key a change created (user_id: its user's) or stopped (user_id NULL: revoked, deleted). */
+struct snapshot_key_change {
+    uint8_t hash[TIER_KEY_HASH_LEN];
+    const char *user_id;
+};
+
+/* A new snapshot (refcount 1) of catalog_version: from's plans and users, its keys changed
+ * by changes, in order. from is not changed. Returns 0; -ENOENT when a key's user is not
+ * in from, -ENOSPC when its key table would be more than half full (rebuild instead); or
+ * -ENOMEM. */
+int snapshot_patch_keys(struct snapshot *from, const struct snapshot_key_change *changes, size_t n,
+                        int64_t catalog_version, struct snapshot **psnap);
+
 struct catalog_follow;
 
 /* The watcher of a proxy that follows the fleet's catalog (tiers/catalog_follow.h): each

@@ -31,6 +31,8 @@
 #include <unistd.h>
 
 #include "store/catalog.h"
+#include "store/catalog_changes.h"
+#include "store/catalog_image.h"
 #include "tiers/catalog_follow.h"
 
 /* A poll waits at most this long for a lock, so stop stays prompt. */
@@ -189,6 +191,54 @@ static int poll_once(struct snapshot_watch *w, char *err, size_t errlen)
     return 0;
 }
 
+/* Whether the file now holds exactly catalog version `version` (its fleet mark, unchanged
+ * since), and its data version in the same read transaction. */
+static bool file_holds(struct snapshot_watch *w, int64_t version, int64_t *pdata_version)
+{
+    char err[256];
+    int64_t mark = -1;
+    bool changed = true;
+    if (ensure_open(w, err, sizeof(err)) != 0 || catalog_begin(w->cat, false) != 0)
+        return false;
+    int r = catalog_fleet_mark(w->cat, &mark, &changed);
+    if (r == 0)
+        r = catalog_data_version(w->cat, pdata_version);
+    catalog_rollback(w->cat);
+    return r == 0 && mark == version && !changed;
+}
+
+/* After the follower installed a change of keys alone: the snapshot served with those
+ * keys changed (snapshot_patch_keys), instead of a rebuild, when it is the version the
+ * change started from and the file holds the version it made. Else the next poll_once
+ * rebuilds, as for any change. */
+static void patch_keys(struct snapshot_watch *w)
+{
+    struct catalog_key_change *keys = NULL;
+    size_t n = 0;
+    int64_t version = 0, data_version = 0;
+    if (!catalog_follow_take_keys(w->follow, &keys, &n, &version))
+        return;
+    struct timespec t0;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    struct snapshot_key_change *changes = calloc(n ? n : 1, sizeof(*changes));
+    struct snapshot *snap = NULL;
+    if (changes && w->current && snapshot_catalog_version(w->current) == version - 1 &&
+        file_holds(w, version, &data_version)) {
+        for (size_t i = 0; i < n; i++) {
+            memcpy(changes[i].hash, keys[i].hash, TIER_KEY_HASH_LEN);
+            changes[i].user_id = keys[i].active ? keys[i].user_id : NULL;
+        }
+        if (snapshot_patch_keys(w->current, changes, n, version, &snap) == 0) {
+            atomic_store(&w->last_build_us, (uint_fast64_t)(ms_since(&t0) * 1000.0));
+            w->data_version = data_version;
+            w->have_version = true;
+            publish(w, snap);
+        }
+    }
+    free(changes);
+    free(keys);
+}
+
 static void *watch_main(void *arg)
 {
     struct snapshot_watch *w = arg;
@@ -210,8 +260,8 @@ static void *watch_main(void *arg)
             break;
         pthread_mutex_unlock(&w->lock);
         char err[256];
-        if (w->follow)
-            catalog_follow_poll(w->follow);
+        if (w->follow && catalog_follow_poll(w->follow) == 1)
+            patch_keys(w);
         if (poll_once(w, err, sizeof(err)) != 0)
             set_error(w, err);
         pthread_mutex_lock(&w->lock);

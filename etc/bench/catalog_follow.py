@@ -58,7 +58,8 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 BENCH = os.path.join(ROOT, "etc", "bench")
 TICK = os.sysconf("SC_CLK_TCK")
-INSTALLED = re.compile(r"catalog: version (\d+) from .* installed in .* \((\d+) bytes, (\d+) ms\)")
+# a whole image installed, or the changed rows applied
+INSTALLED = re.compile(r"catalog: version (\d+) from .* (?:installed in|applied to) .* \((\d+) bytes, (\d+) ms\)")
 PUBLISHED = re.compile(r"published to .* as version (\d+) \((\d+) bytes\)")
 RESULT = re.compile(r"RESULT (.*)")
 SATURATED_CONNS = 64
@@ -307,7 +308,7 @@ class Proxy:
             return f.read()
 
     def installs(self):
-        """{version: (bytes, ms)} from the proxy's "installed in" lines."""
+        """{version: (bytes, ms)} from the proxy's "installed in" and "applied to" lines."""
         return {int(m[1]): (int(m[2]), int(m[3])) for m in INSTALLED.finditer(self.log())}
 
     def close(self):

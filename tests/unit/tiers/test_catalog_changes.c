@@ -208,6 +208,44 @@ static void test_the_cache_keeps_its_journal_mode(void **state)
     sqlite3_close(db);
 }
 
+/* A change of keys alone lists each key as it is after it: what a proxy patches its
+ * snapshot with instead of rebuilding it. */
+static void test_a_change_of_keys_lists_them(void **state)
+{
+    struct pair *p = *state;
+    struct catalog *cat = tmpdb_begin(&p->admin);
+    struct catalog_changes *rec = NULL;
+    assert_int_equal(catalog_changes_record(cat, &rec), 0);
+    add_key(cat, "ann", "tp_ann_second");
+    assert_int_equal(catalog_key_revoke(cat, 1), 0);
+    assert_int_equal(catalog_commit(cat), 0);
+    unsigned char *rows = NULL;
+    size_t len = 0;
+    assert_int_equal(catalog_changes_take(rec, &rows, &len), 0);
+    catalog_changes_stop(rec);
+    catalog_close(cat);
+    struct catalog_changes_summary sum = {0};
+    char err[512];
+    assert_int_equal(install(p, rows, len, 1, &sum, err, sizeof(err)), 0);
+    catalog_changes_free(rows);
+    assert_true(sum.keys_only);
+    assert_int_equal(sum.n_keys, 2);
+    uint8_t first[CATALOG_HASH_LEN], second[CATALOG_HASH_LEN];
+    assert_int_equal(apikey_hash("tp_ann", 6, first), 0);
+    assert_int_equal(apikey_hash("tp_ann_second", 13, second), 0);
+    for (size_t i = 0; i < sum.n_keys; i++) {
+        const struct catalog_key_change *k = &sum.keys[i];
+        assert_string_equal(k->user_id, "ann");
+        if (memcmp(k->hash, first, CATALOG_HASH_LEN) == 0)
+            assert_false(k->active);
+        else if (memcmp(k->hash, second, CATALOG_HASH_LEN) == 0)
+            assert_true(k->active);
+        else
+            fail_msg("key change %zu names neither key", i);
+    }
+    free(sum.keys);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -216,6 +254,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_rows_that_do_not_apply_change_nothing, setup, teardown),
         cmocka_unit_test_setup_teardown(test_bytes_that_are_not_rows_change_nothing, setup, teardown),
         cmocka_unit_test_setup_teardown(test_the_cache_keeps_its_journal_mode, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_a_change_of_keys_lists_them, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,0 +1,53 @@
+/* What a snapshot is made of: private to tiers/snapshot.c, which builds and reads it, and
+ * tiers/snapshot_patch.c, which makes a new one from an old one and the keys that changed. */
+#pragma once
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "tiers/snapshot.h"
+
+struct arena_block {
+    struct arena_block *next;
+    size_t used, cap;
+    char data[];
+};
+
+struct key_slot {
+    uint8_t hash[TIER_KEY_HASH_LEN];
+    const struct tier_user *user;      /* NULL = empty slot */
+};
+
+struct snapshot {
+    atomic_long refs;
+    struct snapshot *body;             /* a patched snapshot: everything but the keys is body's */
+    struct tier_plan *plans;
+    size_t n_plans;
+    struct tier_limit *limits;
+    size_t n_limits;
+    struct tier_cost *costs;           /* every plan's, in plan id order */
+    size_t n_costs;
+    struct tier_limit *own_limits;     /* every user's own, grouped by user */
+    size_t n_own_limits;
+    struct tier_plan *own_plans;       /* one per user with own limits */
+    struct tier_limit *merged;         /* the limits of own_plans */
+    struct tier_user *users;           /* sorted by id (strcmp) */
+    size_t n_users;
+    struct key_slot *keys;             /* power-of-two table, at most half full, linear probing */
+    size_t key_mask;
+    size_t n_keys;
+    struct arena_block *arena;
+    int64_t catalog_version;           /* the fleet's version of the catalog (catalog_image.h) */
+};
+
+/* The first slot a key's hash probes: its first 8 bytes (SHA-256: already uniform). */
+static inline size_t snapshot_slot_of(const uint8_t *hash, size_t mask)
+{
+    uint64_t h;
+    memcpy(&h, hash, sizeof(h));
+    return (size_t)h & mask;
+}
+
+/* Frees snap now (snapshot_unref calls it at the last reference). */
+void snapshot_free(struct snapshot *snap);
