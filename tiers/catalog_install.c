@@ -134,6 +134,14 @@ static int finish_records(struct catalog *cat, bool in_transaction, int64_t vers
     return r;
 }
 
+/* Rolls back a failed install, its reason in err. */
+static void roll_back(struct catalog *cat, char *err, size_t errlen)
+{
+    if (!err[0])
+        snprintf(err, errlen, "%s", catalog_errmsg(cat));
+    catalog_rollback(cat);
+}
+
 int catalog_install_image(struct catalog *cat, const unsigned char *image, size_t len, int64_t version, char *err,
                           size_t errlen)
 {
@@ -146,11 +154,8 @@ int catalog_install_image(struct catalog *cat, const unsigned char *image, size_
         r = catalog_image_copy(cat);
     if (r == 0)
         r = finish_records(cat, true, version, err, errlen);
-    if (r) {
-        if (!err[0])
-            snprintf(err, errlen, "%s", catalog_errmsg(cat));
-        catalog_rollback(cat);
-    }
+    if (r)
+        roll_back(cat, err, errlen);
     catalog_image_detach(cat);
     return r;
 }
@@ -173,11 +178,8 @@ int catalog_install_rows(struct catalog *cat, const unsigned char *rows, size_t 
         r = catalog_changes_apply(cat, rows, len, sum);
     if (r == 0)
         r = finish_records(cat, true, version, err, errlen);
-    if (r) {
-        if (!err[0])
-            snprintf(err, errlen, "%s", catalog_errmsg(cat));
-        catalog_rollback(cat);
-    }
+    if (r)
+        roll_back(cat, err, errlen);
     int fk = catalog_foreign_keys(cat, true);
     return r ? r : fk;
 }

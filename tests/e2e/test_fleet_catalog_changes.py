@@ -94,26 +94,25 @@ def test_a_change_travels_as_the_rows_it_changed(catalog, proxies, redis_factory
                 "of version %d:\n%s" % (what, p.name, version, p.stderr()[-1500:])
 
 
-def stopped(p):
-    os.kill(p.proc.pid, signal.SIGSTOP)
-
-
-def resumed(p):
-    os.kill(p.proc.pid, signal.SIGCONT)
-
-
-def test_a_follower_that_missed_a_version_takes_the_whole_catalog(catalog, proxies, redis_factory, tmp_path):
+def while_a_follower_sleeps(catalog, proxies, redis_factory, tmp_path, what):
+    """A fleet of 200 users with one follower serving it; `what(fleet)` runs while the
+    follower is stopped (SIGSTOP), and its result is returned once it runs again."""
     fl = Fleet(proxies, catalog, redis_factory(), tmp_path)
     large_catalog(catalog, tmp_path, n=200)
     v0 = fl.publish(catalog)
     p = fl.follower()
     wait_serving(p, v0)
-    stopped(p)
+    os.kill(p.proc.pid, signal.SIGSTOP)
     try:
-        first = new_key(fl, catalog, "u00001")
-        second = new_key(fl, catalog, "u00002")
+        return fl, p, v0, what(fl)
     finally:
-        resumed(p)
+        os.kill(p.proc.pid, signal.SIGCONT)
+
+
+def test_a_follower_that_missed_a_version_takes_the_whole_catalog(catalog, proxies, redis_factory, tmp_path):
+    fl, p, v0, (first, second) = while_a_follower_sleeps(
+        catalog, proxies, redis_factory, tmp_path,
+        lambda fl: (new_key(fl, catalog, "u00001"), new_key(fl, catalog, "u00002")))
     v2 = fl.published_version()
     wait_serving(p, v2, second)
     assert p.get("/first", key=first).status == 200
@@ -122,24 +121,18 @@ def test_a_follower_that_missed_a_version_takes_the_whole_catalog(catalog, proxi
 
 
 def test_rows_that_do_not_apply_give_way_to_the_whole_catalog(catalog, proxies, redis_factory, tmp_path):
-    fl = Fleet(proxies, catalog, redis_factory(), tmp_path)
-    large_catalog(catalog, tmp_path, n=200)
-    v0 = fl.publish(catalog)
-    p = fl.follower()
-    wait_serving(p, v0)
-    stopped(p)
-    try:
+    def key_and_broken_rows(fl):
         key = new_key(fl, catalog, "u00003")
         head = fl.published()
         assert "changes_sha256" in head, "no changed rows published: %r" % head
         # rows that cannot be read, with a digest that matches them (a tierctl with a bug)
-        node = fl._node()
         bad = b"\x12\x00not a changeset" * 8
+        node = fl._node()
         node.cmd("SET", fl.catalog_key + ":changes:" + head["upload"].decode(), bad)
         node.cmd("HSET", fl.catalog_key, "changes_sha256", hashlib.sha256(bad).hexdigest(),
                  "changes_size", len(bad))
-    finally:
-        resumed(p)
+        return key
+    fl, p, _, key = while_a_follower_sleeps(catalog, proxies, redis_factory, tmp_path, key_and_broken_rows)
     v1 = fl.published_version()
     wait_serving(p, v1, key)
     said = [ln for ln in p.stderr().splitlines() if "whole" in ln and "version %d" % v1 in ln]

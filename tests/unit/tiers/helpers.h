@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <cmocka.h>
+#include <sqlite3.h>
 
 #include "store/catalog.h"
 #include "tiers/apikey.h"
@@ -105,4 +106,27 @@ static inline int64_t add_key(struct catalog *cat, const char *user, const char 
     if (r)
         fail_msg("key_add: %s", catalog_errmsg(cat));
     return id;
+}
+
+/* The first column of sql's first row, read by a connection of its own. */
+static inline int64_t sql_int64(const char *path, const char *sql)
+{
+    sqlite3 *db;
+    sqlite3_stmt *st;
+    assert_int_equal(sqlite3_open_v2(path, &db, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
+    assert_int_equal(sqlite3_prepare_v2(db, sql, -1, &st, NULL), SQLITE_OK);
+    assert_int_equal(sqlite3_step(st), SQLITE_ROW);
+    int64_t v = sqlite3_column_int64(st, 0);
+    sqlite3_finalize(st);
+    sqlite3_close(db);
+    return v;
+}
+
+/* Runs sql on a connection of its own, as another program would write the file. */
+static inline void sql_exec(const char *path, const char *sql)
+{
+    sqlite3 *db;
+    assert_int_equal(sqlite3_open(path, &db), SQLITE_OK);
+    assert_int_equal(sqlite3_exec(db, sql, NULL, NULL, NULL), SQLITE_OK);
+    sqlite3_close(db);
 }

@@ -32,27 +32,6 @@ static void touch(const char *path)
     close(fd);
 }
 
-static int sql_int(const char *path, const char *sql)
-{
-    sqlite3 *db;
-    sqlite3_stmt *st;
-    assert_int_equal(sqlite3_open_v2(path, &db, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
-    assert_int_equal(sqlite3_prepare_v2(db, sql, -1, &st, NULL), SQLITE_OK);
-    assert_int_equal(sqlite3_step(st), SQLITE_ROW);
-    int v = sqlite3_column_int(st, 0);
-    sqlite3_finalize(st);
-    sqlite3_close(db);
-    return v;
-}
-
-static void sql_exec(const char *path, const char *sql)
-{
-    sqlite3 *db;
-    assert_int_equal(sqlite3_open(path, &db), SQLITE_OK);
-    assert_int_equal(sqlite3_exec(db, sql, NULL, NULL, NULL), SQLITE_OK);
-    sqlite3_close(db);
-}
-
 /* An empty file is migrated to the current schema by a CREATE-mode writer (tierctl init),
  * and only by it. */
 static void test_migrate_empty_file(void **state)
@@ -82,8 +61,8 @@ static void test_migrate_empty_file(void **state)
     assert_int_equal(catalog_commit(cat), 0);
     catalog_close(cat);
 
-    assert_int_equal(sql_int(t->path, "PRAGMA user_version"), CATALOG_SCHEMA_VERSION);
-    assert_int_equal(sql_int(t->path, "SELECT count(*) FROM sqlite_schema WHERE type = 'table' AND name IN "
+    assert_int_equal(sql_int64(t->path, "PRAGMA user_version"), CATALOG_SCHEMA_VERSION);
+    assert_int_equal(sql_int64(t->path, "SELECT count(*) FROM sqlite_schema WHERE type = 'table' AND name IN "
                                       "('plans', 'limits', 'users', 'api_keys')"), 4);
     /* WAL, so that tierctl and the proxies do not block each other. */
     sqlite3 *db;
@@ -160,7 +139,7 @@ static void test_schema_1_read_then_migrated(void **state)
     assert_int_equal(catalog_user_limit_each(cat, NULL, count_limit, &n), 0);
     assert_int_equal(n, 0);
     catalog_close(cat);
-    assert_int_equal(sql_int(t->path, "PRAGMA user_version"), 1);   /* a reader changes nothing */
+    assert_int_equal(sql_int64(t->path, "PRAGMA user_version"), 1);   /* a reader changes nothing */
 
     assert_int_equal(catalog_open(t->path, CATALOG_READ_WRITE, &cat, err, sizeof(err)), 0);
     assert_int_equal(catalog_begin(cat, true), 0);
@@ -168,9 +147,9 @@ static void test_schema_1_read_then_migrated(void **state)
     assert_true(next > 7);   /* ids are never reused across the rebuild */
     assert_int_equal(catalog_commit(cat), 0);
     catalog_close(cat);
-    assert_int_equal(sql_int(t->path, "PRAGMA user_version"), CATALOG_SCHEMA_VERSION);
-    assert_int_equal(sql_int(t->path, "SELECT count(*) FROM limits WHERE id = 3 AND route_prefix = '/v1'"), 1);
-    assert_int_equal(sql_int(t->path, "SELECT priority FROM plans WHERE id = 1"), 5);
+    assert_int_equal(sql_int64(t->path, "PRAGMA user_version"), CATALOG_SCHEMA_VERSION);
+    assert_int_equal(sql_int64(t->path, "SELECT count(*) FROM limits WHERE id = 3 AND route_prefix = '/v1'"), 1);
+    assert_int_equal(sql_int64(t->path, "SELECT priority FROM plans WHERE id = 1"), 5);
 }
 
 static int sum_costs(void *ctx, const struct catalog_cost *cost)
@@ -244,7 +223,7 @@ static void test_migration_rolls_back_with_the_command(void **state)
     catalog_rollback(cat);
     catalog_close(cat);
     /* The failed command left no schema behind either. */
-    assert_int_equal(sql_int(t->path, "PRAGMA user_version"), 0);
+    assert_int_equal(sql_int64(t->path, "PRAGMA user_version"), 0);
 }
 
 static void test_missing_file(void **state)
@@ -349,8 +328,8 @@ static void test_limit_update_in_place(void **state)
     char sql[160];
     snprintf(sql, sizeof(sql), "SELECT amount * 1000 + burst FROM limits WHERE id = %lld AND window_ms = 60000"
              " AND algorithm = 'token-bucket'", (long long)rate);
-    assert_int_equal(sql_int(t->path, sql), 20003);
-    assert_int_equal(sql_int(t->path, "SELECT count(*) FROM limits"), 2);
+    assert_int_equal(sql_int64(t->path, sql), 20003);
+    assert_int_equal(sql_int64(t->path, "SELECT count(*) FROM limits"), 2);
 
     cat = tmpdb_begin(t);
     /* Another plan's limit, a limit of another kind, one that does not exist: not found. */
@@ -391,7 +370,7 @@ static void test_backup(void **state)
     catalog_close(cat);
     assert_int_equal(stat(copy, &sb), 0);
     assert_int_equal(sb.st_mode & 0777, 0600);
-    assert_int_equal(sql_int(copy, "SELECT count(*) FROM plans WHERE name = 'free'"), 1);
+    assert_int_equal(sql_int64(copy, "SELECT count(*) FROM plans WHERE name = 'free'"), 1);
     unlink(copy);
 }
 

@@ -13,6 +13,10 @@
 struct pair {
     struct tmpdb admin;
     char follower[128];
+    unsigned char *rows;                  /* the admin's change (admin_change) */
+    size_t len;
+    struct catalog_changes_summary sum;   /* of the last install */
+    char err[512];
 };
 
 static void copy_file(const char *from, const char *to)
@@ -26,27 +30,6 @@ static void copy_file(const char *from, const char *to)
         assert_int_equal(fwrite(buf, 1, n, out), n);
     fclose(in);
     assert_int_equal(fclose(out), 0);
-}
-
-static int64_t count(const char *path, const char *sql)
-{
-    sqlite3 *db;
-    sqlite3_stmt *st;
-    assert_int_equal(sqlite3_open_v2(path, &db, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
-    assert_int_equal(sqlite3_prepare_v2(db, sql, -1, &st, NULL), SQLITE_OK);
-    assert_int_equal(sqlite3_step(st), SQLITE_ROW);
-    int64_t v = sqlite3_column_int64(st, 0);
-    sqlite3_finalize(st);
-    sqlite3_close(db);
-    return v;
-}
-
-static void raw_exec(const char *path, const char *sql)
-{
-    sqlite3 *db;
-    assert_int_equal(sqlite3_open(path, &db), SQLITE_OK);
-    assert_int_equal(sqlite3_exec(db, sql, NULL, NULL, NULL), SQLITE_OK);
-    sqlite3_close(db);
 }
 
 /* The admin's catalog at fleet version 1 (plans free and gone-soon with a limit, user ann
@@ -72,6 +55,8 @@ static int setup(void **state)
 static int teardown(void **state)
 {
     struct pair *p = *state;
+    catalog_changes_free(p->rows);
+    free(p->sum.keys);
     unlink(p->follower);
     char side[160];
     snprintf(side, sizeof(side), "%s-journal", p->follower);
@@ -81,9 +66,9 @@ static int teardown(void **state)
     return 0;
 }
 
-/* One change on the admin's catalog, recorded: a user and key added, a plan with its
- * limit removed (a cascade), ann's key revoked. Returns the rows (catalog_changes_free). */
-static unsigned char *admin_change(struct pair *p, size_t *plen)
+/* One change on the admin's catalog, recorded into p->rows: a user and key added, a plan
+ * with its limit removed (a cascade), ann's key revoked. */
+static void admin_change(struct pair *p)
 {
     struct catalog *cat = tmpdb_begin(&p->admin);
     struct catalog_changes *rec = NULL;
@@ -96,108 +81,90 @@ static unsigned char *admin_change(struct pair *p, size_t *plen)
     assert_int_equal(catalog_plan_remove(cat, gone), 0);
     assert_int_equal(catalog_key_revoke(cat, 1), 0);
     assert_int_equal(catalog_commit(cat), 0);
-    unsigned char *rows = NULL;
-    assert_int_equal(catalog_changes_take(rec, &rows, plen), 0);
-    assert_true(*plen > 0);
+    assert_int_equal(catalog_changes_take(rec, &p->rows, &p->len), 0);
+    assert_true(p->len > 0);
     catalog_changes_stop(rec);
     catalog_close(cat);
-    return rows;
 }
 
-static int install(struct pair *p, const unsigned char *rows, size_t len, int64_t base,
-                   struct catalog_changes_summary *sum, char *err, size_t errlen)
+/* Installs rows (len bytes) on the follower's copy as the change from version base. */
+static int install(struct pair *p, const unsigned char *rows, size_t len, int64_t base)
 {
     struct catalog *cat = NULL;
-    assert_int_equal(catalog_open(p->follower, CATALOG_CACHE, &cat, err, errlen), 0);
-    int r = catalog_install_rows(cat, rows, len, base, base + 1, sum, err, errlen);
+    free(p->sum.keys);
+    memset(&p->sum, 0, sizeof(p->sum));
+    assert_int_equal(catalog_open(p->follower, CATALOG_CACHE, &cat, p->err, sizeof(p->err)), 0);
+    int r = catalog_install_rows(cat, rows, len, base, base + 1, &p->sum, p->err, sizeof(p->err));
     catalog_close(cat);
     return r;
 }
 
 static int64_t follower_mark(struct pair *p)
 {
-    return count(p->follower, "SELECT version * 10 + changed FROM fleet WHERE id = 1");
+    return sql_int64(p->follower, "SELECT version * 10 + changed FROM fleet WHERE id = 1");
 }
 
 static void test_rows_make_the_admins_catalog(void **state)
 {
     struct pair *p = *state;
-    size_t len = 0;
-    unsigned char *rows = admin_change(p, &len);
-    struct catalog_changes_summary sum = {0};
-    char err[512];
-    assert_int_equal(install(p, rows, len, 1, &sum, err, sizeof(err)), 0);
-    catalog_changes_free(rows);
-    assert_int_equal(sum.rows, 5);   /* user, key, plan, its limit, a revocation */
-    assert_false(sum.keys_only);
+    admin_change(p);
+    assert_int_equal(install(p, p->rows, p->len, 1), 0);
+    assert_int_equal(p->sum.rows, 5);   /* user, key, plan, its limit, a revocation */
+    assert_false(p->sum.keys_only);
     static const char *const same[] = {
         "SELECT count(*) FROM users", "SELECT count(*) FROM plans", "SELECT count(*) FROM limits",
         "SELECT count(*) FROM api_keys WHERE revoked IS NULL", "SELECT max(id) FROM api_keys",
         "SELECT seq FROM sqlite_sequence WHERE name = 'plans'"};
     for (size_t i = 0; i < sizeof(same) / sizeof(same[0]); i++)
-        assert_int_equal(count(p->follower, same[i]), count(p->admin.path, same[i]));
-    assert_int_equal(count(p->follower, "SELECT count(*) FROM users WHERE id = 'ben'"), 1);
+        assert_int_equal(sql_int64(p->follower, same[i]), sql_int64(p->admin.path, same[i]));
+    assert_int_equal(sql_int64(p->follower, "SELECT count(*) FROM users WHERE id = 'ben'"), 1);
     assert_int_equal(follower_mark(p), 20);   /* version 2, unchanged since */
 }
 
 static void test_a_copy_at_another_version_is_left_alone(void **state)
 {
     struct pair *p = *state;
-    size_t len = 0;
-    unsigned char *rows = admin_change(p, &len);
-    struct catalog_changes_summary sum = {0};
-    char err[512];
-    assert_int_equal(install(p, rows, len, 2, &sum, err, sizeof(err)), CATALOG_INVALID);
-    assert_non_null(strstr(err, "holds version 1"));
-    raw_exec(p->follower, "INSERT INTO users (id, plan_id, created) VALUES ('local', 1, '2026-01-01T00:00:00Z')");
-    assert_int_equal(install(p, rows, len, 1, &sum, err, sizeof(err)), CATALOG_INVALID);
-    assert_non_null(strstr(err, "local change"));
-    catalog_changes_free(rows);
-    assert_int_equal(count(p->follower, "SELECT count(*) FROM users"), 2);
+    admin_change(p);
+    assert_int_equal(install(p, p->rows, p->len, 2), CATALOG_INVALID);
+    assert_non_null(strstr(p->err, "holds version 1"));
+    sql_exec(p->follower, "INSERT INTO users (id, plan_id, created) VALUES ('local', 1, '2026-01-01T00:00:00Z')");
+    assert_int_equal(install(p, p->rows, p->len, 1), CATALOG_INVALID);
+    assert_non_null(strstr(p->err, "local change"));
+    assert_int_equal(sql_int64(p->follower, "SELECT count(*) FROM users"), 2);
     assert_int_equal(follower_mark(p), 11);
 }
 
 static void test_rows_that_do_not_apply_change_nothing(void **state)
 {
     struct pair *p = *state;
-    size_t len = 0;
-    unsigned char *rows = admin_change(p, &len);
+    admin_change(p);
     /* the copy differs from version 1 in the column of the row the change revokes; its mark
      * says it does not (a row's other columns are not in a changeset: the mark vouches) */
-    raw_exec(p->follower, "UPDATE api_keys SET revoked = '2026-01-02T00:00:00Z' WHERE id = 1;"
+    sql_exec(p->follower, "UPDATE api_keys SET revoked = '2026-01-02T00:00:00Z' WHERE id = 1;"
                           "UPDATE fleet SET changed = 0");
-    struct catalog_changes_summary sum = {0};
-    char err[512];
-    assert_int_equal(install(p, rows, len, 1, &sum, err, sizeof(err)), CATALOG_INVALID);
-    assert_non_null(strstr(err, "api_keys"));
-    catalog_changes_free(rows);
-    assert_int_equal(count(p->follower, "SELECT count(*) FROM users"), 1);
-    assert_int_equal(count(p->follower, "SELECT count(*) FROM plans"), 2);
+    assert_int_equal(install(p, p->rows, p->len, 1), CATALOG_INVALID);
+    assert_non_null(strstr(p->err, "api_keys"));
+    assert_int_equal(sql_int64(p->follower, "SELECT count(*) FROM users"), 1);
+    assert_int_equal(sql_int64(p->follower, "SELECT count(*) FROM plans"), 2);
     assert_int_equal(follower_mark(p), 10);
-    assert_int_equal(count(p->follower, "PRAGMA foreign_keys"), 0);   /* a new connection's default */
+    assert_int_equal(sql_int64(p->follower, "PRAGMA foreign_keys"), 0);   /* a new connection's default */
 }
 
 static void test_bytes_that_are_not_rows_change_nothing(void **state)
 {
     struct pair *p = *state;
     static const unsigned char junk[] = "T\x03\x01\x00users\x00\x12\x00not rows at all";
-    struct catalog_changes_summary sum = {0};
-    char err[512];
-    assert_int_equal(install(p, junk, sizeof(junk), 1, &sum, err, sizeof(err)), CATALOG_INVALID);
-    assert_int_equal(count(p->follower, "SELECT count(*) FROM users"), 1);
+    assert_int_equal(install(p, junk, sizeof(junk), 1), CATALOG_INVALID);
+    assert_int_equal(sql_int64(p->follower, "SELECT count(*) FROM users"), 1);
     assert_int_equal(follower_mark(p), 10);
 }
 
 static void test_the_cache_keeps_its_journal_mode(void **state)
 {
     struct pair *p = *state;
-    raw_exec(p->follower, "PRAGMA journal_mode = DELETE");
-    size_t len = 0;
-    unsigned char *rows = admin_change(p, &len);
-    struct catalog_changes_summary sum = {0};
-    char err[512];
-    assert_int_equal(install(p, rows, len, 1, &sum, err, sizeof(err)), 0);
-    catalog_changes_free(rows);
+    sql_exec(p->follower, "PRAGMA journal_mode = DELETE");
+    admin_change(p);
+    assert_int_equal(install(p, p->rows, p->len, 1), 0);
     sqlite3 *db;
     sqlite3_stmt *st;
     assert_int_equal(sqlite3_open_v2(p->follower, &db, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
@@ -219,22 +186,17 @@ static void test_a_change_of_keys_lists_them(void **state)
     add_key(cat, "ann", "tp_ann_second");
     assert_int_equal(catalog_key_revoke(cat, 1), 0);
     assert_int_equal(catalog_commit(cat), 0);
-    unsigned char *rows = NULL;
-    size_t len = 0;
-    assert_int_equal(catalog_changes_take(rec, &rows, &len), 0);
+    assert_int_equal(catalog_changes_take(rec, &p->rows, &p->len), 0);
     catalog_changes_stop(rec);
     catalog_close(cat);
-    struct catalog_changes_summary sum = {0};
-    char err[512];
-    assert_int_equal(install(p, rows, len, 1, &sum, err, sizeof(err)), 0);
-    catalog_changes_free(rows);
-    assert_true(sum.keys_only);
-    assert_int_equal(sum.n_keys, 2);
+    assert_int_equal(install(p, p->rows, p->len, 1), 0);
+    assert_true(p->sum.keys_only);
+    assert_int_equal(p->sum.n_keys, 2);
     uint8_t first[CATALOG_HASH_LEN], second[CATALOG_HASH_LEN];
     assert_int_equal(apikey_hash("tp_ann", 6, first), 0);
     assert_int_equal(apikey_hash("tp_ann_second", 13, second), 0);
-    for (size_t i = 0; i < sum.n_keys; i++) {
-        const struct catalog_key_change *k = &sum.keys[i];
+    for (size_t i = 0; i < p->sum.n_keys; i++) {
+        const struct catalog_key_change *k = &p->sum.keys[i];
         assert_string_equal(k->user_id, "ann");
         if (memcmp(k->hash, first, CATALOG_HASH_LEN) == 0)
             assert_false(k->active);
@@ -243,7 +205,6 @@ static void test_a_change_of_keys_lists_them(void **state)
         else
             fail_msg("key change %zu names neither key", i);
     }
-    free(sum.keys);
 }
 
 int main(void)
