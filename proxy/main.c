@@ -292,6 +292,8 @@ static int serve(struct proxy_config *cfg, int argc, char **argv, char **envp)
                 continue;
             }
             upstream_cap_set(&upstream_cap, fresh->upstream_max_inflight);
+            /* /health first: once a worker answers under the new modes, it says them too */
+            admin_set_store_error_modes(admin, fresh->rate_on_store_error, fresh->concurrency_on_store_error);
             sem_t switched;
             sem_init(&switched, 0, 0);
             for (int i = 0; i < started; i++)
@@ -300,7 +302,6 @@ static int serve(struct proxy_config *cfg, int argc, char **argv, char **envp)
                 while (sem_wait(&switched) != 0)
                     ;
             sem_destroy(&switched);
-            admin_set_store_error_modes(admin, fresh->rate_on_store_error, fresh->concurrency_on_store_error);
             /* No worker looks at the old configuration any more. */
             if (live != cfg) {
                 config_free(live);
