@@ -94,7 +94,8 @@ static int column_count(struct catalog *cat, const char *table, int *pn)
 }
 
 /* Reads buf through: every table one of ours, every row of its width. */
-static int read_through(struct catalog *cat, const unsigned char *buf, size_t len, struct catalog_changes_summary *sum)
+static int read_through(struct catalog *cat, const unsigned char *buf, size_t len, struct catalog_changes_summary *sum,
+                        unsigned *ptables)
 {
     int widths[N_SHARED] = {0};
     sqlite3_changeset_iter *it = NULL;
@@ -119,6 +120,8 @@ static int read_through(struct catalog *cat, const unsigned char *buf, size_t le
         }
         sum->rows++;
         sum->keys_only = sum->keys_only && strcmp(table, "api_keys") == 0;
+        if (t >= 0)
+            *ptables |= 1u << t;
     }
     int frc = sqlite3changeset_finalize(it);
     if (r == 0 && ((rc != SQLITE_DONE && rc != SQLITE_OK) || frc != SQLITE_OK))
@@ -157,12 +160,12 @@ static const char *conflict_name(int type)
     }
 }
 
-/* With foreign keys off while the rows went in, a child without its parent is refused
- * here. */
-static int orphans(struct catalog *cat)
+static int orphans_in(struct catalog *cat, const char *table)
 {
+    char sql[64];
+    snprintf(sql, sizeof(sql), "PRAGMA foreign_key_check(%s)", table);
     sqlite3_stmt *st = NULL;
-    int rc = sqlite3_prepare_v2(cat->db, "PRAGMA foreign_key_check", -1, &st, NULL);
+    int rc = sqlite3_prepare_v2(cat->db, sql, -1, &st, NULL);
     if (rc == SQLITE_OK)
         rc = sqlite3_step(st);
     int r = 0;
@@ -176,6 +179,25 @@ static int orphans(struct catalog *cat)
     sqlite3_finalize(st);
     return r;
 }
+
+#define TABLE(name) (1u << shared_index(name))
+
+/* With foreign keys off while the rows went in, a child without its parent is refused
+ * here: in every table the rows wrote, and in the tables whose rows name those
+ * (catalog_schema.c: limits, users and costs name a plan; limits name a user). */
+static int orphans(struct catalog *cat, unsigned tables)
+{
+    if (tables & TABLE("plans"))
+        tables |= TABLE("limits") | TABLE("users") | TABLE("costs");
+    if (tables & TABLE("users"))
+        tables |= TABLE("limits");
+    int r = 0;
+    for (size_t t = 0; r == 0 && t < N_SHARED; t++)
+        if (tables & (1u << t))
+            r = orphans_in(cat, shared_tables[t]);
+    return r;
+}
+
 
 /* api_keys: id, user_id, hash, label, created, revoked (catalog_schema.c) */
 enum { KEY_ID, KEY_USER, KEY_HASH, KEY_REVOKED = 5 };
@@ -251,12 +273,13 @@ int catalog_changes_apply(struct catalog *cat, const unsigned char *buf, size_t 
 {
     if (len > (size_t)INT32_MAX)
         return catalog_set_error(cat, "the changed rows are too large (%zu bytes)", len), CATALOG_INVALID;
-    int r = read_through(cat, buf, len, sum);
+    unsigned tables = 0;
+    int r = read_through(cat, buf, len, sum, &tables);
     if (r)
         return r;
     struct apply_state st = {0};
     int rc = sqlite3changeset_apply(cat->db, (int)len, (void *)buf, NULL, on_conflict, &st);
-    if (rc == SQLITE_OK && (r = orphans(cat)) == 0 && sum->keys_only && sum->rows <= CATALOG_KEY_CHANGES_MAX)
+    if (rc == SQLITE_OK && (r = orphans(cat, tables)) == 0 && sum->keys_only && sum->rows <= CATALOG_KEY_CHANGES_MAX)
         list_keys(cat, buf, len, sum);   /* without the list, the proxy rebuilds its snapshot */
     if (rc == SQLITE_OK)
         return r;

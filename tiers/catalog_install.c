@@ -118,13 +118,35 @@ int catalog_install_check(struct catalog *cat, char *err, size_t errlen)
     return r;
 }
 
-/* Checks the records, marks them with version and commits. cat holds a write transaction
- * when the records were copied in, none when an image file is used as it is. */
-static int finish_records(struct catalog *cat, bool in_transaction, int64_t version, char *err, size_t errlen)
+/* The checks of catalog_install_check on the keys rows changed, which is all they can
+ * change when they touch api_keys alone: each key of each user they name, and the user
+ * of each key they left active. */
+static int check_changed_keys(struct catalog *cat, const struct catalog_changes_summary *sum, char *err,
+                              size_t errlen)
+{
+    struct check c = {.cat = cat, .err = err, .errlen = errlen};
+    int r = 0;
+    for (size_t i = 0; r == 0 && i < sum->n_keys; i++) {
+        const struct catalog_key_change *k = &sum->keys[i];
+        int64_t plan_id = 0;
+        r = catalog_key_each(cat, k->user_id, false, check_key, &c);
+        if (r == 0 && k->active && catalog_user_find(cat, k->user_id, &plan_id) != 0)
+            r = refuse(&c, "a key is active but its user \"%s\" is not in the catalog", k->user_id);
+    }
+    if (r && !err[0])
+        snprintf(err, errlen, "%s", catalog_errmsg(cat));
+    return r;
+}
+
+/* Checks the records (those of sum's keys when it lists them, else all), marks them with
+ * version and commits. cat holds a write transaction when the records were copied in,
+ * none when an image file is used as it is. */
+static int finish_records(struct catalog *cat, bool in_transaction, const struct catalog_changes_summary *sum,
+                          int64_t version, char *err, size_t errlen)
 {
     int r = in_transaction ? 0 : catalog_begin(cat, true);
     if (r == 0)
-        r = catalog_install_check(cat, err, errlen);
+        r = sum && sum->keys ? check_changed_keys(cat, sum, err, errlen) : catalog_install_check(cat, err, errlen);
     if (r == 0)
         r = catalog_fleet_mark_set(cat, version);
     if (r == 0)
@@ -153,7 +175,7 @@ int catalog_install_image(struct catalog *cat, const unsigned char *image, size_
     if (r == 0)
         r = catalog_image_copy(cat);
     if (r == 0)
-        r = finish_records(cat, true, version, err, errlen);
+        r = finish_records(cat, true, NULL, version, err, errlen);
     if (r)
         roll_back(cat, err, errlen);
     catalog_image_detach(cat);
@@ -177,7 +199,7 @@ int catalog_install_rows(struct catalog *cat, const unsigned char *rows, size_t 
     if (r == 0)
         r = catalog_changes_apply(cat, rows, len, sum);
     if (r == 0)
-        r = finish_records(cat, true, version, err, errlen);
+        r = finish_records(cat, true, sum, version, err, errlen);
     if (r)
         roll_back(cat, err, errlen);
     int fk = catalog_foreign_keys(cat, true);
@@ -280,7 +302,7 @@ int catalog_install_file(const char *db_path, const unsigned char *image, size_t
         r = build_by_copy(tmp, image, len, &cat, err, errlen);
     }
     if (r == 0)
-        r = finish_records(cat, copied, version, err, errlen);
+        r = finish_records(cat, copied, NULL, version, err, errlen);
     catalog_close(cat);
     if (r == 0 && rename(tmp, db_path) != 0) {
         r = -errno;

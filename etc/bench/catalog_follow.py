@@ -60,7 +60,7 @@ BENCH = os.path.join(ROOT, "etc", "bench")
 TICK = os.sysconf("SC_CLK_TCK")
 # a whole image installed, or the changed rows applied
 INSTALLED = re.compile(r"catalog: version (\d+) from .* (?:installed in|applied to) .* \((\d+) bytes, (\d+) ms\)")
-PUBLISHED = re.compile(r"published to .* as version (\d+) \((\d+) bytes\)")
+PUBLISHED = re.compile(r"published to .* as version (\d+) \((\d+) bytes[,)]")
 RESULT = re.compile(r"RESULT (.*)")
 SATURATED_CONNS = 64
 

@@ -2,6 +2,8 @@
  * store/catalog_changes.h): they make exactly the admin's catalog from the version they
  * start from, and a copy that is not that version, rows that do not apply and bytes that
  * are not rows all leave the copy as it was. */
+#define SQLITE_ENABLE_SESSION 1
+#define SQLITE_ENABLE_PREUPDATE_HOOK 1
 #include "helpers.h"
 
 #include <sqlite3.h>
@@ -207,6 +209,64 @@ static void test_a_change_of_keys_lists_them(void **state)
     }
 }
 
+/* Rows written by the admin's connection with the session of another program: sql runs
+ * with foreign keys off on the tables named (as a tierctl with a bug might write them). */
+static void raw_rows(struct pair *p, const char *tables, const char *sql, void **prows, int *plen)
+{
+    sqlite3 *db;
+    sqlite3_session *session;
+    assert_int_equal(sqlite3_open(p->admin.path, &db), SQLITE_OK);
+    assert_int_equal(sqlite3_exec(db, "PRAGMA foreign_keys = OFF", NULL, NULL, NULL), SQLITE_OK);
+    assert_int_equal(sqlite3session_create(db, "main", &session), SQLITE_OK);
+    char list[64];
+    snprintf(list, sizeof(list), "%s", tables);
+    for (char *save = NULL, *t = strtok_r(list, ",", &save); t; t = strtok_r(NULL, ",", &save))
+        assert_int_equal(sqlite3session_attach(session, t), SQLITE_OK);
+    assert_int_equal(sqlite3_exec(db, sql, NULL, NULL, NULL), SQLITE_OK);
+    assert_int_equal(sqlite3session_changeset(session, plen, prows), SQLITE_OK);
+    sqlite3session_delete(session);
+    sqlite3_close(db);
+}
+
+/* Keys alone are checked key by key, as an import checks them. */
+static void test_bad_keys_are_refused(void **state)
+{
+    struct pair *p = *state;
+    static const char *const bad[] = {
+        "INSERT INTO api_keys (user_id, hash, label, created) VALUES ('ann', zeroblob(32), '', 'yesterday')",
+        "INSERT INTO api_keys (user_id, hash, label, created) VALUES ('ghost', zeroblob(32), '',"
+        " '2026-01-01T00:00:00Z')",
+    };
+    static const char *const why[] = {"key 2", "ghost"};
+    for (size_t i = 0; i < 2; i++) {
+        void *rows = NULL;
+        int n = 0;
+        sql_exec(p->admin.path, "DELETE FROM api_keys WHERE id > 1");
+        raw_rows(p, "api_keys", bad[i], &rows, &n);
+        assert_int_equal(install(p, rows, (size_t)n, 1), CATALOG_INVALID);
+        sqlite3_free(rows);
+        if (!strstr(p->err, why[i]))
+            fail_msg("case %zu refused for another reason: %s", i, p->err);
+        assert_int_equal(sql_int64(p->follower, "SELECT count(*) FROM api_keys"), 1);
+        assert_int_equal(follower_mark(p), 10);
+    }
+}
+
+/* Rows that remove a plan its users are still on (written with foreign keys off, as a
+ * tierctl with a bug might) are refused, though they apply row for row. */
+static void test_rows_that_orphan_a_row_are_refused(void **state)
+{
+    struct pair *p = *state;
+    void *rows = NULL;
+    int n = 0;
+    raw_rows(p, "plans", "DELETE FROM plans WHERE name = 'free'", &rows, &n);
+    assert_int_equal(install(p, rows, (size_t)n, 1), CATALOG_INVALID);
+    sqlite3_free(rows);
+    assert_non_null(strstr(p->err, "without its"));
+    assert_int_equal(sql_int64(p->follower, "SELECT count(*) FROM plans WHERE name = 'free'"), 1);
+    assert_int_equal(follower_mark(p), 10);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -216,6 +276,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_bytes_that_are_not_rows_change_nothing, setup, teardown),
         cmocka_unit_test_setup_teardown(test_the_cache_keeps_its_journal_mode, setup, teardown),
         cmocka_unit_test_setup_teardown(test_a_change_of_keys_lists_them, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_rows_that_orphan_a_row_are_refused, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_bad_keys_are_refused, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
