@@ -20,8 +20,9 @@
 
 /* The image travels in chunks of this size, each its own string key: no command moves
  * the whole image, so no limit check waits behind one (a 27 MB EVAL held Redis for
- * 400 ms). */
-#define CHUNK_BYTES (1024 * 1024)
+ * 400 ms), and a check waits behind one chunk at most (with 1 MiB chunks, requests'
+ * p99 rose 1.4x while a 27 MB image went up; with 128 KiB, 1.2-1.3x). */
+#define CHUNK_BYTES (128 * 1024)
 /* Chunks uploaded but never published (a tierctl that died) go at this TTL. */
 #define CHUNK_UPLOAD_TTL_S "3600"
 /* The previous publication's chunks stay this long: a follower may be reading them. */
