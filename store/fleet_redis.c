@@ -31,9 +31,7 @@
 /* Publishes when nobody published past the publisher's version (ARGV[1]) or with force
  * (ARGV[2] = "1"), once every chunk of the upload ARGV[3] is there; the version and the
  * time come from Redis, never from a host's clock. Chunk keys share the head's hash tag.
- * The changed rows uploaded beside the chunks (ARGV[9] their sha256, "" for none; ARGV[10]
- * their size) are named in the head only when the new version follows base directly: they
- * make it from base and from nothing else. */
+ * A whole image ends the chain of rows published since the last one. */
 static const char publish_script[] =
     "redis.replicate_commands()\n"
     "local current = tonumber(redis.call('HGET', KEYS[1], 'version') or '0') or 0\n"
@@ -49,18 +47,38 @@ static const char publish_script[] =
     "if old[1] and old[2] then\n"
     "  for i = 0, tonumber(old[2]) - 1 do redis.call('EXPIRE', prefix .. old[1] .. ':' .. i, " CHUNK_RETIRE_TTL_S ") end\n"
     "end\n"
-    "if old[1] then redis.call('EXPIRE', KEYS[1] .. ':changes:' .. old[1], " CHUNK_RETIRE_TTL_S ") end\n"
+    "redis.call('DEL', KEYS[1] .. ':rows')\n"
+    "redis.call('HDEL', KEYS[1], 'image_version', 'rows_version', 'rows_bytes')\n"
     "local version = math.max(current, base) + 1\n"
     "local now = redis.call('TIME')\n"
     "redis.call('HSET', KEYS[1], 'version', version, 'upload', ARGV[3], 'chunks', ARGV[4], 'size', ARGV[5],\n"
     "           'sha256', ARGV[6], 'schema', ARGV[7], 'published_at', now[1], 'by', ARGV[8])\n"
-    "local changes = KEYS[1] .. ':changes:' .. ARGV[3]\n"
-    "if ARGV[9] ~= '' and current == base and redis.call('PERSIST', changes) == 1 then\n"
-    "  redis.call('HSET', KEYS[1], 'changes_base', base, 'changes_size', ARGV[10], 'changes_sha256', ARGV[9])\n"
-    "else\n"
-    "  redis.call('DEL', changes)\n"
-    "  redis.call('HDEL', KEYS[1], 'changes_base', 'changes_size', 'changes_sha256')\n"
-    "end\n"
+    "return {version, current}\n";
+
+/* Publishes the rows ARGV[2] (sha256 ARGV[3]) as version base + 1 when the published
+ * version is exactly base (ARGV[1]) and its schema ARGV[4]; refused ({0, current}) when
+ * somebody published past base; {-2, current} when the whole catalog must go instead:
+ * nothing is published at base, another schema is, or the chain since the last image holds
+ * ARGV[6] versions or would pass ARGV[7] bytes. The image stays; image_version says which
+ * version it is (rows_version = version vouches for it: a head written otherwise ends the
+ * chain), and each version past it has its rows and their digest in the hash KEY:rows. */
+static const char publish_rows_script[] =
+    "redis.replicate_commands()\n"
+    "local h = redis.call('HMGET', KEYS[1], 'version', 'schema', 'image_version', 'rows_version', 'rows_bytes')\n"
+    "local current = tonumber(h[1] or '0') or 0\n"
+    "local base = tonumber(ARGV[1])\n"
+    "if current > base then return {0, current} end\n"
+    "if current < base or current == 0 or h[2] ~= ARGV[4] then return {-2, current} end\n"
+    "local image, bytes = current, 0\n"
+    "if h[3] and h[4] and tonumber(h[4]) == current then image, bytes = tonumber(h[3]), tonumber(h[5] or '0') end\n"
+    "if current - image >= tonumber(ARGV[6]) or bytes + #ARGV[2] > tonumber(ARGV[7]) then return {-2, current} end\n"
+    "local rows = KEYS[1] .. ':rows'\n"
+    "if image == current then redis.call('DEL', rows) end\n"
+    "local version = current + 1\n"
+    "redis.call('HSET', rows, tostring(version), ARGV[2], version .. ':sha256', ARGV[3])\n"
+    "local now = redis.call('TIME')\n"
+    "redis.call('HSET', KEYS[1], 'version', version, 'image_version', image, 'rows_version', version,\n"
+    "           'rows_bytes', bytes + #ARGV[2], 'published_at', now[1], 'by', ARGV[5])\n"
     "return {version, current}\n";
 
 struct fleet_redis {
@@ -327,16 +345,16 @@ static void copy_str(char *out, size_t outlen, const redisReply *r)
 static int read_head(struct fleet_redis *fr, struct fleet_redis_head *head, int64_t *pchunks, int64_t *psize,
                      char *err, size_t errlen)
 {
-    const char *argv[13] = {"HMGET", fr->key, "version", "schema", "published_at", "sha256", "by", "upload", "chunks",
-                            "size", "changes_base", "changes_size", "changes_sha256"};
+    const char *argv[12] = {"HMGET", fr->key, "version", "schema", "published_at", "sha256", "by", "upload", "chunks",
+                            "size", "image_version", "rows_version"};
     int rc = 0;
-    redisReply *r = run(fr, 13, argv, NULL, err, errlen, &rc);
+    redisReply *r = run(fr, 12, argv, NULL, err, errlen, &rc);
     if (!r)
         return rc;
     memset(head, 0, sizeof(*head));
-    if (r->type != REDIS_REPLY_ARRAY || r->elements != 11) {
+    if (r->type != REDIS_REPLY_ARRAY || r->elements != 10) {
         freeReplyObject(r);
-        snprintf(err, errlen, "HMGET %s: an answer that is not a list of 11", fr->key);
+        snprintf(err, errlen, "HMGET %s: an answer that is not a list of 10", fr->key);
         return -EIO;
     }
     head->version = reply_int(r->element[0]);
@@ -347,16 +365,11 @@ static int read_head(struct fleet_redis *fr, struct fleet_redis_head *head, int6
     copy_str(head->upload, sizeof(head->upload), r->element[5]);
     *pchunks = reply_int(r->element[6]);
     *psize = reply_int(r->element[7]);
-    head->changes_base = reply_int(r->element[8]);
-    head->changes_size = reply_int(r->element[9]);
-    copy_str(head->changes_sha256, sizeof(head->changes_sha256), r->element[10]);
+    int64_t image_version = reply_int(r->element[8]), rows_version = reply_int(r->element[9]);
+    head->image_version = rows_version == head->version && image_version > 0 && image_version < head->version
+                        ? image_version : head->version;
     freeReplyObject(r);
     return 0;
-}
-
-static void changes_key(const struct fleet_redis *fr, const char *upload, char *out, size_t len)
-{
-    snprintf(out, len, "%s:changes:%s", fr->key, upload);
 }
 
 static void chunk_key(const struct fleet_redis *fr, const char *upload, int64_t i, char *out, size_t len)
@@ -395,37 +408,76 @@ int fleet_redis_head(struct fleet_redis *fr, struct fleet_redis_head *head, char
     return read_head(fr, head, &chunks, &size, err, errlen);
 }
 
-int fleet_redis_fetch_changes(struct fleet_redis *fr, const struct fleet_redis_head *head, unsigned char **pbuf,
-                              size_t *plen, char *err, size_t errlen)
+/* Checks version v's rows (element 2i) against their digest (element 2i + 1) and keeps them. */
+static int take_rows(const redisReply *r, size_t i, int64_t v, struct fleet_rows_fetched *out, char *err,
+                     size_t errlen)
 {
-    char key[512], sha[FLEET_SHA256_HEX];
-    changes_key(fr, head->upload, key, sizeof(key));
-    const char *argv[2] = {"GET", key};
-    int rc = 0;
-    redisReply *r = run(fr, 2, argv, NULL, err, errlen, &rc);
-    if (!r)
-        return rc;
-    if (r->type == REDIS_REPLY_NIL) {
-        snprintf(err, errlen, "the changed rows of version %lld are gone (a newer publication replaced them)",
-                 (long long)head->version);
-        rc = -EAGAIN;
-    } else if (r->type != REDIS_REPLY_STRING || (int64_t)r->len != head->changes_size) {
-        snprintf(err, errlen, "the changed rows of version %lld are not the %lld bytes its head says",
-                 (long long)head->version, (long long)head->changes_size);
-        rc = -EBADMSG;
-    } else if (fleet_sha256_hex((const unsigned char *)r->str, r->len, sha), strcmp(sha, head->changes_sha256)) {
-        snprintf(err, errlen, "the sha256 of the changed rows of version %lld is not its head's",
-                 (long long)head->version);
-        rc = -EBADMSG;
-    } else if (!(*pbuf = malloc(r->len ? r->len : 1))) {
-        snprintf(err, errlen, "out of memory");
-        rc = -ENOMEM;
-    } else {
-        memcpy(*pbuf, r->str, r->len);
-        *plen = r->len;
+    const redisReply *rows = r->element[2 * i], *sha = r->element[2 * i + 1];
+    char hex[FLEET_SHA256_HEX];
+    if (rows->type == REDIS_REPLY_NIL || sha->type == REDIS_REPLY_NIL) {
+        snprintf(err, errlen, "the rows of version %lld are gone (a newer publication replaced them)", (long long)v);
+        return -EAGAIN;
     }
-    freeReplyObject(r);
+    if (rows->type != REDIS_REPLY_STRING || sha->type != REDIS_REPLY_STRING)
+        return snprintf(err, errlen, "the rows of version %lld are not strings", (long long)v), -EBADMSG;
+    fleet_sha256_hex((const unsigned char *)rows->str, rows->len, hex);
+    if (sha->len != FLEET_SHA256_HEX - 1 || memcmp(hex, sha->str, sha->len) != 0)
+        return snprintf(err, errlen, "the sha256 of the rows of version %lld does not match them", (long long)v),
+               -EBADMSG;
+    if (!(out->bufs[i] = malloc(rows->len ? rows->len : 1)))
+        return snprintf(err, errlen, "out of memory"), -ENOMEM;
+    memcpy(out->bufs[i], rows->str, rows->len);
+    out->lens[i] = rows->len;
+    out->n = i + 1;
+    return 0;
+}
+
+int fleet_redis_fetch_rows(struct fleet_redis *fr, int64_t from, int64_t to, struct fleet_rows_fetched *out,
+                           char *err, size_t errlen)
+{
+    memset(out, 0, sizeof(*out));
+    if (from >= to || to - from > FLEET_ROWS_MAX_VERSIONS)
+        return snprintf(err, errlen, "no rows from version %lld to %lld", (long long)from, (long long)to), -EINVAL;
+    size_t n = (size_t)(to - from), argc = 2 + 2 * n;
+    char key[300], (*fields)[32] = calloc(2 * n, 32);
+    const char **argv = calloc(argc, sizeof(*argv));
+    out->bufs = calloc(n, sizeof(*out->bufs));
+    out->lens = calloc(n, sizeof(*out->lens));
+    int rc = !fields || !argv || !out->bufs || !out->lens ? -ENOMEM : 0;
+    if (rc == 0) {
+        snprintf(key, sizeof(key), "%s:rows", fr->key);
+        argv[0] = "HMGET";
+        argv[1] = key;
+        for (size_t i = 0; i < n; i++) {
+            snprintf(fields[2 * i], 32, "%lld", (long long)(from + 1 + (int64_t)i));
+            snprintf(fields[2 * i + 1], 32, "%lld:sha256", (long long)(from + 1 + (int64_t)i));
+            argv[2 + 2 * i] = fields[2 * i];
+            argv[3 + 2 * i] = fields[2 * i + 1];
+        }
+        redisReply *r = run(fr, (int)argc, argv, NULL, err, errlen, &rc);
+        if (r && (r->type != REDIS_REPLY_ARRAY || r->elements != 2 * n))
+            rc = -EIO, snprintf(err, errlen, "HMGET %s: not a list of %zu", key, 2 * n);
+        for (size_t i = 0; r && rc == 0 && i < n; i++)
+            rc = take_rows(r, i, from + 1 + (int64_t)i, out, err, errlen);
+        if (r)
+            freeReplyObject(r);
+    } else {
+        snprintf(err, errlen, "out of memory");
+    }
+    free(fields);
+    free(argv);
+    if (rc)
+        fleet_rows_fetched_free(out);
     return rc;
+}
+
+void fleet_rows_fetched_free(struct fleet_rows_fetched *rows)
+{
+    for (size_t i = 0; rows->bufs && i < rows->n; i++)
+        free(rows->bufs[i]);
+    free(rows->bufs);
+    free(rows->lens);
+    memset(rows, 0, sizeof(*rows));
 }
 
 int fleet_redis_fetch(struct fleet_redis *fr, struct fleet_redis_head *head, unsigned char **pimage, size_t *plen,
@@ -508,43 +560,12 @@ static int upload_image(struct fleet_redis *fr, const unsigned char *image, size
     return rc;
 }
 
-/* SET of the changed rows beside the upload's chunks, with the upload's TTL. */
-static int set_changes(struct fleet_redis *fr, const char *upload, const unsigned char *changes, size_t len,
-                       char *err, size_t errlen)
+/* One of the publishing scripts: its {version, current}. */
+static int eval_publication(struct fleet_redis *fr, int argc, const char **argv, const size_t *lens,
+                            int64_t *pversion, int64_t *pcurrent, char *err, size_t errlen)
 {
-    char key[512];
-    changes_key(fr, upload, key, sizeof(key));
-    const char *argv[5] = {"SET", key, (const char *)changes, "EX", CHUNK_UPLOAD_TTL_S};
-    size_t lens[5] = {3, strlen(key), len, 2, strlen(CHUNK_UPLOAD_TTL_S)};
     int rc = 0;
-    redisReply *r = run(fr, 5, argv, lens, err, errlen, &rc);
-    if (r)
-        freeReplyObject(r);
-    return rc;
-}
-
-int fleet_redis_publish(struct fleet_redis *fr, int64_t base, bool force, const struct fleet_publication *pub,
-                        int64_t *pversion, int64_t *pcurrent, char *err, size_t errlen)
-{
-    char upload[32] = "", chunks_text[24], size_text[24], base_text[24], schema_text[16], sha[FLEET_SHA256_HEX];
-    char changes_sha[FLEET_SHA256_HEX] = "", changes_size[24] = "0";
-    int64_t chunks = 0;
-    int rc = upload_image(fr, pub->image, pub->len, upload, sizeof(upload), &chunks, err, errlen);
-    if (rc == 0 && pub->changes != NULL && (rc = set_changes(fr, upload, pub->changes, pub->changes_len, err,
-                                                             errlen)) == 0) {
-        fleet_sha256_hex(pub->changes, pub->changes_len, changes_sha);
-        snprintf(changes_size, sizeof(changes_size), "%zu", pub->changes_len);
-    }
-    if (rc)
-        return rc;
-    snprintf(base_text, sizeof(base_text), "%lld", (long long)base);
-    snprintf(chunks_text, sizeof(chunks_text), "%lld", (long long)chunks);
-    snprintf(size_text, sizeof(size_text), "%zu", pub->len);
-    snprintf(schema_text, sizeof(schema_text), "%d", pub->schema);
-    fleet_sha256_hex(pub->image, pub->len, sha);
-    const char *argv[14] = {"EVAL", publish_script, "1", fr->key, base_text, force ? "1" : "0", upload,
-                            chunks_text, size_text, sha, schema_text, pub->by, changes_sha, changes_size};
-    redisReply *r = run(fr, 14, argv, NULL, err, errlen, &rc);
+    redisReply *r = run(fr, argc, argv, lens, err, errlen, &rc);
     if (!r)
         return rc;
     if (r->type != REDIS_REPLY_ARRAY || r->elements != 2) {
@@ -552,17 +573,59 @@ int fleet_redis_publish(struct fleet_redis *fr, int64_t base, bool force, const 
         snprintf(err, errlen, "EVAL: an answer that is not a list of two");
         return -EIO;
     }
-    int64_t version = reply_int(r->element[0]), current = reply_int(r->element[1]);
+    *pversion = reply_int(r->element[0]);
+    *pcurrent = reply_int(r->element[1]);
     freeReplyObject(r);
-    *pcurrent = current;
-    if (version == 0)
-        return 1;
-    if (version < 0) {
+    return 0;
+}
+
+int fleet_redis_publish(struct fleet_redis *fr, int64_t base, bool force, const struct fleet_publication *pub,
+                        int64_t *pversion, int64_t *pcurrent, char *err, size_t errlen)
+{
+    char upload[32] = "", chunks_text[24], size_text[24], base_text[24], schema_text[16], sha[FLEET_SHA256_HEX];
+    int64_t chunks = 0;
+    int rc = upload_image(fr, pub->image, pub->len, upload, sizeof(upload), &chunks, err, errlen);
+    if (rc)
+        return rc;
+    snprintf(base_text, sizeof(base_text), "%lld", (long long)base);
+    snprintf(chunks_text, sizeof(chunks_text), "%lld", (long long)chunks);
+    snprintf(size_text, sizeof(size_text), "%zu", pub->len);
+    snprintf(schema_text, sizeof(schema_text), "%d", pub->schema);
+    fleet_sha256_hex(pub->image, pub->len, sha);
+    const char *argv[12] = {"EVAL", publish_script, "1", fr->key, base_text, force ? "1" : "0", upload,
+                            chunks_text, size_text, sha, schema_text, pub->by};
+    int64_t version = 0;
+    rc = eval_publication(fr, 12, argv, NULL, &version, pcurrent, err, errlen);
+    if (rc == 0 && version < 0) {
         snprintf(err, errlen, "a chunk of the upload expired before it was published");
         return -EIO;
     }
+    if (rc == 0 && version == 0)
+        return 1;
     *pversion = version;
-    return 0;
+    return rc;
+}
+
+int fleet_redis_publish_rows(struct fleet_redis *fr, int64_t base, const unsigned char *rows, size_t len, int schema,
+                             const char *by, int64_t *pversion, int64_t *pcurrent, char *err, size_t errlen)
+{
+    char base_text[24], schema_text[16], sha[FLEET_SHA256_HEX], max_versions[16], max_bytes[24];
+    snprintf(base_text, sizeof(base_text), "%lld", (long long)base);
+    snprintf(schema_text, sizeof(schema_text), "%d", schema);
+    snprintf(max_versions, sizeof(max_versions), "%d", FLEET_ROWS_MAX_VERSIONS);
+    snprintf(max_bytes, sizeof(max_bytes), "%d", FLEET_ROWS_MAX_BYTES);
+    fleet_sha256_hex(rows, len, sha);
+    const char *argv[11] = {"EVAL", publish_rows_script, "1", fr->key, base_text, (const char *)rows, sha,
+                            schema_text, by, max_versions, max_bytes};
+    size_t lens[11];
+    for (size_t i = 0; i < 11; i++)
+        lens[i] = i == 5 ? len : strlen(argv[i]);
+    int64_t version = 0;
+    int rc = eval_publication(fr, 11, argv, lens, &version, pcurrent, err, errlen);
+    if (rc)
+        return rc;
+    *pversion = version;
+    return version == 0 ? 1 : version < 0 ? 2 : 0;
 }
 
 /* Appends the value of "name=" in one CLIENT LIST line when it begins with prefix. */

@@ -35,12 +35,22 @@ struct fleet_redis_head {
     int64_t published_at;
     char sha256[FLEET_SHA256_HEX];
     char by[128];
-    /* The rows the change from version changes_base made, when the publisher knew them
-     * (store/catalog_changes.h): changes_size bytes (0: none published) */
-    int64_t changes_base;
-    int64_t changes_size;
-    char changes_sha256[FLEET_SHA256_HEX];
-    char upload[64];                   /* names the image's chunks and the changed rows */
+    /* The version the image is: below version when the versions since were published as
+     * the rows each change wrote (store/catalog_changes.h; fleet_redis_fetch_rows) */
+    int64_t image_version;
+    char upload[64];                   /* names the image's chunks */
+};
+
+/* A chain of rows since the last image holds at most this many versions and bytes; past
+ * either, a change publishes the whole catalog again. */
+#define FLEET_ROWS_MAX_VERSIONS 64
+#define FLEET_ROWS_MAX_BYTES (4 * 1024 * 1024)
+
+/* The rows of versions from + 1 .. to, in order (fleet_rows_fetched_free). */
+struct fleet_rows_fetched {
+    unsigned char **bufs;
+    size_t *lens;
+    size_t n;
 };
 
 struct fleet_redis;
@@ -73,22 +83,27 @@ int fleet_redis_head(struct fleet_redis *fr, struct fleet_redis_head *head, char
 int fleet_redis_fetch(struct fleet_redis *fr, struct fleet_redis_head *head, unsigned char **pimage,
                       size_t *plen, char *err, size_t errlen);
 
-/* The changed rows of head's publication (head->changes_size > 0): *pbuf (free()) holds
- * them. -EAGAIN: a newer publication replaced them; -EBADMSG: not what the head says. */
-int fleet_redis_fetch_changes(struct fleet_redis *fr, const struct fleet_redis_head *head, unsigned char **pbuf,
-                              size_t *plen, char *err, size_t errlen);
+/* The rows of versions from + 1 .. to (at most FLEET_ROWS_MAX_VERSIONS), each checked
+ * against its sha256. -EAGAIN: a newer publication replaced them (ask again); -EBADMSG:
+ * rows that do not match their digest. */
+int fleet_redis_fetch_rows(struct fleet_redis *fr, int64_t from, int64_t to, struct fleet_rows_fetched *rows,
+                           char *err, size_t errlen);
+void fleet_rows_fetched_free(struct fleet_rows_fetched *rows);
+
+/* Publishes rows, the change that makes version base + 1 from version base, without the
+ * image. Returns 0 with *pversion set; 1 when refused (*pcurrent: the version published
+ * meanwhile); 2 when the whole catalog must be published instead (nothing published at
+ * base, another schema, or the chain since the last image is full); or a negative errno. */
+int fleet_redis_publish_rows(struct fleet_redis *fr, int64_t base, const unsigned char *rows, size_t len, int schema,
+                             const char *by, int64_t *pversion, int64_t *pcurrent, char *err, size_t errlen);
 
 /* Publishes image when the published version is at most base (the version this file last
  * published or pulled), or whatever it is with force. The new version is one more than the
  * larger of the two, so versions only grow. Returns 0 with *pversion set, 1 when refused
- * (*pcurrent: the version published meanwhile), or a negative errno. changes (NULL: not
- * known) are the rows that made image from version base: published beside it when the new
- * version is base + 1, so that a follower at base takes them instead of the image. */
+ * (*pcurrent: the version published meanwhile), or a negative errno. */
 struct fleet_publication {
     const unsigned char *image;
     size_t len;
-    const unsigned char *changes;
-    size_t changes_len;
     int schema;
     const char *by;
 };

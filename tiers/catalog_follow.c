@@ -138,18 +138,22 @@ static int read_local_version(struct catalog_follow *f)
     return r;
 }
 
-/* Installs by a new file renamed over the old one, or in place when a journal or WAL
- * lies beside the file. */
-static int install_image(struct catalog_follow *f, const unsigned char *image, size_t len, int64_t version, char *err,
-                         size_t errlen, bool *pin_place)
+/* Installs the image and the rows after it by a new file renamed over the old one, or in
+ * place when a journal or WAL lies beside the file. */
+static int install_image(struct catalog_follow *f, const unsigned char *image, size_t len,
+                         const struct fleet_redis_head *head, const struct catalog_rows *rows,
+                         struct catalog_changes_summary *sum, char *err, size_t errlen, bool *pin_place)
 {
-    int r = catalog_install_file(f->db_path, image, len, version, err, errlen);
+    int r = catalog_install_file(f->db_path, image, len, head->image_version, rows, head->version, sum, err, errlen);
     *pin_place = r == 1;
     if (r != 1)
         return r;
     r = open_file(f, CATALOG_CREATE);
     if (r == 0)
-        r = catalog_install_image(f->cat, image, len, version, err, errlen);
+        r = catalog_install_image(f->cat, image, len, head->image_version, err, errlen);
+    close_file(f);
+    if (r == 0 && rows->n > 0 && (r = open_file(f, CATALOG_CACHE)) == 0)
+        r = catalog_install_rows(f->cat, rows, head->image_version, head->version, sum, err, errlen);
     close_file(f);
     return r;
 }
@@ -191,7 +195,19 @@ static int64_t published_version(struct catalog_follow *f)
     return version;
 }
 
-/* Checks and installs one fetched publication. Returns 1 when installed. */
+/* The rows of versions from + 1 .. to into *pfetched (none when from == to). Returns 0;
+ * -EAGAIN: replaced meanwhile; else non-zero, said in err. */
+static int fetch_rows(struct catalog_follow *f, int64_t from, int64_t to, struct fleet_rows_fetched *pfetched,
+                      struct catalog_rows *rows, char *err, size_t errlen)
+{
+    memset(pfetched, 0, sizeof(*pfetched));
+    int r = from < to ? fleet_redis_fetch_rows(f->redis, from, to, pfetched, err, errlen) : 0;
+    *rows = (struct catalog_rows){.bufs = pfetched->bufs, .lens = pfetched->lens, .n = pfetched->n};
+    return r;
+}
+
+/* Checks and installs one fetched publication: its image, and the rows of the versions
+ * published since it. Returns 1 when installed. */
 static int install(struct catalog_follow *f, const struct fleet_redis_head *head, const unsigned char *image,
                    size_t len)
 {
@@ -209,9 +225,18 @@ static int install(struct catalog_follow *f, const struct fleet_redis_head *head
     }
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
+    struct fleet_rows_fetched fetched;
+    struct catalog_rows rows;
+    struct catalog_changes_summary sum = {0};
     bool in_place = false;
-    int r = install_image(f, image, len, head->version, err, sizeof(err), &in_place);
-    if (r == CATALOG_INVALID) {
+    int r = fetch_rows(f, head->image_version, head->version, &fetched, &rows, err, sizeof(err));
+    if (r == 0)
+        r = install_image(f, image, len, head, &rows, &sum, err, sizeof(err), &in_place);
+    fleet_rows_fetched_free(&fetched);
+    free(sum.keys);
+    if (r == -EAGAIN)
+        return 0;
+    if (r == CATALOG_INVALID || r == -EBADMSG) {
         refuse(f, head->version, err);
         return 0;
     }
@@ -225,9 +250,13 @@ static int install(struct catalog_follow *f, const struct fleet_redis_head *head
     clock_gettime(CLOCK_MONOTONIC, &t1);
     f->local_version = head->version;
     show_version(f);
-    say(f, CATALOG_FOLLOW_INFO, "catalog: version %" PRId64 " from %s installed in %s%s (%zu bytes, %.0f ms)",
+    char chain[96] = "";
+    if (rows.n > 0)
+        snprintf(chain, sizeof(chain), ": version %" PRId64 "'s image and the rows of %zu versions since",
+                 head->image_version, rows.n);
+    say(f, CATALOG_FOLLOW_INFO, "catalog: version %" PRId64 " from %s installed in %s%s%s (%zu bytes, %.0f ms)",
         head->version, fleet_redis_where(f->redis), f->db_path,
-        in_place ? " in place (a journal lies beside it)" : "", len,
+        in_place ? " in place (a journal lies beside it)" : "", chain, len,
         (double)(t1.tv_sec - t0.tv_sec) * 1e3 + (double)(t1.tv_nsec - t0.tv_nsec) / 1e6);
     return 1;
 }
@@ -239,47 +268,45 @@ static double ms_since(const struct timespec *t0)
     return (double)(t1.tv_sec - t0->tv_sec) * 1e3 + (double)(t1.tv_nsec - t0->tv_nsec) / 1e6;
 }
 
-/* Version version + 1 from the rows its change made, when the publisher knew them and
- * this file holds the version they start from. Returns 1 when installed; 0 when the whole
- * catalog is to be fetched instead (said why, when the rows were there but did not do). */
-static int follow_rows(struct catalog_follow *f, int64_t version)
+/* The versions since the file's from the rows of each, when the head's chain reaches back
+ * to the file's version. Returns 1 when installed; 0 when the whole catalog is to be taken
+ * instead (said why, when rows were there but did not do) or the rows were replaced. */
+static int follow_rows(struct catalog_follow *f, const struct fleet_redis_head *head)
 {
-    struct fleet_redis_head head;
     char err[512];
-    if (fleet_redis_head(f->redis, &head, err, sizeof(err)) != 0 || head.version != version ||
-        head.changes_size < 1 || head.changes_base != f->local_version || head.version != head.changes_base + 1 ||
-        head.schema != CATALOG_SCHEMA_VERSION)
-        return 0;
     struct timespec t0;
     clock_gettime(CLOCK_MONOTONIC, &t0);
-    unsigned char *rows = NULL;
-    size_t len = 0;
+    struct fleet_rows_fetched fetched;
+    struct catalog_rows rows;
     struct catalog_changes_summary sum = {0};
-    int r = fleet_redis_fetch_changes(f->redis, &head, &rows, &len, err, sizeof(err));
+    int r = fetch_rows(f, f->local_version, head->version, &fetched, &rows, err, sizeof(err));
     if (r == 0 && (r = open_file(f, CATALOG_CACHE)) == 0)
-        r = catalog_install_rows(f->cat, rows, len, f->local_version, version, &sum, err, sizeof(err));
+        r = catalog_install_rows(f->cat, &rows, f->local_version, head->version, &sum, err, sizeof(err));
     close_file(f);
-    free(rows);
+    size_t bytes = 0;
+    for (size_t i = 0; i < rows.n; i++)
+        bytes += rows.lens[i];
+    fleet_rows_fetched_free(&fetched);
     if (r == 0 && sum.keys && sum.n_keys == sum.rows) {
         f->keys = sum.keys;
         f->n_keys = sum.n_keys;
-        f->keys_version = version;
+        f->keys_version = head->version;
     } else {
         free(sum.keys);
     }
     if (r == -EAGAIN)
         return 0;
     if (r) {
-        say(f, CATALOG_FOLLOW_WARN, "catalog: the changed rows of version %" PRId64 " from %s do not make it from"
-            " version %" PRId64 " in %s (%s): taking the whole catalog", version, fleet_redis_where(f->redis),
-            f->local_version, f->db_path, err);
+        say(f, CATALOG_FOLLOW_WARN, "catalog: the rows of versions %" PRId64 "..%" PRId64 " from %s do not apply to"
+            " version %" PRId64 " in %s (%s): taking the whole catalog", f->local_version + 1, head->version,
+            fleet_redis_where(f->redis), f->local_version, f->db_path, err);
         return 0;
     }
-    f->local_version = version;
+    f->local_version = head->version;
     show_version(f);
-    say(f, CATALOG_FOLLOW_INFO, "catalog: version %" PRId64 " from %s applied to %s: %zu changed row%s (%zu bytes,"
-        " %.0f ms)", version, fleet_redis_where(f->redis), f->db_path, sum.rows, sum.rows == 1 ? "" : "s", len,
-        ms_since(&t0));
+    say(f, CATALOG_FOLLOW_INFO, "catalog: version %" PRId64 " from %s applied to %s: %zu changed row%s of %zu"
+        " version%s (%zu bytes, %.0f ms)", head->version, fleet_redis_where(f->redis), f->db_path, sum.rows,
+        sum.rows == 1 ? "" : "s", rows.n, rows.n == 1 ? "" : "s", bytes, ms_since(&t0));
     return 1;
 }
 
@@ -304,12 +331,15 @@ int catalog_follow_poll(struct catalog_follow *f)
     int64_t version = published_version(f);
     if (version <= f->local_version || version == f->refused_version)
         return 0;
-    if (version == f->local_version + 1 && follow_rows(f, version))
-        return 1;
     struct fleet_redis_head head;
+    char err[512];
+    if (fleet_redis_head(f->redis, &head, err, sizeof(err)) != 0)
+        return 0;
+    if (head.version > f->local_version && head.image_version <= f->local_version &&
+        head.schema == CATALOG_SCHEMA_VERSION && follow_rows(f, &head))
+        return 1;
     unsigned char *image = NULL;
     size_t len = 0;
-    char err[512];
     int r = fleet_redis_fetch(f->redis, &head, &image, &len, err, sizeof(err));
     if (r == -EAGAIN)
         return 0;   /* replaced while it was read: the next poll reads the newer one */

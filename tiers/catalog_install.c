@@ -182,10 +182,36 @@ int catalog_install_image(struct catalog *cat, const unsigned char *image, size_
     return r;
 }
 
-int catalog_install_rows(struct catalog *cat, const unsigned char *rows, size_t len, int64_t base, int64_t version,
+/* Adds one change's summary to the chain's: its rows, and its keys after the keys before
+ * (a key changed twice ends as the later change left it). */
+static int add_summary(struct catalog_changes_summary *sum, struct catalog_changes_summary *one)
+{
+    sum->rows += one->rows;
+    sum->keys_only = sum->keys_only && one->keys_only && one->keys;
+    if (!sum->keys_only) {
+        free(sum->keys);
+        free(one->keys);
+        sum->keys = NULL;
+        sum->n_keys = 0;
+        return 0;
+    }
+    struct catalog_key_change *keys = realloc(sum->keys, (sum->n_keys + one->n_keys + 1) * sizeof(*keys));
+    if (!keys) {
+        free(one->keys);
+        return -ENOMEM;
+    }
+    memcpy(keys + sum->n_keys, one->keys, one->n_keys * sizeof(*keys));
+    sum->keys = keys;
+    sum->n_keys += one->n_keys;
+    free(one->keys);
+    return 0;
+}
+
+int catalog_install_rows(struct catalog *cat, const struct catalog_rows *rows, int64_t base, int64_t version,
                          struct catalog_changes_summary *sum, char *err, size_t errlen)
 {
     err[0] = '\0';
+    *sum = (struct catalog_changes_summary){.keys_only = true};
     int64_t mark = 0;
     bool changed = true;
     int r = catalog_foreign_keys(cat, false);
@@ -196,12 +222,21 @@ int catalog_install_rows(struct catalog *cat, const unsigned char *rows, size_t 
                  changed ? " and a local change" : "", base);
         r = CATALOG_INVALID;
     }
-    if (r == 0)
-        r = catalog_changes_apply(cat, rows, len, sum);
+    for (size_t i = 0; r == 0 && i < rows->n; i++) {
+        struct catalog_changes_summary one = {0};
+        r = catalog_changes_apply(cat, rows->bufs[i], rows->lens[i], &one);
+        if (r)
+            snprintf(err, errlen, "version %" PRId64 ": %s", base + 1 + (int64_t)i, catalog_errmsg(cat));
+        int a = add_summary(sum, &one);
+        r = r ? r : a;
+    }
     if (r == 0)
         r = finish_records(cat, true, sum, version, err, errlen);
-    if (r)
+    if (r) {
         roll_back(cat, err, errlen);
+        free(sum->keys);
+        sum->keys = NULL;
+    }
     int fk = catalog_foreign_keys(cat, true);
     return r ? r : fk;
 }
@@ -278,8 +313,21 @@ static void sync_directory(const char *path)
     }
 }
 
-int catalog_install_file(const char *db_path, const unsigned char *image, size_t len, int64_t version, char *err,
-                         size_t errlen)
+/* The rows after the image, applied to the new file before it is renamed into place. */
+static int then_rows(const char *tmp, const struct catalog_rows *rows, int64_t image_version, int64_t version,
+                     struct catalog_changes_summary *sum, char *err, size_t errlen)
+{
+    struct catalog *cat = NULL;
+    int r = catalog_open(tmp, CATALOG_CACHE, &cat, err, errlen);
+    if (r == 0)
+        r = catalog_install_rows(cat, rows, image_version, version, sum, err, errlen);
+    catalog_close(cat);
+    return r;
+}
+
+int catalog_install_file(const char *db_path, const unsigned char *image, size_t len, int64_t image_version,
+                         const struct catalog_rows *rows, int64_t version, struct catalog_changes_summary *sum,
+                         char *err, size_t errlen)
 {
     err[0] = '\0';
     if (sidecar_exists(db_path, "-wal") || sidecar_exists(db_path, "-journal"))
@@ -302,8 +350,10 @@ int catalog_install_file(const char *db_path, const unsigned char *image, size_t
         r = build_by_copy(tmp, image, len, &cat, err, errlen);
     }
     if (r == 0)
-        r = finish_records(cat, copied, NULL, version, err, errlen);
+        r = finish_records(cat, copied, NULL, image_version, err, errlen);
     catalog_close(cat);
+    if (r == 0 && rows && rows->n > 0)
+        r = then_rows(tmp, rows, image_version, version, sum, err, errlen);
     if (r == 0 && rename(tmp, db_path) != 0) {
         r = -errno;
         snprintf(err, errlen, "cannot rename %s to %s: %s", tmp, db_path, strerror(errno));

@@ -18,12 +18,19 @@ int catalog_install_image(struct catalog *cat, const unsigned char *image, size_
 
 struct catalog_changes_summary;
 
-/* A follower's install of the rows a change made (store/catalog_changes.h): cat (open
- * read-write, no transaction) must hold exactly version base, unchanged since; the rows
- * applied must pass the checks above; then the fleet mark becomes version, all in one
- * transaction. Returns 0 with *sum; CATALOG_INVALID with why in err, the file untouched
- * (the caller takes the whole catalog instead); or another catalog code. */
-int catalog_install_rows(struct catalog *cat, const unsigned char *rows, size_t len, int64_t base, int64_t version,
+/* The rows of a chain of versions, each what one change wrote (store/catalog_changes.h). */
+struct catalog_rows {
+    unsigned char *const *bufs;
+    const size_t *lens;
+    size_t n;
+};
+
+/* A follower's install of rows, the changes that make version from version base: cat
+ * (open read-write, no transaction) must hold exactly version base, unchanged since; the
+ * rows applied in order must pass the checks below; then the fleet mark becomes version,
+ * all in one transaction. Returns 0 with *sum (its keys: free()); CATALOG_INVALID with
+ * why in err, the file untouched; or another catalog code. */
+int catalog_install_rows(struct catalog *cat, const struct catalog_rows *rows, int64_t base, int64_t version,
                          struct catalog_changes_summary *sum, char *err, size_t errlen);
 
 /* The checks alone, on the records of cat inside the caller's transaction. */
@@ -31,10 +38,12 @@ int catalog_install_check(struct catalog *cat, char *err, size_t errlen);
 
 /* The proxy's install: builds the new catalog in a file beside db_path (the image itself
  * when its schema is exactly this program's, else its records copied into a new catalog),
- * checks it, marks it with version, and renames it over db_path, so a large catalog costs
- * no copy into the old file. Readers holding the old file keep it until they reopen.
+ * checks it, marks it with image_version, applies rows (NULL or none: nothing) to make
+ * version (catalog_install_rows, *sum), and renames it over db_path, so a large catalog
+ * costs no copy into the old file. Readers holding the old file keep it until they reopen.
  * Returns 0; 1 when db_path has a journal or WAL beside it (a local tierctl wrote it:
  * renaming over it would pair the new file with that journal) and the caller installs in
  * place (catalog_install_image); CATALOG_INVALID with why in err; or a negative errno. */
-int catalog_install_file(const char *db_path, const unsigned char *image, size_t len, int64_t version, char *err,
-                         size_t errlen);
+int catalog_install_file(const char *db_path, const unsigned char *image, size_t len, int64_t image_version,
+                         const struct catalog_rows *rows, int64_t version, struct catalog_changes_summary *sum,
+                         char *err, size_t errlen);

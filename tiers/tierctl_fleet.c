@@ -80,47 +80,112 @@ static void take_rows(struct catalog *cat, const struct fleet_rows *rows, int64_
         *pbuf = NULL;
 }
 
+/* One publication's state: where, what, and the answer. */
+struct publishing {
+    struct catalog *cat;
+    const char *db_path;
+    struct fleet_redis *fr;
+    bool force;
+    int64_t base, version, current;
+    char by[160];
+    char *msg;
+    size_t msglen;
+};
+
+/* Says why a publication failed (r < 0) or was refused (r == 1); returns -1 or 1. */
+static int publish_failed(struct publishing *p, int r, const char *err)
+{
+    if (r < 0)
+        snprintf(p->msg, p->msglen, "catalog %s not published to %s: %s", p->db_path, fleet_redis_where(p->fr), err);
+    else
+        snprintf(p->msg, p->msglen, "catalog %s not published: the fleet's catalog at %s is at version %" PRId64
+                 ", which %s has not seen (it last published or pulled version %" PRId64 "): another admin"
+                 " published meanwhile; `tierctl pull` takes theirs, `tierctl publish --force` replaces it",
+                 p->db_path, fleet_redis_where(p->fr), p->current, p->db_path, p->base);
+    return r < 0 ? -1 : 1;
+}
+
+/* The change's rows alone. Returns 0 published, 1 refused, 2 when the whole catalog must
+ * go instead, -1 failed. */
+static int publish_rows(struct publishing *p, const unsigned char *rows, size_t len)
+{
+    char err[512];
+    int r = fleet_redis_publish_rows(p->fr, p->base, rows, len, CATALOG_SCHEMA_VERSION, p->by, &p->version,
+                                     &p->current, err, sizeof(err));
+    if (r == 0)
+        snprintf(p->msg, p->msglen, "catalog %s published to %s as version %" PRId64 " (the %zu bytes of rows the"
+                 " change wrote)", p->db_path, fleet_redis_where(p->fr), p->version, len);
+    return r == 2 || r == 0 ? r : publish_failed(p, r, err);
+}
+
+static int publish_image(struct publishing *p)
+{
+    char err[512];
+    struct fleet_publication pub = {.schema = CATALOG_SCHEMA_VERSION, .by = p->by};
+    if (catalog_image_make(p->cat, (unsigned char **)&pub.image, &pub.len)) {
+        snprintf(p->msg, p->msglen, "%s", catalog_errmsg(p->cat));
+        return -1;
+    }
+    int r = fleet_redis_publish(p->fr, p->base, p->force, &pub, &p->version, &p->current, err, sizeof(err));
+    if (r == 0)
+        snprintf(p->msg, p->msglen, "catalog %s published to %s as version %" PRId64 " (%zu bytes)%s", p->db_path,
+                 fleet_redis_where(p->fr), p->version, pub.len,
+                 p->force && p->current > p->base ? ", replacing the fleet's" : "");
+    catalog_image_free((unsigned char *)pub.image);
+    return r == 0 ? 0 : publish_failed(p, r, err);
+}
+
 int fleet_publish(struct catalog *cat, const char *db_path, const struct proxy_settings *fc, bool force,
                   const struct fleet_rows *rows, char *msg, size_t msglen)
 {
-    int64_t base = 0, version = 0, current = 0;
+    struct publishing p = {.cat = cat, .db_path = db_path, .force = force, .msg = msg, .msglen = msglen};
     bool changed = true;
-    struct fleet_publication pub = {.schema = CATALOG_SCHEMA_VERSION};
     unsigned char *changes = NULL;
-    struct fleet_redis *fr = NULL;
-    char err[512], by[160];
-    if (catalog_fleet_mark(cat, &base, &changed) || catalog_image_make(cat, (unsigned char **)&pub.image, &pub.len)) {
+    size_t changes_len = 0;
+    if (catalog_fleet_mark(cat, &p.base, &changed)) {
         snprintf(msg, msglen, "%s", catalog_errmsg(cat));
         return -1;
     }
-    take_rows(cat, rows, base, &changes, &pub.changes_len);
-    pub.changes = changes;
-    int r = open_redis(fc, &fr, msg, msglen);
-    if (r == 0) {
-        publisher_name(by, sizeof(by));
-        pub.by = by;
-        r = fleet_redis_publish(fr, base, force, &pub, &version, &current, err, sizeof(err));
-        if (r < 0)
-            snprintf(msg, msglen, "catalog %s not published to %s: %s", db_path, fleet_redis_where(fr), err);
-        else if (r == 1)
-            snprintf(msg, msglen, "catalog %s not published: the fleet's catalog at %s is at version %" PRId64
-                     ", which %s has not seen (it last published or pulled version %" PRId64 "): another admin"
-                     " published meanwhile; `tierctl pull` takes theirs, `tierctl publish --force` replaces it",
-                     db_path, fleet_redis_where(fr), current, db_path, base);
-        r = r < 0 ? -1 : r;
-    }
-    if (r == 0 && catalog_fleet_mark_set(cat, version) != 0) {
-        snprintf(msg, msglen, "published version %" PRId64 ", but cannot mark %s: %s", version, db_path,
+    if (!force)
+        take_rows(cat, rows, p.base, &changes, &changes_len);
+    int r = open_redis(fc, &p.fr, msg, msglen);
+    publisher_name(p.by, sizeof(p.by));
+    if (r == 0 && changes)
+        r = publish_rows(&p, changes, changes_len);
+    if (r == 0 && !changes)
+        r = publish_image(&p);
+    else if (r == 2)
+        r = publish_image(&p);
+    if (r == 0 && catalog_fleet_mark_set(cat, p.version) != 0) {
+        snprintf(msg, msglen, "published version %" PRId64 ", but cannot mark %s: %s", p.version, db_path,
                  catalog_errmsg(cat));
         r = -1;
-    } else if (r == 0) {
-        snprintf(msg, msglen, "catalog %s published to %s as version %" PRId64 " (%zu bytes%s)%s", db_path,
-                 fleet_redis_where(fr), version, pub.len, changes && current == base ? ", and the changed rows" : "",
-                 force && current > base ? ", replacing the fleet's" : "");
     }
     catalog_changes_free(changes);
-    catalog_image_free((unsigned char *)pub.image);
-    fleet_redis_destroy(fr);
+    fleet_redis_destroy(p.fr);
+    return r;
+}
+
+#define PULL_IMAGE_ONLY 100
+
+/* The image, then the rows of the versions published since it, each in its transaction.
+ * Returns 0; PULL_IMAGE_ONLY when the image went in and the rows did not; or the code. */
+static int pull_install(struct catalog *cat, struct fleet_redis *fr, const struct fleet_redis_head *head,
+                        const unsigned char *image, size_t len, char *err, size_t errlen)
+{
+    struct fleet_rows_fetched fetched = {0};
+    int r = head->image_version < head->version
+          ? fleet_redis_fetch_rows(fr, head->image_version, head->version, &fetched, err, errlen) : 0;
+    if (r == 0)
+        r = catalog_install_image(cat, image, len, head->image_version, err, errlen);
+    if (r == 0 && fetched.n > 0) {
+        struct catalog_rows rows = {.bufs = fetched.bufs, .lens = fetched.lens, .n = fetched.n};
+        struct catalog_changes_summary sum = {0};
+        r = catalog_install_rows(cat, &rows, head->image_version, head->version, &sum, err, errlen) ? PULL_IMAGE_ONLY
+                                                                                                   : 0;
+        free(sum.keys);
+    }
+    fleet_rows_fetched_free(&fetched);
     return r;
 }
 
@@ -143,9 +208,10 @@ int fleet_pull(struct catalog *cat, const char *db_path, const struct proxy_sett
         snprintf(msg, msglen, "no catalog is published at %s", fleet_redis_where(fr));
     else if (strcmp(sha, head.sha256) != 0)
         snprintf(msg, msglen, "the catalog at %s is refused: its sha256 does not match its image", fleet_redis_where(fr));
-    else if ((r = catalog_install_image(cat, image, len, head.version, err, sizeof(err))) != 0)
-        snprintf(msg, msglen, "version %" PRId64 " from %s %s: %s; %s is unchanged", head.version,
-                 fleet_redis_where(fr), r == CATALOG_INVALID ? "is refused" : "cannot be installed", err, db_path);
+    else if ((r = pull_install(cat, fr, &head, image, len, err, sizeof(err))) != 0)
+        snprintf(msg, msglen, "version %" PRId64 " from %s %s: %s; %s %s", head.version, fleet_redis_where(fr),
+                 r == CATALOG_INVALID || r == -EBADMSG ? "is refused" : "cannot be installed", err, db_path,
+                 r == PULL_IMAGE_ONLY ? "holds the image it was made from" : "is unchanged");
     else
         status = snprintf(msg, msglen, "catalog %s replaced by version %" PRId64 " from %s", db_path, head.version,
                           fleet_redis_where(fr)) < 0 ? -1 : 0;

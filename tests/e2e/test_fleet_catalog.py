@@ -94,7 +94,12 @@ class Fleet:
         return b"".join(chunks)
 
     def published_users(self):
-        return sorted(r[0] for r in image_rows(self.published_image(), "SELECT id FROM users"))
+        """The users of the published catalog, as `tierctl pull` makes it (the image of the
+        last whole publication and the rows of each change since)."""
+        scratch = Catalog(self.tmp_path / ("%s-pulled-%d.db" % (self.name, next(_fleet_n))))
+        cp = self.ctl(scratch, "pull")
+        assert cp.returncode == 0, "tierctl pull: %s" % cp.stderr
+        return sorted(u["id"] for u in json.loads(scratch.run("export").stdout)["users"])
 
     def write_published(self, version, image, sha=None, schema=3):
         """A catalog written into the fleet's Redis by hand (as a broken or newer tierctl

@@ -1,8 +1,10 @@
-"""Issue 23: a change made with `follow = redis` reaches the following proxies as the rows it
-changed, not as the whole catalog: a key created in a large catalog moves a few hundred bytes
-out of Redis, not the image once per follower. A follower that cannot take the rows (it missed
-a version, or they do not apply to its file) takes the whole image, as before, and ends with
-the same catalog."""
+"""Issue 23: a change made with `follow = redis` goes to the fleet as the rows it wrote, not
+as the whole catalog: a key created in a large catalog moves a few hundred bytes into and out
+of Redis, not the image into Redis once and out once per follower. The image stays as the last
+whole publication left it, and each version since is the rows of one change (at most 64 of
+them; then the next change publishes the whole catalog again). A follower whose file is not a
+version of that chain (it has a local change, or started empty) takes the image and the rows
+after it; rows that do not apply are refused like a corrupt image, the old catalog kept."""
 import hashlib
 import json
 import os
@@ -11,10 +13,11 @@ import signal
 import time
 
 from conftest import Catalog, wait_until
-from test_fleet_catalog import (BOUND_S, PATIENCE_S, Fleet, assert_published_change, new_key,
+from test_fleet_catalog import (BOUND_S, PATIENCE_S, Fleet, assert_published_change, gauge, new_key,
                                 seconds_until_each, served_version, wait_serving)
 
 N_USERS = 3000
+CHAIN_MAX = 64           # versions of rows after an image (store/fleet_redis.h)
 
 
 def large_catalog(catalog, tmp_path, n=N_USERS):
@@ -35,10 +38,11 @@ def large_catalog(catalog, tmp_path, n=N_USERS):
     catalog.run("import", str(path))
 
 
-def redis_bytes_out(r):
+def redis_bytes(r):
+    """Bytes Redis has received and sent (INFO stats)."""
     info = r.cmd("INFO", "stats")
     info = info.decode() if isinstance(info, bytes) else info
-    return int(re.search(r"total_net_output_bytes:(\d+)", info).group(1))
+    return sum(int(re.search(r"total_net_%s_bytes:(\d+)" % d, info).group(1)) for d in ("input", "output"))
 
 
 def changed_rows_line(p, version):
@@ -76,7 +80,7 @@ def test_a_change_travels_as_the_rows_it_changed(catalog, proxies, redis_factory
             ("key create", key_create, lambda p: p.get("/c", key=state["key"]).status == 200),
             ("key revoke", key_revoke, lambda p: p.get("/r", key=state["key"]).status == 401),
             ("plan set 1/min", plan_set, lambda p: p.get("/p", key=probe).status == 429)]:
-        before = redis_bytes_out(r)
+        before = redis_bytes(r)
         change()
         t0 = time.monotonic()
         version = fl.published_version()
@@ -84,11 +88,11 @@ def test_a_change_travels_as_the_rows_it_changed(catalog, proxies, redis_factory
         record_property(what + ": s until served", json.dumps(took))
         assert all(s is not None and s <= BOUND_S for s in took.values()), \
             "%s: not served by both followers within refresh_ms + 1 s: %r" % (what, took)
-        sent = redis_bytes_out(r) - before
-        record_property(what + ": bytes out of Redis", sent)
-        assert sent < image_bytes // 4, \
-            "%s: Redis sent %d bytes to two followers; the whole catalog is %d bytes" % (
-                what, sent, image_bytes)
+        moved = redis_bytes(r) - before
+        record_property(what + ": bytes into and out of Redis", moved)
+        assert moved < image_bytes // 4, \
+            "%s: %d bytes went into and out of Redis for a publication and two followers; the whole " \
+            "catalog is %d bytes" % (what, moved, image_bytes)
         for p in ps:
             assert changed_rows_line(p, version), "%s: %s does not say it applied the changed rows " \
                 "of version %d:\n%s" % (what, p.name, version, p.stderr()[-1500:])
@@ -109,36 +113,71 @@ def while_a_follower_sleeps(catalog, proxies, redis_factory, tmp_path, what):
         os.kill(p.proc.pid, signal.SIGCONT)
 
 
-def test_a_follower_that_missed_a_version_takes_the_whole_catalog(catalog, proxies, redis_factory, tmp_path):
+def test_a_follower_that_missed_versions_takes_the_rows_of_each(catalog, proxies, redis_factory, tmp_path):
     fl, p, v0, (first, second) = while_a_follower_sleeps(
         catalog, proxies, redis_factory, tmp_path,
         lambda fl: (new_key(fl, catalog, "u00001"), new_key(fl, catalog, "u00002")))
     v2 = fl.published_version()
     wait_serving(p, v2, second)
     assert p.get("/first", key=first).status == 200
-    assert changed_rows_line(p, v2) is None, "%s applied rows of version %d to a file at version %d" % (
-        p.name, v2, v0)
+    line = changed_rows_line(p, v2)
+    assert line and "2 versions" in line, "%s did not take the rows of the two versions it missed:\n%s" % (
+        p.name, p.stderr()[-1500:])
 
 
-def test_rows_that_do_not_apply_give_way_to_the_whole_catalog(catalog, proxies, redis_factory, tmp_path):
+def test_a_follower_with_a_local_change_takes_the_image_and_the_rows_since(catalog, proxies, redis_factory,
+                                                                            tmp_path):
+    fl, p, v0, key = while_a_follower_sleeps(catalog, proxies, redis_factory, tmp_path,
+                                             lambda fl: new_key(fl, catalog, "u00004"))
+    v1 = fl.published_version()
+    assert int(fl.published()["image_version"]) == v0, fl.published()
+    wait_serving(p, v1, key)
+    local = Catalog(p.db)
+    local.run("user", "add", "only-here", "--plan", "metered")
+    key2 = new_key(fl, catalog, "u00005")
+    v2 = fl.published_version()
+    wait_serving(p, v2, key2)
+    assert re.search(r"version %d .*installed in .*version %d's image and the rows of 2 versions" % (v2, v0),
+                     p.stderr()), p.stderr()[-2000:]
+    users = {u["id"] for u in json.loads(local.run("export").stdout)["users"]}
+    assert "only-here" not in users and len(users) == 200, "the follower's file is not the fleet's"
+
+
+def test_rows_that_do_not_apply_are_refused_and_the_old_catalog_kept(catalog, proxies, redis_factory, tmp_path):
     def key_and_broken_rows(fl):
         key = new_key(fl, catalog, "u00003")
-        head = fl.published()
-        assert "changes_sha256" in head, "no changed rows published: %r" % head
+        version = fl.published_version()
         # rows that cannot be read, with a digest that matches them (a tierctl with a bug)
         bad = b"\x12\x00not a changeset" * 8
-        node = fl._node()
-        node.cmd("SET", fl.catalog_key + ":changes:" + head["upload"].decode(), bad)
-        node.cmd("HSET", fl.catalog_key, "changes_sha256", hashlib.sha256(bad).hexdigest(),
-                 "changes_size", len(bad))
+        fl._node().cmd("HSET", fl.catalog_key + ":rows", str(version), bad,
+                       "%d:sha256" % version, hashlib.sha256(bad).hexdigest())
         return key
-    fl, p, _, key = while_a_follower_sleeps(catalog, proxies, redis_factory, tmp_path, key_and_broken_rows)
+    fl, p, v0, key = while_a_follower_sleeps(catalog, proxies, redis_factory, tmp_path, key_and_broken_rows)
     v1 = fl.published_version()
-    wait_serving(p, v1, key)
-    said = [ln for ln in p.stderr().splitlines() if "whole" in ln and "version %d" % v1 in ln]
-    assert len(said) == 1, "want one line saying the rows of version %d did not apply:\n%s" % (
-        v1, p.stderr()[-2000:])
-    cached = json.loads(Catalog(p.db).run("export").stdout)
-    assert any(k["user"] == "u00003" and k["revoked"] is None and k["id"] > 200 for k in cached["api_keys"]), \
-        "the follower's file lacks the new key"
-    assert wait_until(lambda: p.get("/again", key=key).status == 200, PATIENCE_S)
+    refused = lambda: gauge(p, "tierproxy_catalog_refused_total") or 0     # noqa: E731
+    assert wait_until(lambda: refused() == 1, PATIENCE_S), (refused(), p.stderr()[-2000:])
+    said = [ln for ln in p.stderr().splitlines() if "refused" in ln and "version %d" % v1 in ln]
+    assert len(said) == 1, "want one line saying version %d was refused:\n%s" % (v1, p.stderr()[-2000:])
+    assert served_version(p) == v0 and p.get("/not-yet", key=key).status == 401
+    time.sleep(1.0)
+    assert refused() == 1, "a refused version was counted again"
+    # a whole publication (tierctl publish) brings the fleet back to one catalog
+    v2 = fl.publish(catalog)
+    wait_serving(p, v2, key)
+
+
+def test_a_full_chain_publishes_the_whole_catalog_again(catalog, proxies, redis_factory, tmp_path):
+    fl = Fleet(proxies, catalog, redis_factory(), tmp_path)
+    large_catalog(catalog, tmp_path, n=100)
+    v0 = fl.publish(catalog)
+    for i in range(CHAIN_MAX):
+        new_key(fl, catalog, "u%05d" % i)
+        head = fl.published()
+        assert int(head["image_version"]) == v0, "change %d published the whole catalog: %r" % (i + 1, head)
+    new_key(fl, catalog, "u00099")
+    head = fl.published()
+    assert int(head["version"]) == v0 + CHAIN_MAX + 1 and "image_version" not in head, \
+        "the change after %d rows did not publish the whole catalog: %r" % (CHAIN_MAX, head)
+    assert fl._node().cmd("EXISTS", fl.catalog_key + ":rows") == 0, "the rows of the old chain stayed"
+    p = fl.follower()
+    wait_serving(p, v0 + CHAIN_MAX + 1)

@@ -96,7 +96,9 @@ static int install(struct pair *p, const unsigned char *rows, size_t len, int64_
     free(p->sum.keys);
     memset(&p->sum, 0, sizeof(p->sum));
     assert_int_equal(catalog_open(p->follower, CATALOG_CACHE, &cat, p->err, sizeof(p->err)), 0);
-    int r = catalog_install_rows(cat, rows, len, base, base + 1, &p->sum, p->err, sizeof(p->err));
+    unsigned char *bufs[1] = {(unsigned char *)rows};
+    struct catalog_rows chain = {.bufs = bufs, .lens = &len, .n = 1};
+    int r = catalog_install_rows(cat, &chain, base, base + 1, &p->sum, p->err, sizeof(p->err));
     catalog_close(cat);
     return r;
 }
