@@ -54,8 +54,8 @@ void snapshot_free(struct snapshot *snap)
 {
     if (!snap)
         return;
-    if (snap->body) {   /* a patched snapshot: only its key table is its own */
-        free(snap->keys);
+    if (snap->body) {   /* a patched snapshot: only its overlay is its own */
+        free(snap->overlay);
         snapshot_unref(snap->body);
         free(snap);
         return;
@@ -628,13 +628,7 @@ const struct tier_user *snapshot_find_key(const struct snapshot *snap, const cha
     uint8_t hash[TIER_KEY_HASH_LEN];
     if (!snap || !key || apikey_hash(key, key_len, hash) != 0)
         return NULL;
-    for (size_t s = snapshot_slot_of(hash, snap->key_mask);; s = (s + 1) & snap->key_mask) {
-        const struct key_slot *slot = &snap->keys[s];
-        if (!slot->user)
-            return NULL;
-        if (memcmp(slot->hash, hash, TIER_KEY_HASH_LEN) == 0)
-            return slot->user;
-    }
+    return snapshot_key_user(snap, hash);
 }
 
 const struct tier_user *snapshot_find_user(const struct snapshot *snap, const char *id)

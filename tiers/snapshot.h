@@ -143,7 +143,7 @@ struct snapshot_key_change {
 
 /* A new snapshot (refcount 1) of catalog_version: from's plans and users, its keys changed
  * by changes, in order. from is not changed. Returns 0; -ENOENT when a key's user is not
- * in from, -ENOSPC when its key table would be more than half full (rebuild instead); or
+ * in from, -ENOSPC when too many keys changed since from was built (rebuild instead); or
  * -ENOMEM. */
 int snapshot_patch_keys(struct snapshot *from, const struct snapshot_key_change *changes, size_t n,
                         int64_t catalog_version, struct snapshot **psnap);

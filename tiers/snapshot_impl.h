@@ -21,7 +21,10 @@ struct key_slot {
 
 struct snapshot {
     atomic_long refs;
-    struct snapshot *body;             /* a patched snapshot: everything but the keys is body's */
+    struct snapshot *body;             /* a patched snapshot: everything but overlay is body's */
+    struct key_slot *overlay;          /* a patched snapshot's keys changed since body: looked */
+    size_t overlay_mask;               /* up first; user snapshot_key_removed: no longer admits */
+    size_t overlay_n;
     struct tier_plan *plans;
     size_t n_plans;
     struct tier_limit *limits;
@@ -47,6 +50,29 @@ static inline size_t snapshot_slot_of(const uint8_t *hash, size_t mask)
     uint64_t h;
     memcpy(&h, hash, sizeof(h));
     return (size_t)h & mask;
+}
+
+/* The overlay's mark of a key that no longer admits (revoked or deleted since the body). */
+extern const struct tier_user snapshot_key_removed;
+
+/* The slot holding hash in a linear-probing table, or the empty slot that ends its run. */
+static inline const struct key_slot *snapshot_probe(const struct key_slot *keys, size_t mask, const uint8_t *hash)
+{
+    size_t s = snapshot_slot_of(hash, mask);
+    while (keys[s].user && memcmp(keys[s].hash, hash, TIER_KEY_HASH_LEN) != 0)
+        s = (s + 1) & mask;
+    return &keys[s];
+}
+
+/* The user of a key's hash, or NULL: the overlay first, then the built table. */
+static inline const struct tier_user *snapshot_key_user(const struct snapshot *snap, const uint8_t *hash)
+{
+    if (snap->overlay) {
+        const struct key_slot *o = snapshot_probe(snap->overlay, snap->overlay_mask, hash);
+        if (o->user)
+            return o->user == &snapshot_key_removed ? NULL : o->user;
+    }
+    return snapshot_probe(snap->keys, snap->key_mask, hash)->user;
 }
 
 /* Frees snap now (snapshot_unref calls it at the last reference). */

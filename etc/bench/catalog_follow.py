@@ -60,7 +60,7 @@ BENCH = os.path.join(ROOT, "etc", "bench")
 TICK = os.sysconf("SC_CLK_TCK")
 # a whole image installed, or the changed rows applied
 INSTALLED = re.compile(r"catalog: version (\d+) from .* (?:installed in|applied to) .* \((\d+) bytes, (\d+) ms\)")
-PUBLISHED = re.compile(r"published to .* as version (\d+) \((\d+) bytes[,)]")
+PUBLISHED = re.compile(r"published to .* as version (\d+) \((?:the )?(\d+) bytes")
 RESULT = re.compile(r"RESULT (.*)")
 SATURATED_CONNS = 64
 
@@ -601,19 +601,23 @@ def report_publications(B, w):
     before = [p["logged"][n] - p["installs"][n][1] / 1000 - p["ctl_wall"] for p in pubs for n in names
               if n in p["logged"]]
     after = [p["served"][n] - p["logged"][n] for p in pubs for n in names if n in p["logged"]]
-    w(f"- the tierctl command (insert the key, make the image, SET its chunks, EVAL the small swap): {span(ctl)}")
+    w(f"- the tierctl command (insert the key; publish: the rows it wrote, or the image in chunks when the chain "
+      f"since the last image is full): {span(ctl)}")
     w(f"- from its end to the proxy's install starting (wait for the next poll, at most refresh_ms = "
-      f"{B.a.refresh_ms} ms; GET of its chunks; sha256): {span(before)}")
-    w(f"- the install (write the image beside the db file, check it there, mark it, rename it over the file): "
+      f"{B.a.refresh_ms} ms; HMGET of the rows, or GET of the image's chunks; sha256): {span(before)}")
+    w(f"- the install (the rows applied to the db file and their keys checked, or the image written beside it, "
+      f"checked and renamed over it): "
       f"{span(inst)}")
-    w(f"- from the install's line to the key served (the snapshot rebuilt from the file and swapped in, "
+    w(f"- from the install's line to the key served (the snapshot patched with the keys, or rebuilt from the file, "
+      f"and swapped in, "
       f"± one {B.a.poll_ms} ms poll): {span(after)}")
     w("")
     w("What does not wait (per publication; median (min–max)):")
     w("")
     thr = [p["thread"][n] for p in pubs for n in names]
     whole = [p["delta"]["proxy"][n] for p in pubs for n in names]
-    w(f"- image: {pubs[0]['image_bytes']:,} bytes (every proxy's line says the same: "
+    w(f"- published: {pubs[0]['image_bytes']:,} bytes (the image is {B.first['image_bytes']:,}; each proxy's line "
+      f"says: "
       f"{sorted({p['installs'][n][0] for p in pubs for n in names})}); Redis bytes in "
       f"{span([p['delta']['redis_in'] / 1e6 for p in pubs], '{:.1f}')} MB, out "
       f"{span([p['delta']['redis_out'] / 1e6 for p in pubs], '{:.1f}')} MB (one publication, two fetches)")

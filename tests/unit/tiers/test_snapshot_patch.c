@@ -1,6 +1,6 @@
 /* snapshot_patch_keys: a snapshot made from another and the keys that changed finds every
- * key the catalog now admits and none it does not, whatever the probing table held
- * around a removed key, and leaves the snapshot it was made from as it was. */
+ * key the catalog now admits and none it does not, through patches of patches,
+ * and leaves the snapshot it was made from as it was. */
 #include "helpers.h"
 
 #include <errno.h>
@@ -123,15 +123,26 @@ static void test_refusals_leave_no_snapshot(void **state)
     change(&c, "tp_nobody", "no-such-user");
     assert_int_equal(snapshot_patch_keys(built, &c, 1, 2, &patched), -ENOENT);
     assert_null(patched);
-    /* the table stays at most half full: past that, a rebuild sizes a new one */
-    size_t room = 0;
-    struct snapshot_key_change *many = calloc(2048, sizeof(*many));
-    char (*keys)[32] = calloc(2048, 32);
-    for (; room < 2048; room++) {
-        snprintf(keys[room], 32, "tp_more_%04zu", room);
-        change(&many[room], keys[room], "u001");
+    /* past 8,192 keys changed since the build, the watcher rebuilds */
+    enum { MANY = 8193 };
+    struct snapshot_key_change *many = calloc(MANY, sizeof(*many));
+    char (*keys)[32] = calloc(MANY, 32);
+    for (size_t i = 0; i < MANY; i++) {
+        snprintf(keys[i], 32, "tp_more_%05zu", i);
+        change(&many[i], keys[i], "u001");
     }
-    assert_int_equal(snapshot_patch_keys(built, many, 2048, 2, &patched), -ENOSPC);
+    assert_int_equal(snapshot_patch_keys(built, many, MANY, 2, &patched), -ENOSPC);
+    assert_null(patched);
+    assert_int_equal(snapshot_patch_keys(built, many, MANY - 1, 2, &patched), 0);
+    assert_string_equal(user_of(patched, "tp_more_08191"), "u001");
+    assert_int_equal(snapshot_key_count(patched), N_KEYS + MANY - 1);
+    snapshot_unref(patched);
+    patched = NULL;
+    assert_int_equal(snapshot_patch_keys(built, many, MANY - 1, 2, &patched), 0);
+    struct snapshot *over = NULL;
+    assert_int_equal(snapshot_patch_keys(patched, many + MANY - 1, 1, 3, &over), -ENOSPC);
+    snapshot_unref(patched);
+    patched = NULL;
     assert_null(patched);
     assert_old_keys(built, 0);
     free(many);
