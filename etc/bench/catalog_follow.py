@@ -17,7 +17,10 @@ catalog of --users users and --keys API keys (the keys' text kept, the hashes im
     commands (SLOWLOG).
  2. request latency: wrk against each proxy (keys of the big catalog) in windows of equal
     length, alternately without and with a publication started --lead seconds in;
-    p50/p99 of each window and, per pair of windows, p99 with / p99 without. The moderate
+    p50/p99 of each window and, per pair of windows, p99 with / p99 without. In a window each
+    proxy is asked for the new key every --window-poll-ms (100 ms), not every few ms as in part
+    1: that polling (a request per proxy and a read of its log each time) would itself load only
+    the windows with a publication. The moderate
     load is paced (wrk's delay(): --conns connections, each waiting --delay-ms between
     answer and next request: by default about 2,000 req/s per proxy, a quarter of its core,
     so the box keeps headroom as a production proxy's does and the publication's own work
@@ -31,6 +34,8 @@ build/bench-results/catalog_follow-TIME/; the report is printed (Markdown) and s
       [--refresh-ms 1000] [--window 10] [--pairs 4] [--conns 16] [--delay-ms 5] [--saturated-pairs 1]
       [--store redis|memory] [--perf]
 
+--whole makes each publication the whole catalog (the key made locally, then `tierctl publish`)
+instead of the rows of one change: what an import, `tierctl publish` and every 65th change send.
 --store memory keeps the catalog's path through Redis but checks limits in the proxies: what a
 publication costs requests apart from Redis being busy with it. --perf adds one publication under
 `perf record --call-graph dwarf` (proxy A's catalog thread, redis-server): perf-*.txt beside the
@@ -411,10 +416,16 @@ class Bench:
 
     # ---- one publication
 
-    def publish(self, deadline_s=30):
-        """`tierctl key create` (which publishes) and the wait until both proxies serve the key."""
+    def publish(self, deadline_s=30, poll_ms=None):
+        """`tierctl key create` (which publishes) and the wait until both proxies serve the key,
+        each asked every poll_ms (default --poll-ms)."""
         t0 = now()
-        rc, out, err, wall, cpu = run_timed(self.ctl_args("key", "create", self.pro_user))
+        if self.a.whole:   # the key made locally, then the whole catalog published with it
+            rc, out, _, wall0, cpu0 = run_timed([self.ctl, "--db", self.admin_db, "key", "create", self.pro_user])
+            rc, _, err, wall, cpu = run_timed(self.ctl_args("publish"))
+            wall, cpu = wall + wall0, cpu + cpu0
+        else:
+            rc, out, err, wall, cpu = run_timed(self.ctl_args("key", "create", self.pro_user))
         m = PUBLISHED.search(err)
         if rc != 0 or not m:
             sys.exit(f"tierctl key create did not publish (exit {rc}):\n{err}")
@@ -426,7 +437,7 @@ class Bench:
                     logged[p.name] = now() - t0
                 if p.name not in served and p.status(key) == 200:
                     served[p.name] = now() - t0
-            time.sleep(self.a.poll_ms / 1000)
+            time.sleep((poll_ms or self.a.poll_ms) / 1000)
         pub = {"version": version, "image_bytes": int(m[2]), "ctl_wall": wall, "ctl_cpu": cpu, "served": served,
                "logged": logged, "installs": {}}
         for p in self.proxies:
@@ -503,7 +514,7 @@ class Bench:
         if with_publication:
             time.sleep(self.a.lead)
             t_pub = now() - b["t"]
-            pub = self.publish(deadline_s=self.a.window + 20)
+            pub = self.publish(deadline_s=self.a.window + 20, poll_ms=self.a.window_poll_ms)
             pub["start"] = t_pub
         cpu, rows = 0.0, {}
         for p, out_path, proc in wrks:
@@ -741,6 +752,12 @@ def main():
     ap.add_argument("--repeats", type=int, default=5, help="publications timed without load")
     ap.add_argument("--refresh-ms", type=int, default=1000)
     ap.add_argument("--poll-ms", type=int, default=3, help="how often each proxy is asked for the new key")
+    ap.add_argument("--whole", action="store_true",
+                    help="each publication sends the whole catalog: the key made without --config, then "
+                         "`tierctl publish` (what every 65th change, an import or `publish` does)")
+    ap.add_argument("--window-poll-ms", type=int, default=100,
+                    help="the same in a latency window: polling every few ms would load only the windows with a "
+                         "publication")
     ap.add_argument("--window", type=int, default=10, help="seconds of each wrk window")
     ap.add_argument("--lead", type=float, default=0.5, help="seconds into a window the publication starts")
     ap.add_argument("--pairs", type=int, default=4, help="pairs of paced windows (without, with)")
