@@ -150,16 +150,6 @@ static void account_refusal(struct intake *in, const struct sockaddr_storage *ad
     access_log_write(in->access_log, &e);
 }
 
-/* The refusal's answer. A head whose entries overflow libmicrohttpd's pool, or with a space
- * after its version, is one that passed here before and libmicrohttpd answered itself, in
- * HTML: a problem body now; the intake's other refusals keep their JSON. */
-static void send_refusal(int fd, const struct head_screen *hs)
-{
-    if (hs->fault == HEAD_FAULT_ENTRIES || hs->fault == HEAD_FAULT_AFTER_VERSION)
-        respond_send_problem_closing(fd, hs->status, hs->error_code);
-    else
-        respond_send_closing(fd, hs->status, hs->error_code);
-}
 
 static void linger_read(struct intake_conn *c)
 {
@@ -217,7 +207,7 @@ static void screen(struct intake_conn *c, bool peer_closed)
         break;
     case HEAD_REFUSED:
         account_refusal(c->in, &c->addr, &hs);
-        send_refusal(c->fd, &hs);
+        respond_send_closing(c->fd, hs.status, hs.error_code);
         start_lingering(c);
         break;
     case HEAD_INCOMPLETE:
@@ -282,7 +272,7 @@ void intake_take(struct intake *in, int fd, const struct sockaddr_storage *addr,
     metrics_add_connections(in->metrics, 1);
     if (hs.outcome == HEAD_REFUSED) {
         account_refusal(in, addr, &hs);
-        send_refusal(fd, &hs);
+        respond_send_closing(fd, hs.status, hs.error_code);
         start_lingering(c);
     }
 }

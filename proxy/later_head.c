@@ -112,20 +112,3 @@ bool later_head_parsed_alike(const struct later_head *lh, const char *method, si
     const char *end = method + header_size;
     return end == lh->end || (lh->end_may_be_one_less && end == lh->end - 1);
 }
-
-bool later_head_problem(const struct later_head *lh, size_t pool_size, size_t pending)
-{
-    switch (lh->screen.fault) {
-    case HEAD_FAULT_NO_COLON:
-    case HEAD_FAULT_LENGTH:
-    case HEAD_FAULT_ENTRIES:
-        return true;
-    case HEAD_FAULT_SIZE:
-        return lh->line_bytes + lh->received + pending + lh->entry_bytes > pool_size;
-    case HEAD_FAULT_SYNTAX:
-    case HEAD_FAULT_VERSION:
-    case HEAD_FAULT_AFTER_VERSION: /* libmicrohttpd refuses a later one before the screen */
-        break;
-    }
-    return false;
-}

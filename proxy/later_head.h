@@ -72,8 +72,3 @@ void later_head_complete(struct later_head *lh, const struct head_screen *fields
  * after it) or took a line the screen did not (an LF then a NUL): that head is refused. */
 bool later_head_parsed_alike(const struct later_head *lh, const char *method, size_t header_size);
 
-/* True when a refusal is one libmicrohttpd used to answer itself with an HTML body, now a
- * problem body: a field line without a colon, a Content-Length it refuses, entries over its
- * pool, and a head too long for its pool (pool_size), counting the bytes still unread in
- * the socket (pending). Other refusals keep the JSON body the first head gets. */
-bool later_head_problem(const struct later_head *lh, size_t pool_size, size_t pending);

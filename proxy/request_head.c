@@ -2,7 +2,6 @@
 
 #include <errno.h>
 #include <string.h>
-#include <sys/ioctl.h>
 #include <sys/socket.h>
 
 #include "proxy/forward.h"
@@ -37,14 +36,7 @@ static void refuse(struct request_head *h, int fd, struct scratch *scratch)
     h->refused_status = hs->status;
     if (h->later.method != NULL)
         h->method = scratch_strndup(scratch, h->later.method, h->later.method_len);
-    if (fd < 0)
-        return;
-    int pending = 0;
-    if (ioctl(fd, FIONREAD, &pending) < 0 || pending < 0)
-        pending = 0;
-    if (later_head_problem(&h->later, FORWARD_CLIENT_POOL_BYTES, (size_t)pending))
-        respond_send_problem_closing(fd, hs->status, hs->error_code);
-    else
+    if (fd >= 0)
         respond_send_closing(fd, hs->status, hs->error_code);
 }
 

@@ -45,11 +45,6 @@ void respond_send_closing(int fd, unsigned status, const char *error_code)
     send_closing(fd, status, PROBLEM_CONTENT_TYPE, body, problem_body(body, sizeof(body), status, error_code, NULL));
 }
 
-void respond_send_problem_closing(int fd, unsigned status, const char *error_code)
-{
-    respond_send_closing(fd, status, error_code);
-}
-
 struct MHD_Response *respond_problem(unsigned status, const char *error_code, uint64_t *body_bytes)
 {
     char body[PROBLEM_BODY_MAX];

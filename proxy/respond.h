@@ -15,8 +15,6 @@
  * (intake.c) and in the middle of a request body (request.c). The socket's send buffer is
  * empty, so one send() takes it. */
 void respond_send_closing(int fd, unsigned status, const char *error_code);
-/* The same (the callers that once chose between a JSON and a problem body). */
-void respond_send_problem_closing(int fd, unsigned status, const char *error_code);
 
 /* All three store the body's length in *body_bytes (for the access log) unless it is NULL,
  * and return NULL on allocation failure. */

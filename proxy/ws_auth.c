@@ -4,23 +4,14 @@
 #include <string.h>
 #include <strings.h>
 
+#include "tiers/request_target.h"
+
 #define SUBPROTOCOL_FIELD "Sec-WebSocket-Protocol"
 
 static bool field_is(const struct gate_header *h, const char *name)
 {
     size_t len = strlen(name);
     return h->name_len == len && strncasecmp(h->name, name, len) == 0;
-}
-
-static int hex_value(char c)
-{
-    if (c >= '0' && c <= '9')
-        return c - '0';
-    if (c >= 'a' && c <= 'f')
-        return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F')
-        return c - 'A' + 10;
-    return -1;
 }
 
 /* The byte at s[*i] of a form-encoded name or value, decoded ("%41" is 'A', '+' a space, a
@@ -33,7 +24,8 @@ static char decoded_byte(const char *s, size_t len, size_t *i)
         return ' ';
     }
     if (c == '%' && *i + 2 < len) {
-        int hi = hex_value(s[*i + 1]), lo = hex_value(s[*i + 2]);
+        int hi = request_target_hex_value((unsigned char)s[*i + 1]),
+            lo = request_target_hex_value((unsigned char)s[*i + 2]);
         if (hi >= 0 && lo >= 0) {
             *i += 3;
             return (char)(hi << 4 | lo);

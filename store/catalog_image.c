@@ -42,6 +42,15 @@ static int query_one(struct catalog *cat, const char *sql, int64_t *pvalue)
     return r;
 }
 
+/* SQLite's advice for a database from elsewhere: defensive mode, nothing of its schema
+ * trusted to run, every cell's size checked as it is read. */
+static int guard(struct catalog *cat)
+{
+    sqlite3_db_config(cat->db, SQLITE_DBCONFIG_DEFENSIVE, 1, NULL);
+    sqlite3_db_config(cat->db, SQLITE_DBCONFIG_TRUSTED_SCHEMA, 0, NULL);
+    return exec_sql(cat, "PRAGMA cell_size_check = ON");
+}
+
 int catalog_fleet_mark(struct catalog *cat, int64_t *pversion, bool *pchanged)
 {
     *pversion = 0;
@@ -123,9 +132,7 @@ int catalog_image_attach(struct catalog *cat, const unsigned char *image, size_t
     catalog_image_detach(cat);
     if (len < 100 || memcmp(image, "SQLite format 3", 16) != 0)
         return refuse(cat, 0, "is not a SQLite database image");
-    sqlite3_db_config(cat->db, SQLITE_DBCONFIG_DEFENSIVE, 1, NULL);
-    sqlite3_db_config(cat->db, SQLITE_DBCONFIG_TRUSTED_SCHEMA, 0, NULL);
-    int r = exec_sql(cat, "PRAGMA cell_size_check = ON");
+    int r = guard(cat);
     if (r == 0)
         r = exec_sql(cat, "ATTACH DATABASE ':memory:' AS " IMAGE_SCHEMA);
     if (r)
@@ -295,8 +302,12 @@ static int open_plain(const char *path, struct catalog **pcat, char *err, size_t
     }
     sqlite3_extended_result_codes(cat->db, 1);
     sqlite3_busy_timeout(cat->db, CATALOG_BUSY_TIMEOUT_MS);
-    sqlite3_db_config(cat->db, SQLITE_DBCONFIG_DEFENSIVE, 1, NULL);
-    sqlite3_db_config(cat->db, SQLITE_DBCONFIG_TRUSTED_SCHEMA, 0, NULL);
+    int r = guard(cat);
+    if (r) {
+        snprintf(err, errlen, "cannot open %s: %s", path, sqlite3_errmsg(cat->db));
+        catalog_close(cat);
+        return r;
+    }
     *pcat = cat;
     return 0;
 }
@@ -305,9 +316,7 @@ static int open_plain(const char *path, struct catalog **pcat, char *err, size_t
 static int check_file(struct catalog *cat, char *err, size_t errlen)
 {
     int64_t schema = 0;
-    int r = exec_sql(cat, "PRAGMA cell_size_check = ON");
-    if (r == 0)
-        r = exec_sql(cat, "PRAGMA foreign_keys = ON");
+    int r = exec_sql(cat, "PRAGMA foreign_keys = ON");
     if (r == 0)
         r = query_one(cat, "PRAGMA user_version", &schema);
     if (r == 0 && schema > CATALOG_SCHEMA_VERSION) {

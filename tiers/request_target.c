@@ -3,7 +3,7 @@
 #include <string.h>
 #include <strings.h>
 
-static int hex_value(unsigned char c)
+int request_target_hex_value(unsigned char c)
 {
     if (c >= '0' && c <= '9')
         return c - '0';
@@ -75,7 +75,8 @@ static int normalise_path(const char *in, size_t len, struct path_out *out)
             if (c == '\\')
                 return -1;
             if (c == '%' && len - i >= 3) {
-                int hi = hex_value((unsigned char)in[i + 1]), lo = hex_value((unsigned char)in[i + 2]);
+                int hi = request_target_hex_value((unsigned char)in[i + 1]),
+                    lo = request_target_hex_value((unsigned char)in[i + 2]);
                 if (hi >= 0 && lo >= 0) {
                     unsigned char v = (unsigned char)(hi * 16 + lo);
                     if (v == 0 || v == '/' || v == '\\')

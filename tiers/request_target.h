@@ -54,6 +54,9 @@ static inline size_t request_target_buffer_size(size_t raw_len)
 /* Parses and normalises raw[0, raw_len) for a request with this method into out (at least
  * request_target_buffer_size(raw_len) bytes). Returns 0 with *t filled, or -1 when the
  * target is refused (*t is then left zeroed). */
+/* The value of one hex digit (either case), or -1. */
+int request_target_hex_value(unsigned char c);
+
 int request_target_parse(const char *method, const char *raw, size_t raw_len, char *out, size_t out_size,
                          struct request_target *t);
 
