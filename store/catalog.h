@@ -3,7 +3,7 @@
  * One `struct catalog` is one SQLite connection, used by one thread at a time. The file is
  * in WAL mode, so tierctl can write while proxies read. The schema is versioned with
  * PRAGMA user_version and migrated forward by a table of steps when a writer begins a
- * transaction (catalog.c, `migrations`).
+ * transaction (catalog_schema.c, `catalog_migrations`; catalog.c runs them).
  *
  * Every call that reads or writes records must run inside catalog_begin()/catalog_commit():
  * a command is one transaction, and a failed command is rolled back as a whole.
