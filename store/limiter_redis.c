@@ -1,5 +1,5 @@
 /* The Redis limiter store: one asynchronous hiredis connection per event loop, one
- * EVALSHA of check.lua per check.
+ * EVALSHA of check.lua (with check_general.lua, one script) per check.
  *
  * Connection life: IDLE -> CONNECTING -> HANDSHAKE (AUTH, SELECT, SCRIPT LOAD pipelined)
  * -> READY. Only READY sends checks; in any other state limiter_check answers

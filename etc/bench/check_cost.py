@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """etc/bench/check_cost.py - what one check.lua call costs redis-server, in instructions.
 
-Starts redis-server under valgrind's callgrind (instrumentation off), loads store/check.lua,
+Starts redis-server under valgrind's callgrind (instrumentation off), loads store/check.lua
+(with check_general.lua, as the proxy does),
 makes warm-up calls, then counts the instructions redis-server executes (reading the
 command, the script, every command inside it, the reply) over N calls of one rule set,
 and prints instructions per call. Deterministic to about 1 %, so an A/B of two scripts or
@@ -22,7 +23,7 @@ them (put_rules), a quota's period included. Rule sets (every rule admits every 
   sl+conc+quota   the log, that concurrency rule and the quota
   sl+sl           the log and a second one, 100000/hour (a burst and a sustained rate)
 
-  etc/bench/check_cost.py [--script store/check.lua] [--calls 2000] [SET ...]
+  etc/bench/check_cost.py [--script FILE]... [--calls 2000] [SET ...]
 """
 import argparse
 import calendar
@@ -177,12 +178,15 @@ def instructions_per_call(script, rules, calls, release=False):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--script", default=os.path.join(ROOT, "store", "check.lua"))
+    ap.add_argument("--script", action="append",
+                    help="the script's files, joined in order (default store/check.lua, store/check_general.lua)")
     ap.add_argument("--calls", type=int, default=2000)
     ap.add_argument("sets", nargs="*", default=list(RULE_SETS))
     args = ap.parse_args()
-    with open(args.script, "rb") as f:
-        script = f.read()
+    script = b""
+    for path in args.script or [os.path.join(ROOT, "store", n) for n in ("check.lua", "check_general.lua")]:
+        with open(path, "rb") as f:
+            script += f.read()
     for name in args.sets:
         if name not in RULE_SETS:
             sys.exit("check_cost.py: unknown rule set %r (known: %s)" % (name, ", ".join(RULE_SETS)))
