@@ -148,13 +148,11 @@ int fleet_publish(struct catalog *cat, const char *db_path, const struct proxy_s
     }
     if (!force)
         take_rows(cat, rows, p.base, &changes, &changes_len);
-    int r = open_redis(fc, &p.fr, msg, msglen);
     publisher_name(p.by, sizeof(p.by));
-    if (r == 0 && changes)
-        r = publish_rows(&p, changes, changes_len);
-    if (r == 0 && !changes)
-        r = publish_image(&p);
-    else if (r == 2)
+    int r = open_redis(fc, &p.fr, msg, msglen);
+    if (r == 0)
+        r = changes ? publish_rows(&p, changes, changes_len) : 2;
+    if (r == 2)   /* no rows, or the fleet needs the whole catalog */
         r = publish_image(&p);
     if (r == 0 && catalog_fleet_mark_set(cat, p.version) != 0) {
         snprintf(msg, msglen, "published version %" PRId64 ", but cannot mark %s: %s", p.version, db_path,
