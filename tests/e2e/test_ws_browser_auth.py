@@ -276,6 +276,8 @@ def test_ws_refusal_close_codes(catalog, proxies, ws_upstream):
     assert len(upstream_requests(ws_upstream)) == before, "a refused handshake reached the upstream"
     ws = opened(handshake(p.port, "/ws", key=key))
     ws.close()
+    # a tunnel is logged when it ends; wait for that so the log's order is the test's
+    assert wait_until(lambda: len(p.access_log_lines()) >= 3, 5 * SLOW)
     code, reason = closed_with(handshake(p.port, "/ws", key=key))
     assert code == 4429, (code, reason)
     m = re.fullmatch(r"retry after (\d+)", reason)
