@@ -62,6 +62,56 @@ void catalog_changes_stop(struct catalog_changes *changes)
     free(changes);
 }
 
+/* ---- comparing ---- */
+
+static int exec_path(struct catalog *cat, const char *sql, const char *path)
+{
+    sqlite3_stmt *st = NULL;
+    int rc = sqlite3_prepare_v2(cat->db, sql, -1, &st, NULL);
+    if (rc == SQLITE_OK && path)
+        rc = sqlite3_bind_text(st, 1, path, -1, SQLITE_STATIC);
+    if (rc == SQLITE_OK && (rc = sqlite3_step(st)) == SQLITE_DONE)
+        rc = SQLITE_OK;
+    sqlite3_finalize(st);
+    return rc == SQLITE_OK ? 0 : catalog_sql_fail(cat, rc);
+}
+
+/* The difference, table by table, inside one read transaction so that it is one state. */
+static int diff_tables(struct catalog *cat, struct catalog_changes *ch)
+{
+    int r = catalog_begin(cat, false);
+    for (size_t i = 0; r == 0 && i < N_SHARED; i++) {
+        char *why = NULL;
+        int rc = sqlite3session_diff(ch->session, "fleet_from", shared_tables[i], &why);
+        if (rc != SQLITE_OK)
+            r = CATALOG_INVALID, catalog_set_error(cat, "%s cannot be compared: %s", shared_tables[i],
+                                                   why ? why : sqlite3_errstr(rc));
+        sqlite3_free(why);
+    }
+    if (r == 0)
+        r = catalog_commit(cat);
+    else
+        catalog_rollback(cat);
+    return r;
+}
+
+int catalog_changes_diff(struct catalog *cat, const char *from_path, unsigned char **pbuf, size_t *plen)
+{
+    struct catalog_changes *ch = NULL;
+    int r = exec_path(cat, "ATTACH ?1 AS fleet_from", from_path);
+    if (r)
+        return r;
+    if ((r = catalog_changes_record(cat, &ch)) == 0 && (r = diff_tables(cat, ch)) == 0)
+        r = catalog_changes_take(ch, pbuf, plen);
+    catalog_changes_stop(ch);
+    int detached = exec_path(cat, "DETACH fleet_from", NULL);
+    if (r == 0 && detached) {
+        catalog_changes_free(*pbuf);
+        *pbuf = NULL;
+    }
+    return r ? r : detached;
+}
+
 int catalog_foreign_keys(struct catalog *cat, bool on)
 {
     int rc = sqlite3_exec(cat->db, on ? "PRAGMA foreign_keys = ON" : "PRAGMA foreign_keys = OFF", NULL, NULL, NULL);

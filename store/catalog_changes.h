@@ -27,6 +27,12 @@ void catalog_changes_free(unsigned char *buf);
 /* Stops recording (NULL: nothing); before catalog_close. */
 void catalog_changes_stop(struct catalog_changes *changes);
 
+/* The rows that make the catalog in from_path (a file of this schema) into cat's, as
+ * catalog_changes_take gives them; cat has no transaction open. Returns 0;
+ * CATALOG_INVALID, with why in catalog_errmsg, when a table cannot be compared (another
+ * width or key); or another catalog code. */
+int catalog_changes_diff(struct catalog *cat, const char *from_path, unsigned char **pbuf, size_t *plen);
+
 /* A key the rows changed, as it is after them. */
 struct catalog_key_change {
     uint8_t hash[CATALOG_HASH_LEN];

@@ -272,7 +272,13 @@ static int write_all(int fd, const unsigned char *data, size_t len)
         data += n;
         len -= (size_t)n;
     }
-    return fsync(fd) == 0 ? 0 : -errno;
+    return 0;
+}
+
+static int write_durably(int fd, const unsigned char *data, size_t len)
+{
+    int r = write_all(fd, data, len);
+    return r ? r : fsync(fd) == 0 ? 0 : -errno;
 }
 
 /* A new catalog at tmp with the image's records copied in (an image of another schema). */
@@ -339,7 +345,7 @@ int catalog_install_file(const char *db_path, const unsigned char *image, size_t
         snprintf(err, errlen, "cannot create a file beside %s: %s", db_path, strerror(-r));
         return r;
     }
-    r = write_all(fd, image, len);
+    r = write_durably(fd, image, len);
     close(fd);
     struct catalog *cat = NULL;
     bool copied = false;
@@ -363,4 +369,53 @@ int catalog_install_file(const char *db_path, const unsigned char *image, size_t
     else
         sync_directory(db_path);
     return r;
+}
+
+/* ---- the fleet's catalog as a file to compare with ---- */
+
+static int apply_each(struct catalog *cat, const struct catalog_rows *rows, char *err, size_t errlen)
+{
+    int r = rows && rows->n > 0 ? catalog_foreign_keys(cat, false) : 0;
+    for (size_t i = 0; r == 0 && rows && i < rows->n; i++) {
+        struct catalog_changes_summary one = {0};
+        if ((r = catalog_begin(cat, true)) == 0 &&
+            (r = catalog_changes_apply(cat, rows->bufs[i], rows->lens[i], &one)) == 0)
+            r = catalog_commit(cat);
+        else if (r != 0)
+            catalog_rollback(cat);
+        free(one.keys);
+    }
+    if (r)
+        snprintf(err, errlen, "%s", catalog_errmsg(cat));
+    return r;
+}
+
+int catalog_scratch_file(const char *db_path, const unsigned char *image, size_t len, const struct catalog_rows *rows,
+                         char *path, size_t pathlen, char *err, size_t errlen)
+{
+    err[0] = '\0';
+    int fd = -1;
+    int r = make_temp(db_path, path, pathlen, &fd);
+    if (r) {
+        snprintf(err, errlen, "cannot create a file beside %s: %s", db_path, strerror(-r));
+        return r;
+    }
+    r = write_all(fd, image, len);
+    close(fd);
+    struct catalog *cat = NULL;
+    if (r)
+        snprintf(err, errlen, "cannot write %s: %s", path, strerror(-r));
+    else if ((r = catalog_image_open_file(path, &cat, err, errlen)) == 1)
+        snprintf(err, errlen, "the image is of another schema");
+    else if (r == 0)
+        r = apply_each(cat, rows, err, errlen);
+    catalog_close(cat);
+    if (r)
+        catalog_scratch_remove(path);
+    return r;
+}
+
+void catalog_scratch_remove(const char *path)
+{
+    remove_with_sidecars(path);
 }

@@ -47,3 +47,13 @@ int catalog_install_check(struct catalog *cat, char *err, size_t errlen);
 int catalog_install_file(const char *db_path, const unsigned char *image, size_t len, int64_t image_version,
                          const struct catalog_rows *rows, int64_t version, struct catalog_changes_summary *sum,
                          char *err, size_t errlen);
+
+/* For `tierctl publish`: the fleet's catalog (image, then rows applied) written to a new
+ * file beside db_path, its name in path, to compare the local catalog with
+ * (catalog_changes_diff). The records are not checked: what is compared is what the
+ * fleet holds. Returns 0; 1 when the image is of another schema; CATALOG_INVALID or a
+ * negative errno with why in err (nothing left behind). Remove it with
+ * catalog_scratch_remove. */
+int catalog_scratch_file(const char *db_path, const unsigned char *image, size_t len, const struct catalog_rows *rows,
+                         char *path, size_t pathlen, char *err, size_t errlen);
+void catalog_scratch_remove(const char *path);

@@ -15,6 +15,7 @@
 #include "store/catalog_image.h"
 #include "store/fleet_redis.h"
 #include "tiers/catalog_install.h"
+#include "tiers/fleet_difference.h"
 
 #define FLEET_TIMEOUT_MS 5000
 #define FOLLOWER_PREFIX "tierproxy-follower:"
@@ -105,17 +106,40 @@ static int publish_failed(struct publishing *p, int r, const char *err)
     return r < 0 ? -1 : 1;
 }
 
-/* The change's rows alone. Returns 0 published, 1 refused, 2 when the whole catalog must
- * go instead, -1 failed. */
-static int publish_rows(struct publishing *p, const unsigned char *rows, size_t len)
+/* Rows alone: what the change wrote, or what differs. Returns 0 published, 1 refused, 2
+ * when the whole catalog must go instead, -1 failed. */
+static int publish_rows(struct publishing *p, const unsigned char *rows, size_t len, const char *what)
 {
     char err[512];
     int r = fleet_redis_publish_rows(p->fr, p->base, rows, len, CATALOG_SCHEMA_VERSION, p->by, &p->version,
                                      &p->current, err, sizeof(err));
     if (r == 0)
-        snprintf(p->msg, p->msglen, "catalog %s published to %s as version %" PRId64 " (the %zu bytes of rows the"
-                 " change wrote)", p->db_path, fleet_redis_where(p->fr), p->version, len);
+        snprintf(p->msg, p->msglen, "catalog %s published to %s as version %" PRId64 " (the %zu bytes of rows %s)",
+                 p->db_path, fleet_redis_where(p->fr), p->version, len, what);
     return r == 2 || r == 0 ? r : publish_failed(p, r, err);
+}
+
+/* A file changed apart from the fleet: the rows in which it differs from the fleet's
+ * catalog, when that is the version this file last published or pulled. Returns as
+ * publish_rows. */
+static int publish_difference(struct publishing *p)
+{
+    unsigned char *rows = NULL;
+    size_t len = 0;
+    char why[512], what[64];
+    if (fleet_difference(p->db_path, p->fr, p->base, &rows, &len, why, sizeof(why)) != 0)
+        return 2;
+    if (len == 0) {
+        p->version = p->base;
+        snprintf(p->msg, p->msglen, "catalog %s is the fleet's version %" PRId64 " at %s already: nothing to"
+                 " publish", p->db_path, p->base, fleet_redis_where(p->fr));
+        catalog_changes_free(rows);
+        return 0;
+    }
+    snprintf(what, sizeof(what), "in which it differs from version %" PRId64, p->base);
+    int r = publish_rows(p, rows, len, what);
+    catalog_changes_free(rows);
+    return r;
 }
 
 static int publish_image(struct publishing *p)
@@ -151,8 +175,9 @@ int fleet_publish(struct catalog *cat, const char *db_path, const struct proxy_s
     publisher_name(p.by, sizeof(p.by));
     int r = open_redis(fc, &p.fr, msg, msglen);
     if (r == 0)
-        r = changes ? publish_rows(&p, changes, changes_len) : 2;
-    if (r == 2)   /* no rows, or the fleet needs the whole catalog */
+        r = changes ? publish_rows(&p, changes, changes_len, "the change wrote")
+                    : force ? 2 : publish_difference(&p);
+    if (r == 2)   /* the fleet needs the whole catalog */
         r = publish_image(&p);
     if (r == 0 && catalog_fleet_mark_set(cat, p.version) != 0) {
         snprintf(msg, msglen, "published version %" PRId64 ", but cannot mark %s: %s", p.version, db_path,

@@ -98,6 +98,54 @@ def test_a_change_travels_as_the_rows_it_changed(catalog, proxies, redis_factory
                 "of version %d:\n%s" % (what, p.name, version, p.stderr()[-1500:])
 
 
+def test_publish_sends_the_rows_in_which_the_file_differs(catalog, proxies, redis_factory, tmp_path):
+    """Changes made without follow = redis (a key created, one revoked, a user added, as an
+    import of an edited export would) reach the fleet with `tierctl publish` as the rows in
+    which the file differs from the fleet's catalog, not as the whole catalog."""
+    r = redis_factory()
+    fl = Fleet(proxies, catalog, r, tmp_path)
+    large_catalog(catalog, tmp_path)
+    leaked = catalog.key("u00002")
+    v0 = fl.publish(catalog)
+    image_bytes = int(fl.published()["size"])
+    ps = [fl.follower(), fl.follower()]
+    for p in ps:
+        wait_serving(p, v0, leaked)
+    key = catalog.key("u00001")
+    catalog.run("key", "revoke", str(max(catalog.key_ids("u00002"))))
+    catalog.run("user", "add", "newcomer", "--plan", "metered")
+    assert fl.published_version() == v0, "a change without follow = redis was published"
+    before = redis_bytes(r)
+    cp = fl.ctl(catalog, "publish")
+    assert cp.returncode == 0, cp.stderr
+    v1 = fl.published_version()
+    assert v1 == v0 + 1 and re.search(r"\brows\b", cp.stderr), cp.stderr
+    for p in ps:
+        wait_serving(p, v1, key)
+        assert p.get("/leaked", key=leaked).status == 401, "%s still admits the revoked key" % p.name
+        assert changed_rows_line(p, v1), "%s does not say it applied the changed rows of version %d:\n%s" % (
+            p.name, v1, p.stderr()[-1500:])
+    # tierctl reads the fleet's catalog once to compare; nothing else moves the whole of it
+    moved = redis_bytes(r) - before
+    assert moved < image_bytes * 5 // 4, \
+        "%d bytes went into and out of Redis for a publication and two followers; the whole catalog " \
+        "is %d bytes" % (moved, image_bytes)
+    assert "newcomer" in fl.published_users()
+
+
+def test_publish_of_the_fleets_own_catalog_publishes_nothing(catalog, proxies, redis_factory, tmp_path):
+    fl = Fleet(proxies, catalog, redis_factory(), tmp_path)
+    large_catalog(catalog, tmp_path, n=50)
+    v0 = fl.publish(catalog)
+    catalog.run("user", "add", "passing", "--plan", "metered")
+    catalog.run("user", "remove", "passing")
+    cp = fl.ctl(catalog, "publish")
+    assert cp.returncode == 0 and re.search(r"nothing to publish", cp.stderr), cp.stderr
+    assert fl.published_version() == v0
+    st = fl.status(catalog)
+    assert (st["local"]["version"], st["local"]["changed"]) == (v0, False), st
+
+
 def while_a_follower_sleeps(catalog, proxies, redis_factory, tmp_path, what):
     """A fleet of 200 users with one follower serving it; `what(fleet)` runs while the
     follower is stopped (SIGSTOP), and its result is returned once it runs again."""

@@ -1,7 +1,8 @@
 /* A change's rows installed on a follower's copy (catalog_install_rows over
  * store/catalog_changes.h): they make exactly the admin's catalog from the version they
- * start from, and a copy that is not that version, rows that do not apply and bytes that
- * are not rows all leave the copy as it was. */
+ * start from, and so do the rows in which the admin's file differs from the copy; a copy
+ * that is not that version, rows that do not apply and bytes that are not rows all leave
+ * the copy as it was. */
 #define SQLITE_ENABLE_SESSION 1
 #define SQLITE_ENABLE_PREUPDATE_HOOK 1
 #include "helpers.h"
@@ -108,13 +109,8 @@ static int64_t follower_mark(struct pair *p)
     return sql_int64(p->follower, "SELECT version * 10 + changed FROM fleet WHERE id = 1");
 }
 
-static void test_rows_make_the_admins_catalog(void **state)
+static void assert_follower_is_the_admins(struct pair *p)
 {
-    struct pair *p = *state;
-    admin_change(p);
-    assert_int_equal(install(p, p->rows, p->len, 1), 0);
-    assert_int_equal(p->sum.rows, 5);   /* user, key, plan, its limit, a revocation */
-    assert_false(p->sum.keys_only);
     static const char *const same[] = {
         "SELECT count(*) FROM users", "SELECT count(*) FROM plans", "SELECT count(*) FROM limits",
         "SELECT count(*) FROM api_keys WHERE revoked IS NULL", "SELECT max(id) FROM api_keys",
@@ -123,6 +119,42 @@ static void test_rows_make_the_admins_catalog(void **state)
         assert_int_equal(sql_int64(p->follower, same[i]), sql_int64(p->admin.path, same[i]));
     assert_int_equal(sql_int64(p->follower, "SELECT count(*) FROM users WHERE id = 'ben'"), 1);
     assert_int_equal(follower_mark(p), 20);   /* version 2, unchanged since */
+}
+
+static void test_rows_make_the_admins_catalog(void **state)
+{
+    struct pair *p = *state;
+    admin_change(p);
+    assert_int_equal(install(p, p->rows, p->len, 1), 0);
+    assert_int_equal(p->sum.rows, 5);   /* user, key, plan, its limit, a revocation */
+    assert_false(p->sum.keys_only);
+    assert_follower_is_the_admins(p);
+}
+
+/* The rows in which the admin's file differs from the follower's copy. */
+static void difference(struct pair *p, unsigned char **pbuf, size_t *plen)
+{
+    struct catalog *cat = NULL;
+    assert_int_equal(catalog_open(p->admin.path, CATALOG_READ_ONLY, &cat, p->err, sizeof(p->err)), 0);
+    assert_int_equal(catalog_changes_diff(cat, p->follower, pbuf, plen), 0);
+    catalog_close(cat);
+}
+
+/* What `tierctl publish` sends for a change it did not record makes the same catalog. */
+static void test_the_difference_makes_the_admins_catalog(void **state)
+{
+    struct pair *p = *state;
+    unsigned char *rows = NULL;
+    size_t len = 1;
+    difference(p, &rows, &len);
+    assert_int_equal(len, 0);    /* the same catalog */
+    catalog_changes_free(rows);
+    admin_change(p);
+    difference(p, &rows, &len);
+    assert_int_equal(install(p, rows, len, 1), 0);
+    catalog_changes_free(rows);
+    assert_int_equal(p->sum.rows, 5);
+    assert_follower_is_the_admins(p);
 }
 
 static void test_a_copy_at_another_version_is_left_alone(void **state)
@@ -273,6 +305,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_rows_make_the_admins_catalog, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_the_difference_makes_the_admins_catalog, setup, teardown),
         cmocka_unit_test_setup_teardown(test_a_copy_at_another_version_is_left_alone, setup, teardown),
         cmocka_unit_test_setup_teardown(test_rows_that_do_not_apply_change_nothing, setup, teardown),
         cmocka_unit_test_setup_teardown(test_bytes_that_are_not_rows_change_nothing, setup, teardown),
