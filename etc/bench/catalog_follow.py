@@ -34,8 +34,10 @@ build/bench-results/catalog_follow-TIME/; the report is printed (Markdown) and s
       [--refresh-ms 1000] [--window 10] [--pairs 4] [--conns 16] [--delay-ms 5] [--saturated-pairs 1]
       [--store redis|memory] [--perf]
 
---whole makes each publication the whole catalog (the key made locally, then `tierctl publish`)
-instead of the rows of one change: what an import, `tierctl publish` and every 65th change send.
+--local makes the key without --config and publishes it with `tierctl publish`, which reads the
+fleet's catalog once and sends the rows in which the file differs from it. --whole does the same
+with `tierctl publish --force`, which sends the whole catalog: what --force and every 65th change
+send.
 --store memory keeps the catalog's path through Redis but checks limits in the proxies: what a
 publication costs requests apart from Redis being busy with it. --perf adds one publication under
 `perf record --call-graph dwarf` (proxy A's catalog thread, redis-server): perf-*.txt beside the
@@ -420,9 +422,9 @@ class Bench:
         """`tierctl key create` (which publishes) and the wait until both proxies serve the key,
         each asked every poll_ms (default --poll-ms)."""
         t0 = now()
-        if self.a.whole:   # the key made locally, then the whole catalog published with it
+        if self.a.whole or self.a.local:   # the key made locally, then `tierctl publish`
             rc, out, _, wall0, cpu0 = run_timed([self.ctl, "--db", self.admin_db, "key", "create", self.pro_user])
-            rc, _, err, wall, cpu = run_timed(self.ctl_args("publish"))
+            rc, _, err, wall, cpu = run_timed(self.ctl_args("publish", *(["--force"] if self.a.whole else [])))
             wall, cpu = wall + wall0, cpu + cpu0
         else:
             rc, out, err, wall, cpu = run_timed(self.ctl_args("key", "create", self.pro_user))
@@ -612,7 +614,8 @@ def report_publications(B, w):
     before = [p["logged"][n] - p["installs"][n][1] / 1000 - p["ctl_wall"] for p in pubs for n in names
               if n in p["logged"]]
     after = [p["served"][n] - p["logged"][n] for p in pubs for n in names if n in p["logged"]]
-    w(f"- the tierctl command (insert the key; publish: the rows it wrote, or the image in chunks when the chain "
+    w(f"- the tierctl command (insert the key; publish: the rows it wrote or in which the file differs, or the "
+      f"image in chunks when the chain "
       f"since the last image is full): {span(ctl)}")
     w(f"- from its end to the proxy's install starting (wait for the next poll, at most refresh_ms = "
       f"{B.a.refresh_ms} ms; HMGET of the rows, or GET of the image's chunks; sha256): {span(before)}")
@@ -631,7 +634,8 @@ def report_publications(B, w):
       f"says: "
       f"{sorted({p['installs'][n][0] for p in pubs for n in names})}); Redis bytes in "
       f"{span([p['delta']['redis_in'] / 1e6 for p in pubs], '{:.1f}')} MB, out "
-      f"{span([p['delta']['redis_out'] / 1e6 for p in pubs], '{:.1f}')} MB (one publication, two fetches)")
+      f"{span([p['delta']['redis_out'] / 1e6 for p in pubs], '{:.1f}')} MB (the publication; with --local, "
+      f"tierctl's read of the fleet's catalog; each proxy's fetch)")
     w(f"- CPU of each proxy's catalog thread (fetch, install, rebuild; schedstat): {span(thr)} s; whole proxy "
       f"process: {span(whole)} s")
     w(f"- CPU of tierctl: {span([p['ctl_cpu'] for p in pubs])} s; of redis-server: "
@@ -752,9 +756,12 @@ def main():
     ap.add_argument("--repeats", type=int, default=5, help="publications timed without load")
     ap.add_argument("--refresh-ms", type=int, default=1000)
     ap.add_argument("--poll-ms", type=int, default=3, help="how often each proxy is asked for the new key")
+    ap.add_argument("--local", action="store_true",
+                    help="the key made without --config, then `tierctl publish`: the rows in which the file "
+                         "differs from the fleet's catalog")
     ap.add_argument("--whole", action="store_true",
-                    help="each publication sends the whole catalog: the key made without --config, then "
-                         "`tierctl publish` (what every 65th change, an import or `publish` does)")
+                    help="the key made without --config, then `tierctl publish --force`: the whole catalog "
+                         "(what --force, every 65th change and a fleet that cannot be compared with send)")
     ap.add_argument("--window-poll-ms", type=int, default=100,
                     help="the same in a latency window: polling every few ms would load only the windows with a "
                          "publication")
