@@ -228,7 +228,7 @@ def main():
 
     # ---------------------------------------------------------------- P7
     if p7:
-        w(f"## P7: overload and the cost of a 429")
+        w("## P7: overload and the cost of a 429")
         w("")
         w(f"Goodput (2xx req/s) at -c{p7c} against -c{conns}, same cycle (wrk is closed-loop: twice the "
           "connections offer twice the concurrent load, not twice the rate):")

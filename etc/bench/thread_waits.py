@@ -7,7 +7,6 @@ a table per half second: "ran/waited" in ms for each thread that ran at least 50
 
     etc/bench/thread_waits.py SECONDS [NAMES...] > table.txt   # beside a benchmark run
 """
-import json
 import os
 import sys
 import time
