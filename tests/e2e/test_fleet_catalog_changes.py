@@ -53,17 +53,24 @@ def changed_rows_line(p, version):
     return None
 
 
-def test_a_change_travels_as_the_rows_it_changed(catalog, proxies, redis_factory, tmp_path,
-                                                 record_property):
+def two_followers(catalog, proxies, redis_factory, tmp_path):
+    """The large catalog published in a new Redis and served by two followers: (the Redis,
+    the fleet, the followers, a key of user u00002 they admit)."""
     r = redis_factory()
     fl = Fleet(proxies, catalog, r, tmp_path)
     large_catalog(catalog, tmp_path)
-    probe = catalog.key("u00002")
+    key = catalog.key("u00002")
     v0 = fl.publish(catalog)
-    image_bytes = int(fl.published()["size"])
     ps = [fl.follower(), fl.follower()]
     for p in ps:
-        wait_serving(p, v0, probe)
+        wait_serving(p, v0, key)
+    return r, fl, ps, key
+
+
+def test_a_change_travels_as_the_rows_it_changed(catalog, proxies, redis_factory, tmp_path,
+                                                 record_property):
+    r, fl, ps, probe = two_followers(catalog, proxies, redis_factory, tmp_path)
+    image_bytes = int(fl.published()["size"])
     state = {}
 
     def key_create():
@@ -102,15 +109,8 @@ def test_publish_sends_the_rows_in_which_the_file_differs(catalog, proxies, redi
     """Changes made without follow = redis (a key created, one revoked, a user added, as an
     import of an edited export would) reach the fleet with `tierctl publish` as the rows in
     which the file differs from the fleet's catalog, not as the whole catalog."""
-    r = redis_factory()
-    fl = Fleet(proxies, catalog, r, tmp_path)
-    large_catalog(catalog, tmp_path)
-    leaked = catalog.key("u00002")
-    v0 = fl.publish(catalog)
-    image_bytes = int(fl.published()["size"])
-    ps = [fl.follower(), fl.follower()]
-    for p in ps:
-        wait_serving(p, v0, leaked)
+    r, fl, ps, leaked = two_followers(catalog, proxies, redis_factory, tmp_path)
+    v0, image_bytes = fl.published_version(), int(fl.published()["size"])
     key = catalog.key("u00001")
     catalog.run("key", "revoke", str(max(catalog.key_ids("u00002"))))
     catalog.run("user", "add", "newcomer", "--plan", "metered")
