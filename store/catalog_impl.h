@@ -40,5 +40,20 @@ int catalog_stmt_run(struct catalog *cat, int64_t *pchanges, const char *sql, co
  * without a row. */
 int catalog_query_int(struct catalog *cat, int64_t *pvalue, const char *sql, const char *fmt, ...);
 const char *catalog_column_text(sqlite3_stmt *st, int col);
+
+/* A walk over a query's rows on behalf of a caller's callback: fn (one of the
+ * catalog_*_fn types, cast back by the row decoder) with its ctx, and a count of the rows
+ * seen when pcount is set. */
+struct catalog_walk {
+    void (*fn)(void);
+    void *ctx;
+    int *pcount;
+};
+
+/* Steps st (from catalog_stmt_prepare) to its end, calling row(cat, st, walk) per row
+ * until one returns non-zero, and finalizes st. Returns that, 0, or the step's error. */
+int catalog_stmt_walk(struct catalog *cat, sqlite3_stmt *st,
+                      int (*row)(struct catalog *cat, sqlite3_stmt *st, const struct catalog_walk *walk),
+                      const struct catalog_walk *walk);
 /* The id SQLite gave the row just inserted; CATALOG_INVALID past CATALOG_ID_MAX. */
 int catalog_inserted_id(struct catalog *cat, const char *what, int64_t *pid);

@@ -174,6 +174,18 @@ int catalog_plan_remove(struct catalog *cat, int64_t plan_id)
     return r;
 }
 
+static int plan_row(struct catalog *cat, sqlite3_stmt *st, const struct catalog_walk *walk)
+{
+    (void)cat;
+    struct catalog_plan plan = {
+        .id = sqlite3_column_int64(st, 0),
+        .name = catalog_column_text(st, 1),
+        .shadow = sqlite3_column_int(st, 2) != 0,
+        .priority = sqlite3_column_int(st, 3),
+    };
+    return ((catalog_plan_fn *)walk->fn)(walk->ctx, &plan);
+}
+
 int catalog_plan_each(struct catalog *cat, catalog_plan_fn *fn, void *ctx)
 {
     sqlite3_stmt *st = NULL;
@@ -181,22 +193,7 @@ int catalog_plan_each(struct catalog *cat, catalog_plan_fn *fn, void *ctx)
                                                     : "SELECT id, name, shadow, priority FROM plans ORDER BY id", "");
     if (r)
         return r;
-    int rc;
-    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-        struct catalog_plan plan = {
-            .id = sqlite3_column_int64(st, 0),
-            .name = catalog_column_text(st, 1),
-            .shadow = sqlite3_column_int(st, 2) != 0,
-            .priority = sqlite3_column_int(st, 3),
-        };
-        r = fn(ctx, &plan);
-        if (r)
-            break;
-    }
-    if (r == 0 && rc != SQLITE_DONE)
-        r = catalog_sql_fail(cat, rc);
-    sqlite3_finalize(st);
-    return r;
+    return catalog_stmt_walk(cat, st, plan_row, &(struct catalog_walk){(void (*)(void))fn, ctx, NULL});
 }
 
 /* ---- limits ---- */
@@ -283,38 +280,33 @@ int catalog_limit_remove_routeless(struct catalog *cat, int64_t plan_id,
     return r;
 }
 
-/* Steps a limits query (the columns of LIMIT_COLUMNS), calling fn per row, and finalizes it. */
+/* A row of a limits query (the columns of LIMIT_COLUMNS) to its callback. */
+static int limit_row(struct catalog *cat, sqlite3_stmt *st, const struct catalog_walk *walk)
+{
+    struct catalog_limit limit = {
+        .id = sqlite3_column_int64(st, 0),
+        .plan_id = sqlite3_column_int64(st, 1),
+        .algorithm = LIMIT_SLIDING_LOG,
+        .amount = sqlite3_column_int64(st, 4),
+        .window_ms = sqlite3_column_int64(st, 5),
+        .burst = sqlite3_column_int64(st, 6),
+        .route_method = catalog_column_text(st, 7),
+        .route_prefix = catalog_column_text(st, 8),
+        .user_id = catalog_column_text(st, 10),
+    };
+    const char *kind = catalog_column_text(st, 2), *algorithm = catalog_column_text(st, 3);
+    if (!kind || catalog_limit_kind_parse(kind, &limit.kind) != 0 ||
+        (algorithm && limit_kind_parse(algorithm, &limit.algorithm) != 0) ||
+        period_parse(catalog_column_text(st, 9), &limit.period) != 0) {
+        catalog_set_error(cat, "limit %lld has an unknown kind, algorithm or period", (long long)limit.id);
+        return -EINVAL;
+    }
+    return ((catalog_limit_fn *)walk->fn)(walk->ctx, &limit);
+}
+
 static int limit_walk(struct catalog *cat, sqlite3_stmt *st, catalog_limit_fn *fn, void *ctx)
 {
-    int r = 0, rc;
-    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-        struct catalog_limit limit = {
-            .id = sqlite3_column_int64(st, 0),
-            .plan_id = sqlite3_column_int64(st, 1),
-            .algorithm = LIMIT_SLIDING_LOG,
-            .amount = sqlite3_column_int64(st, 4),
-            .window_ms = sqlite3_column_int64(st, 5),
-            .burst = sqlite3_column_int64(st, 6),
-            .route_method = catalog_column_text(st, 7),
-            .route_prefix = catalog_column_text(st, 8),
-            .user_id = catalog_column_text(st, 10),
-        };
-        const char *kind = catalog_column_text(st, 2), *algorithm = catalog_column_text(st, 3);
-        if (!kind || catalog_limit_kind_parse(kind, &limit.kind) != 0 ||
-            (algorithm && limit_kind_parse(algorithm, &limit.algorithm) != 0) ||
-            period_parse(catalog_column_text(st, 9), &limit.period) != 0) {
-            catalog_set_error(cat, "limit %lld has an unknown kind, algorithm or period", (long long)limit.id);
-            r = -EINVAL;
-            break;
-        }
-        r = fn(ctx, &limit);
-        if (r)
-            break;
-    }
-    if (r == 0 && rc != SQLITE_DONE)
-        r = catalog_sql_fail(cat, rc);
-    sqlite3_finalize(st);
-    return r;
+    return catalog_stmt_walk(cat, st, limit_row, &(struct catalog_walk){(void (*)(void))fn, ctx, NULL});
 }
 
 #define LIMIT_COLUMNS_V1 \
@@ -398,6 +390,18 @@ int catalog_cost_remove(struct catalog *cat, int64_t plan_id, const char *method
     return r;
 }
 
+static int cost_row(struct catalog *cat, sqlite3_stmt *st, const struct catalog_walk *walk)
+{
+    (void)cat;
+    struct catalog_cost cost = {
+        .plan_id = sqlite3_column_int64(st, 0),
+        .route_method = catalog_column_text(st, 1),
+        .route_prefix = catalog_column_text(st, 2),
+        .cost = sqlite3_column_int64(st, 3),
+    };
+    return ((catalog_cost_fn *)walk->fn)(walk->ctx, &cost);
+}
+
 int catalog_cost_each(struct catalog *cat, int64_t plan_id, catalog_cost_fn *fn, void *ctx)
 {
     if (cat->version < 2)
@@ -409,20 +413,5 @@ int catalog_cost_each(struct catalog *cat, int64_t plan_id, catalog_cost_fn *fn,
                          "i", plan_id);
     if (r)
         return r;
-    int rc;
-    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-        struct catalog_cost cost = {
-            .plan_id = sqlite3_column_int64(st, 0),
-            .route_method = catalog_column_text(st, 1),
-            .route_prefix = catalog_column_text(st, 2),
-            .cost = sqlite3_column_int64(st, 3),
-        };
-        r = fn(ctx, &cost);
-        if (r)
-            break;
-    }
-    if (r == 0 && rc != SQLITE_DONE)
-        r = catalog_sql_fail(cat, rc);
-    sqlite3_finalize(st);
-    return r;
+    return catalog_stmt_walk(cat, st, cost_row, &(struct catalog_walk){(void (*)(void))fn, ctx, NULL});
 }

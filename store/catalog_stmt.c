@@ -168,3 +168,17 @@ int catalog_inserted_id(struct catalog *cat, const char *what, int64_t *pid)
         *pid = id;
     return 0;
 }
+
+int catalog_stmt_walk(struct catalog *cat, sqlite3_stmt *st,
+                      int (*row)(struct catalog *cat, sqlite3_stmt *st, const struct catalog_walk *walk),
+                      const struct catalog_walk *walk)
+{
+    int r = 0, rc;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW && (r = row(cat, st, walk)) == 0)
+        if (walk->pcount)
+            (*walk->pcount)++;
+    if (r == 0 && rc != SQLITE_DONE)
+        r = catalog_sql_fail(cat, rc);
+    sqlite3_finalize(st);
+    return r;
+}

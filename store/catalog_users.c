@@ -73,7 +73,18 @@ int catalog_user_remove(struct catalog *cat, const char *id, int64_t *prevoked)
 
 #define USER_SELECT "SELECT u.id, u.plan_id, p.name, u.created FROM users u JOIN plans p ON p.id = u.plan_id"
 
-static int user_walk(struct catalog *cat, sqlite3_stmt *st, catalog_user_fn *fn, void *ctx, int *pcount);
+/* A row of USER_SELECT to its callback. */
+static int user_row(struct catalog *cat, sqlite3_stmt *st, const struct catalog_walk *walk)
+{
+    (void)cat;
+    struct catalog_user user = {
+        .id = catalog_column_text(st, 0),
+        .plan_id = sqlite3_column_int64(st, 1),
+        .plan_name = catalog_column_text(st, 2),
+        .created = catalog_column_text(st, 3),
+    };
+    return ((catalog_user_fn *)walk->fn)(walk->ctx, &user);
+}
 
 int catalog_user_get(struct catalog *cat, const char *id, catalog_user_fn *fn, void *ctx)
 {
@@ -82,7 +93,7 @@ int catalog_user_get(struct catalog *cat, const char *id, catalog_user_fn *fn, v
     int r = catalog_stmt_prepare(cat, &st, USER_SELECT " WHERE u.id = ?", "t", id);
     if (r)
         return r;
-    r = user_walk(cat, st, fn, ctx, &n);
+    r = catalog_stmt_walk(cat, st, user_row, &(struct catalog_walk){(void (*)(void))fn, ctx, &n});
     if (r == 0 && n == 0) {
         catalog_set_error(cat, "no user \"%s\"", id);
         r = CATALOG_NOT_FOUND;
@@ -97,30 +108,7 @@ int catalog_user_each(struct catalog *cat, int64_t plan_id, catalog_user_fn *fn,
                         : catalog_stmt_prepare(cat, &st, USER_SELECT " ORDER BY u.id", "");
     if (r)
         return r;
-    return user_walk(cat, st, fn, ctx, NULL);
-}
-
-/* Steps st, calling fn per row, and finalizes it. */
-static int user_walk(struct catalog *cat, sqlite3_stmt *st, catalog_user_fn *fn, void *ctx, int *pcount)
-{
-    int r = 0, rc;
-    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-        if (pcount)
-            (*pcount)++;
-        struct catalog_user user = {
-            .id = catalog_column_text(st, 0),
-            .plan_id = sqlite3_column_int64(st, 1),
-            .plan_name = catalog_column_text(st, 2),
-            .created = catalog_column_text(st, 3),
-        };
-        r = fn(ctx, &user);
-        if (r)
-            break;
-    }
-    if (r == 0 && rc != SQLITE_DONE)
-        r = catalog_sql_fail(cat, rc);
-    sqlite3_finalize(st);
-    return r;
+    return catalog_stmt_walk(cat, st, user_row, &(struct catalog_walk){(void (*)(void))fn, ctx, NULL});
 }
 
 /* ---- keys ---- */
@@ -187,6 +175,27 @@ int catalog_key_revoke(struct catalog *cat, int64_t key_id)
     return catalog_stmt_run(cat, NULL, "UPDATE api_keys SET revoked = " NOW_SQL " WHERE id = ?", "i", key_id);
 }
 
+/* A row of catalog_key_each's query to its callback. */
+static int key_row(struct catalog *cat, sqlite3_stmt *st, const struct catalog_walk *walk)
+{
+    struct catalog_key key = {
+        .id = sqlite3_column_int64(st, 0),
+        .user_id = catalog_column_text(st, 1),
+        .label = catalog_column_text(st, 3),
+        .created = catalog_column_text(st, 4),
+        .revoked = catalog_column_text(st, 5),
+    };
+    const void *hash = sqlite3_column_blob(st, 2);
+    if (!hash || sqlite3_column_bytes(st, 2) != CATALOG_HASH_LEN || !key.user_id) {
+        catalog_set_error(cat, "key %lld has a malformed hash", (long long)key.id);
+        return -EINVAL;
+    }
+    memcpy(key.hash, hash, CATALOG_HASH_LEN);
+    if (!key.label)
+        key.label = "";
+    return ((catalog_key_fn *)walk->fn)(walk->ctx, &key);
+}
+
 int catalog_key_each(struct catalog *cat, const char *user_id, bool active_only,
                      catalog_key_fn *fn, void *ctx)
 {
@@ -200,30 +209,5 @@ int catalog_key_each(struct catalog *cat, const char *user_id, bool active_only,
     int r = catalog_stmt_prepare(cat, &st, sql, "t", user_id);
     if (r)
         return r;
-    int rc;
-    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-        struct catalog_key key = {
-            .id = sqlite3_column_int64(st, 0),
-            .user_id = catalog_column_text(st, 1),
-            .label = catalog_column_text(st, 3),
-            .created = catalog_column_text(st, 4),
-            .revoked = catalog_column_text(st, 5),
-        };
-        const void *hash = sqlite3_column_blob(st, 2);
-        if (!hash || sqlite3_column_bytes(st, 2) != CATALOG_HASH_LEN || !key.user_id) {
-            catalog_set_error(cat, "key %lld has a malformed hash", (long long)key.id);
-            r = -EINVAL;
-            break;
-        }
-        memcpy(key.hash, hash, CATALOG_HASH_LEN);
-        if (!key.label)
-            key.label = "";
-        r = fn(ctx, &key);
-        if (r)
-            break;
-    }
-    if (r == 0 && rc != SQLITE_DONE)
-        r = catalog_sql_fail(cat, rc);
-    sqlite3_finalize(st);
-    return r;
+    return catalog_stmt_walk(cat, st, key_row, &(struct catalog_walk){(void (*)(void))fn, ctx, NULL});
 }
