@@ -1,6 +1,13 @@
 /* The access log: one JSON object per request, written with a single write(2) so lines
  * from several workers never interleave. Never holds an API key: the request path hands
- * it user ids, plan names and the path only. */
+ * it user ids, plan names and the path only.
+ *
+ * "decision" says why a request went as it did: a refused key is missing_key (no key, and
+ * no anonymous_plan) or invalid_key (unknown or revoked); a 401 has no limiter decision to
+ * report (tierctl simulate counts either as not checked). "upstream_error"
+ * (upstream_error.h) is on a 502 or 504 line, or on the 499 of a client that left before
+ * the failure was answered.
+ */
 #pragma once
 #include <stdbool.h>
 #include <stddef.h>

@@ -13,7 +13,16 @@
  *
  * A wait that ends within CLIENT_WATCH_DELAY_MS costs no system call: the socket is
  * registered with the loop only once the wait lasts that long, and the registration
- * reports a close or reset that came before it. */
+ * reports a close or reset that came before it.
+ *
+ * While suspended the watch is edge-triggered EV_READ|EV_CLOSED, and a wake-up for the
+ * bytes of a pipelined request is told apart from a close by poll with POLLRDHUP (the watch
+ * goes on). While an admitted body is read it is EV_CLOSED alone (libmicrohttpd sees a
+ * reset itself, and the body's segments wake nothing); a close shuts the socket down, which
+ * libmicrohttpd sees as EPOLLHUP and ends the connection. Either way the slot is given back
+ * at once, and a request whose head was read and that ends without an answer is logged as
+ * nginx logs it: 499 (408 when libmicrohttpd timed the client out).
+ */
 #pragma once
 #include <stdbool.h>
 

@@ -1,6 +1,16 @@
 /* tierproxy's configuration: defaults, then the INI file (libinih), then
  * TIERPROXY_<SECTION>_<KEY> environment variables, then command-line flags, each overriding
- * the one before (as a flag given by hand overrides what a unit's environment sets). */
+ * the one before (as a flag given by hand overrides what a unit's environment sets).
+ *
+ * Each value keeps where it came from (config_origin: "FILE:LINE: [section] key", "--flag",
+ * "TIERPROXY_...") and the text it was given, for the messages and for [log] level = debug,
+ * which lists every setting and its source at start and at each reload. Every problem is
+ * reported; the load fails when anything was, and the first is also kept as one line for
+ * callers that want one (the unit tests, the fuzzer). A file that sets nothing (no key =
+ * value line: empty, blank, only comments and [section] lines, as a file caught truncated
+ * is) is refused on reload, which keeps the running configuration; a start with such a file
+ * runs on the defaults and the flags.
+ */
 #pragma once
 #include "proxy/config_types.h"
 

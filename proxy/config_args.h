@@ -1,6 +1,9 @@
 /* The command line and the environment of tierproxy's configuration: the flags of the
  * directive table (--listen, --upstream, --db, --redis, --admin), -c, --check, --version,
- * --help, and the TIERPROXY_<SECTION>_<KEY> variables. */
+ * --help, and the TIERPROXY_<SECTION>_<KEY> variables.
+ *
+ * --redis also sets store = redis, as a flag, so over the environment's store too.
+ */
 #pragma once
 #include "proxy/config_table.h"
 

@@ -2,7 +2,12 @@
  * directives (like nginx's ngx_command_t: section, key, type, bounds, default and place
  * in struct proxy_config), the parsing of each value type, and the report of problems.
  * config_file.c reads the INI file, config_args.c the flags and the environment,
- * config.c puts them together. Not for use outside proxy/config*.c. */
+ * config.c puts them together. Not for use outside proxy/config*.c.
+ *
+ * A refused value is quoted (at most 80 characters, control bytes as "?"); in a URL (redis,
+ * upstream) the password of each URL (after the user's ":" up to the last "@" before the
+ * next "://", or a lone "password@") is "***": redis://:***@h:6379/0, http://alice:***@h.
+ */
 #pragma once
 #include <stdbool.h>
 #include <stddef.h>

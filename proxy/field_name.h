@@ -1,6 +1,11 @@
 /* Header field names compared as CGI, WSGI and Rack stacks see them: they fold "-" and "_"
  * together (HTTP_X_TIER_USER), so "X_Tier_User" reaches an application as X-Tier-User
- * (CVE-2015-0219). Pure, header-only. */
+ * (CVE-2015-0219). Pure, header-only.
+ *
+ * With underscores_in_headers = forward, names with "_" are forwarded, but any "_" spelling
+ * of X-Tier-*, the key header, Host or X-Forwarded-* is still dropped, since the upstream's
+ * stack would read it as that field.
+ */
 #pragma once
 #include <stdbool.h>
 #include <stddef.h>

@@ -5,7 +5,23 @@
  * one per forwarded request (as nginx's r->upstream): the easy handle, the header lines
  * sent, the response head and the body on its way. Only forward.c writes an upstream; the
  * request that owns it reads its outcome and is told of progress through its hooks. No
- * request or worker type is known here. */
+ * request or worker type is known here.
+ *
+ * Details. A bodiless answer (to HEAD, a 204 or a 304) carries the upstream's
+ * Content-Length when it sent one (RFC 9110 9.3.2) and no other (8.6): libmicrohttpd 0.9.75
+ * writes Content-Length: 0 for a response of size 0 (but a 204's), and frames one of
+ * unknown size chunked with a last chunk after the head even when no body may follow; so a
+ * HEAD answer or a 304 without the upstream's length is sent unframed
+ * (MHD_RF_HTTP_1_0_COMPATIBLE_STRICT) with Connection: close. A 101 to a forwarded request
+ * is 502 bad_upstream_response at once (Upgrade is hop-by-hop, and curl would wait for a
+ * final answer after it). Easy handles are reused without curl_easy_reset: the options
+ * every transfer shares are set once, and each transfer sets all the others again (HTTPGET
+ * first, then the method, body and headers). The header list curl gets is built in the
+ * request's scratch (curl only reads it). CURLOPT_NOPROXY "*": the upstream is the one
+ * configured. Upstream connections stay in the multi handle's cache and their sockets stay
+ * registered with the loop while idle (found by descriptor, dropped in curl's close-socket
+ * callback), which saves an epoll_ctl pair per request.
+ */
 #pragma once
 #include <stdbool.h>
 #include <stddef.h>

@@ -6,7 +6,11 @@
  * No libmicrohttpd, libcurl, hiredis or libevent here: request.c gathers the model from
  * the connection, asks gate_admit, asks the store when the gate says so, and hands the
  * store's answer to gate_verdict; forward.c and websocket.c send what
- * gate_upstream_headers emits. Unit tests and the fuzzer drive it with plain structs. */
+ * gate_upstream_headers emits. Unit tests and the fuzzer drive it with plain structs.
+ *
+ * Every X-Forwarded-For field is one list: the limiter's client is its right-most untrusted
+ * address (gate_client_address), and the upstream gets the whole list then the peer.
+ */
 #pragma once
 #include <stdbool.h>
 #include <stddef.h>

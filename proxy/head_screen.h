@@ -2,7 +2,17 @@
  * the socket. libmicrohttpd 0.9.75 answers an oversized or malformed head itself, with an
  * HTML body (SPEC: every error body is JSON), sometimes twice over or not at all, and it
  * cuts a header value at a NUL instead of refusing it. A head that passes here is one it
- * takes whole and hands to the proxy. Pure: no I/O, so the fuzzer and unit tests call it. */
+ * takes whole and hands to the proxy. Pure: no I/O, so the fuzzer and unit tests call it.
+ *
+ * The rules: the head's size (16 KiB; 414 while still in the request line, else 431);
+ * request-line and field-line syntax (RFC 9112: obs-fold, bare CR and NUL refused, no space
+ * after the version, which libmicrohttpd would read as part of it); the version (1.x is
+ * HTTP/1.1; 505 past 1.x); one Host that is an RFC 3986 authority (http1_host_ok: host and
+ * port, no userinfo, not empty, RFC 9110 4.2.1); Content-Length (400, or 413 past 64 bits);
+ * and what the fields, query arguments and cookies take of libmicrohttpd's pool (it keeps a
+ * 64-byte entry for each and copies a Cookie value: past 20 KiB, what the 36 KiB pool holds
+ * beside a 16 KiB head, 431).
+ */
 #pragma once
 #include <stdbool.h>
 #include <stddef.h>

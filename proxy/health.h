@@ -1,6 +1,15 @@
 /* What GET /health answers (SPEC "Day two"): 200 whenever this proxy serves requests as
  * configured, 503 only when its requests would get 503. Pure: admin.c gathers what the
- * workers and the catalog watcher know and renders the verdict. */
+ * workers and the catalog watcher know and renders the verdict.
+ *
+ * The store's state is taken as the workers meet it: ok when one worker's store answers,
+ * error when one's answers with errors, a Redis Cluster partial when some masters answer;
+ * the catalog's: ok, unreachable (the last poll or read failed and the snapshot held still
+ * serves: 200 "plans":"unreachable") or missing (503). "catalog_version" is there whenever
+ * a catalog is served. admin.c holds the two on_store_error settings as atomics that a
+ * reload updates. Right after Redis returns, concurrency rules wait for the leases'
+ * registration (under 1 s) while /health already says ok.
+ */
 #pragma once
 #include "store/limiter.h"
 

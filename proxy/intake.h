@@ -6,7 +6,16 @@
  *
  * Only the first request of a connection passes here: later ones on a kept-alive
  * connection are libmicrohttpd's (the proxy's own checks in request.c still apply to
- * them). Most connections send their head with the connect, and cost one recv() more. */
+ * them). Most connections send their head with the connect, and cost one recv() more.
+ *
+ * A head still incomplete waits on an edge-triggered event (peeking leaves the bytes in
+ * place, so a level-triggered one would spin), for at most 60 s in all, which also ends a
+ * slowloris that trickles a line at a time (libmicrohttpd's timeout counts only idle time).
+ * A client that resets the connection mid-head wakes the event as EV_READ alone (libevent
+ * maps EPOLLERR|EPOLLHUP to EV_READ|EV_WRITE, never EV_CLOSED) and MSG_PEEK still returns
+ * the bytes sent before it, so the intake asks the socket for a pending error (SO_ERROR)
+ * and closes at once.
+ */
 #pragma once
 #include <sys/socket.h>
 

@@ -8,7 +8,24 @@
  * machines. Lines above the level set by [log] level are not written: error shows only
  * errors, warn adds warnings, info (the default) what the proxy does (start, reload, stop),
  * debug adds what it checks on its own (each setting and where it came from, each catalog
- * poll, the addresses resolved). Any thread may log. */
+ * poll, the addresses resolved). Any thread may log.
+ *
+ * Writing: log_say(level, fmt, ...), or log_line_start("warn", msg), fields added with
+ * jansson, then log_line_write(line); log_line_start returns NULL for a level not shown and
+ * log_line_write(NULL) writes nothing, so a caller does not check the level itself
+ * (log_enabled is for work worth skipping). Never a key or a password: user ids, plan
+ * names, paths, and URLs through config_quote_url. What each level holds: error: the proxy
+ * cannot do what is configured, or a request could not be served as configured
+ * (configuration problems, a listener or worker that cannot start, a reload refused, the
+ * store unreachable or answering errors, a catalog refused, TLS to an upstream failing);
+ * warn: serving, but not as it should (certificates not verified, a rejection, out of
+ * descriptors, an upstream name that does not resolve, settings a reload cannot change, the
+ * fleet's catalog unreachable or older, --check's warnings); info: configuration ok,
+ * listening, reloaded, reopened, draining, the store back, a catalog version installed;
+ * debug: every setting and its origin, what a listen name resolved to, each upstream
+ * --check reached, each poll of the fleet's catalog. Usage errors and the configuration's
+ * problems at start are written before [log] level is known, so always.
+ */
 #pragma once
 #include <stdbool.h>
 #include <stddef.h>

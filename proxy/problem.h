@@ -1,6 +1,16 @@
 /* RFC 9457 problem details: every error answer's body as application/problem+json, with
  * the members SPEC names: type, title, status, detail, and the proxy's error_code; a 429
- * adds retry_after and violated-policies (draft-ietf-httpapi-ratelimit-headers-11). */
+ * adds retry_after and violated-policies (draft-ietf-httpapi-ratelimit-headers-11).
+ *
+ * type is about:blank and title the status's reason phrase; each error_code has one status
+ * (problem_status), so respond_error(code) needs no other, while answers whose status
+ * travels with the code (the head's verdict, the gate's refusal, a handshake's failure)
+ * pass both. A 429's type is
+ * https://iana.org/assignments/http-problem-types#quota-exceeded; its violated-policies
+ * names every limit of the check whose verdict refused, as its ietf RateLimit-Policy item
+ * is named (ratelimit_policy_name), whatever [headers] says; a cost-weighted request names
+ * the limit it would overrun even when units are left.
+ */
 #pragma once
 #include <stddef.h>
 #include <stdint.h>

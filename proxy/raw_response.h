@@ -10,7 +10,13 @@
  *
  * The end of the response (its last byte, or the close) waits until the owner's
  * concurrency slots are back, as it does for a response through libmicrohttpd. A client
- * that does not read for write_timeout_ms is cut off. */
+ * that does not read for write_timeout_ms is cut off.
+ *
+ * The upstream's head is taken up to 64 KiB whatever it holds: neither the field count nor
+ * the client side cuts that limit shorter. Which answers go out here is estimated from both
+ * heads' sizes. A WebSocket handshake's answer (101, or a refusal) always goes through
+ * libmicrohttpd: one whose head does not fit its pool is dropped without an answer.
+ */
 #pragma once
 #include <stdbool.h>
 #include <stdint.h>

@@ -2,7 +2,18 @@
  * saying how many rejections it stands for, and a burst's full count within 10 s of its
  * end. The budget is one log_throttle for the process, shared by the workers; each worker
  * has a rejection_log over it, with a timer on the worker's own event loop that writes the
- * held-back counts when they are due: no later rejection is needed, and no thread. */
+ * held-back counts when they are due: no later rejection is needed, and no thread.
+ *
+ * A key's first rejection after a quiet 10 s writes its line at once; the next ones are
+ * counted and the latest one's values kept. A key with rejections held back is on a list in
+ * the order they are due (its first held rejection plus 10 s). A worker arms its timer for
+ * that time when one of its rejections is the first held back of a key (or earlier than its
+ * timer already is); when it fires it writes every held line due (outside the mutex) and
+ * arms itself for the next one on the list, whichever worker's it is, so a held line always
+ * has a timer at or before its time. At exit, main writes every line still held.
+ *
+ * A rejection that comes 10 s after the key's last line writes the held count with it.
+ */
 #pragma once
 #include <stdint.h>
 

@@ -1,5 +1,10 @@
 /* What every request of a worker shares (one per worker): the worker's parts the request
- * path uses, its live requests and a pool of freed ones. request.h's functions run it. */
+ * path uses, its live requests and a pool of freed ones. request.h's functions run it.
+ *
+ * A finished request goes back to the pool (up to 256) instead of to free, with its
+ * scratch's first 2 KiB chunk kept (scratch.h); under AddressSanitizer a pooled request and
+ * unused scratch are poisoned (asan_poison.h), so a use after the end is still reported.
+ */
 #pragma once
 #include <stdbool.h>
 #include <stdint.h>

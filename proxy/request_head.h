@@ -9,7 +9,15 @@
  * libmicrohttpd used to answer in HTML) with Connection: close and the sending side shut:
  * what libmicrohttpd then does with it reaches no one. Once libmicrohttpd has parsed a head,
  * request_head_check finds what the screen leaves to the proxy (transfer codings, the body's
- * size) and that libmicrohttpd parsed what was screened. */
+ * size) and that libmicrohttpd parsed what was screened.
+ *
+ * Left to libmicrohttpd: a later head's request line is parsed by it before any callback of
+ * the proxy runs, so what it refuses there it answers itself (a version other than
+ * HTTP/1.x, a line without a space, a request line longer than its pool). The pool's 20 KiB
+ * for entries holds beside a 16 KiB head; body bytes that came with the head and fill
+ * libmicrohttpd's 18 KiB read buffer leave it 18 KiB, so a head with 290 to 320 entries and
+ * a body in the same packets can still meet its HTML 431.
+ */
 #pragma once
 #include <stdbool.h>
 #include <stddef.h>

@@ -2,7 +2,17 @@
  * worker shares one counter), and who may add one (SPEC "Beyond per-window rates"): a
  * request of priority P (0 shed first .. 9 shed last) goes while fewer than
  * cap * (P + 1) / 10 are in flight, compared exactly (in_flight * 10 < cap * (P + 1)), so
- * priority 9 may fill the cap and priority 0 only its tenth. */
+ * priority 9 may fill the cap and priority 0 only its tenth.
+ *
+ * The place is taken at head time, after the gate found the plan and before the store is
+ * asked: a shed request is answered before its body is read (503 upstream_saturated,
+ * Retry-After: 1, Connection: close when a body was announced, decision "shed") and counts
+ * against no limit; the store refusing it gives the place back. It is held until the
+ * upstream's answer has been received (curl's transfer done) or the request ends otherwise;
+ * a WebSocket handshake holds one until the upstream answers it, an open tunnel none. Cap 0
+ * counts nothing (one relaxed atomic load per request); a reload changes the cap at once,
+ * and requests taken under no cap are not counted until they end.
+ */
 #pragma once
 #include <stdatomic.h>
 #include <stdbool.h>

@@ -3,7 +3,14 @@
  * (websocket.c). The certificate is verified against the system's CAs, or against
  * [proxy] upstream_ca_file alone when it is set, and must name the upstream's host (the
  * host of the upstream URL, also sent as SNI unless it is an IP address);
- * upstream_tls_verify = no turns both checks off. */
+ * upstream_tls_verify = no turns both checks off.
+ *
+ * A reload that changes upstream_ca_file or upstream_tls_verify is seen by HTTP and tunnels
+ * alike (open tunnels keep what they were opened with), and a reload that turns
+ * verification off writes the same warning as a start. The TLS failure line quotes curl's
+ * error buffer, one per worker: of several transfers failing in one loop pass, it names the
+ * last one's reason.
+ */
 #pragma once
 #include <stdbool.h>
 #include <stddef.h>

@@ -7,7 +7,20 @@
  * websocket.c owns the ws_context, one per worker (the upstreams resolved for tunnels,
  * their TLS settings, every tunnel of the worker), and each ws_tunnel. The request that
  * starts a tunnel is its owner, told what happens through ws_hooks; no request or worker
- * type is known here. */
+ * type is known here.
+ *
+ * Each worker resolves the upstreams for tunnels at start and again when a reload reaches
+ * it (a blocking getaddrinfo on the worker's loop); the resolved set is reference-counted,
+ * so a handshake under way keeps the address it picked while new handshakes use the new
+ * list. The upstream's 101 is relayed only as ws_101.h says, else 502 bad_upstream_response
+ * with the upstream side closed and the slot given back before the answer goes; when it
+ * names permessage-deflate, RSV1 is allowed on the first frame of a client data message
+ * (the payload is never inflated); RSV1 elsewhere, RSV2 and RSV3 are closed with 1002;
+ * frames from the upstream are not judged. The slot is the tunnel's from the limiter's yes
+ * until the tunnel closes: a client gone while the handshake waits, a 101 that could not be
+ * sent (request_completed then ends the tunnel through ws_connection_done), and either side
+ * closing all give it back; a 101 that arrives after the client left is not relayed.
+ */
 #pragma once
 #include <stdbool.h>
 #include <stddef.h>

@@ -4,7 +4,15 @@
  * (intake.c), the requests (request.c), the forwarder (forward.c) and the tunnels
  * (websocket.c). worker.c owns the loop, accepting, the daemon and the start, reload and
  * stop of all of them. Nothing is shared between workers but the catalog watcher and the
- * memory store, which are thread-safe. */
+ * memory store, which are thread-safe.
+ *
+ * Accepting: each worker accepts on its own SO_REUSEPORT socket and hands every connection
+ * to libmicrohttpd (MHD_add_connection; the daemon has no listening socket), holding at
+ * most its share of the process's descriptors (two per connection: the upstream side counts
+ * too). It stops watching its socket at that share and watches it again when a connection
+ * closes; out of descriptors, it retries every 25 ms only while that lasts, and at once
+ * when one of its connections closes. Waiting clients stay in the backlog meanwhile.
+ */
 #pragma once
 #include <pthread.h>
 #include <semaphore.h>

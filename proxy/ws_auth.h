@@ -19,7 +19,16 @@
  * number of fields, elements separated by commas with optional whitespace, empty elements
  * ignored; "tierproxy" and the "tierproxy.key." prefix match in any case.
  *
- * Pure: no libmicrohttpd or I/O; the gate, request.c and the access log call it. */
+ * Pure: no libmicrohttpd or I/O; the gate, request.c and the access log call it.
+ *
+ * request.c takes every key_query parameter out of the normalised target right after it is
+ * parsed (in place: the target only shrinks; a query left empty loses its "?"), before the
+ * gate or the upstream sees it, keeping the first non-empty value (decoded, capped at 256
+ * bytes) in the request's scratch; the access log strips the same parameter from the raw
+ * path it logs (access_log_write), so every line that has a path goes through one place. An
+ * empty key counts as none. forward_key = yes forwards the key header only: the parameter
+ * and the subprotocol never reach the upstream.
+ */
 #pragma once
 #include <stdbool.h>
 #include <stddef.h>

@@ -1,7 +1,27 @@
 /* How a WebSocket tunnel ends: the close handshake the proxy starts (a message limit, a bad
  * frame, the idle timeout, a drain), the flush of what is queued, and the end itself
  * (sockets closed, the slot given back, the owner told). The relay in websocket.c calls in
- * here; nothing here calls the relay. */
+ * here; nothing here calls the relay.
+ *
+ * The codes: 1008 over the message limit, 1002 for a bad client frame, 1001 for the idle
+ * timeout and for a drain. Each side gets a close frame with the code and reason: the
+ * client's unmasked, the upstream's masked with a key from RAND_bytes (RFC 6455 5.3: toward
+ * the upstream the proxy is the client); the same code goes both ways, so the upstream
+ * learns why the client's session ended. Each frame goes after what was queued for its
+ * side, so whole frames that came before a bad one in the same read reach the upstream
+ * first; the refused frame and what follows do not. The slot goes back at once. Then the
+ * proxy waits for each side's answer (RFC 6455 7.1.1) under one timer of CLOSE_FLUSH_MS (2
+ * s), never blocking: the client's close or EOF (it half-closes toward the client once its
+ * frame is out) and the upstream's EOF; what either sends meanwhile goes nowhere (5.5.1). A
+ * close frame must go between two frames: the upstream's frames toward the client are
+ * followed as they pass (ws_frame_bounds, heads only), and when the proxy closes in the
+ * middle of one, the rest of that frame is relayed first. The idle timeout and a drain can
+ * come in the middle of a client frame too: the upstream then gets what was queued and a
+ * TCP close.
+ *
+ * An upstream that closes before the frame it was sending ends leaves the client a TCP
+ * close.
+ */
 #pragma once
 #include <stdbool.h>
 #include <stdint.h>

@@ -14,7 +14,13 @@
  * through it (denial_cache_ask).
  *
  * Includes store/limiter_result.h for the result types; store/limiter.c includes this
- * file, and nothing here includes store/limiter.h or store/limiter_impl.h. */
+ * file, and nothing here includes store/limiter.h or store/limiter_impl.h.
+ *
+ * A remembered rejection is counted from when the check was sent, so it never outlasts the
+ * store's own reset. Each key may sit in either of two sets (by the keyed hash of the
+ * subject, store/keyed_hash.h) and a new one goes to the emptier: with one set per key,
+ * placed at random, 100 denied subjects overflowed a set in about 14% of processes.
+ */
 #pragma once
 #include <stdbool.h>
 #include <stddef.h>

@@ -1,5 +1,5 @@
 /* The fleet's catalog in Redis: a head, the hash `<key_prefix>{catalog}`, that tierctl
- * publishes and following proxies read, and the image in chunks of 1 MiB, the strings
+ * publishes and following proxies read, and the image in chunks of 128 KiB, the strings
  * `<key_prefix>{catalog}:chunk:UPLOAD:N`. The head's fields: version (grows by one per
  * publication), upload, chunks and size (where the image is), sha256 (hex of the whole
  * image: the catalog's SQLite image, store/catalog_image.h), schema (its schema version),
@@ -12,7 +12,20 @@
  * timeout: for tierctl and for the proxy's catalog thread, never a worker's loop. In
  * cluster mode the seeds are tried in turn and MOVED and ASK answers are followed to the
  * node that holds the slot (over TLS too when the seeds are rediss://). A connection that
- * failed is dropped and made again at the next call. */
+ * failed is dropped and made again at the next call.
+ *
+ * Chunks are written with SET ... EX 3600 and read one command at a time: Redis runs each
+ * command to its end before serving another, so no command carries the whole image, and a
+ * limit check waits behind one chunk at most. The publishing script gives the previous
+ * upload's chunks a minute to live (a follower may be reading them). Changes published as
+ * rows (store/catalog_changes.h) go to the hash <key_prefix>{catalog}:rows (same slot), one
+ * field per version with its rows and their sha256; the head then says which version the
+ * image is (image_version, vouched for by rows_version = version: a head written any other
+ * way ends the chain). A chain holds at most 64 versions and 4 MiB; past either, and for
+ * --force or a file never published, the whole catalog goes and the script deletes the
+ * chain. Every key is on slot 9113 (CLUSTER KEYSLOT {catalog}, whatever the prefix, which
+ * in cluster mode holds no "{").
+ */
 #pragma once
 #include <stdbool.h>
 #include <stddef.h>

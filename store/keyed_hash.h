@@ -4,7 +4,15 @@
  * SipHash (Aumasson and Bernstein, 2012) is a keyed PRF over short inputs; 1-3 is the
  * variant of one compression and three finalisation rounds that Rust's HashMap and CPython
  * use for the same purpose. Fixed-width values the proxy or the catalog chose are mixed in
- * after it with hash.h. */
+ * after it with hash.h.
+ *
+ * The key is drawn before main by a constructor (no hot path checks whether it is drawn),
+ * from getrandom, or OpenSSL's RAND_bytes where getrandom is refused. OpenSSL 3.0 has
+ * SipHash as an EVP_MAC, which the unit test checks this one against for every length up to
+ * 64 bytes, but a fetch, a context and four calls a hash cost more than the hash. Nothing
+ * hashed this way leaves the process (Redis keys name subjects in full; a Cluster's slot is
+ * Redis' CRC16), so each process may place keys its own way.
+ */
 #pragma once
 #include <stddef.h>
 #include <stdint.h>

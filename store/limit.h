@@ -1,5 +1,42 @@
 /* Limit rules and per-rule verdicts: the vocabulary shared by the catalog, the limiter
- * stores and the proxy. Pure data and parsers; no I/O. */
+ * stores and the proxy. Pure data and parsers; no I/O.
+ *
+ * Quotas (LIMIT_QUOTA, rule.period day, week or month) count units per calendar period in
+ * UTC (weeks from Monday, calendar months, leap years: limit_period_start_ms / _end_ms, the
+ * same arithmetic in check.lua). Their state is the units used in the period; in Redis a
+ * hash of one field named by the period's start and end, expiring a minute after the period
+ * ends (an earlier period's field reads as 0, so a new period needs no sweep; the memory
+ * store drops it at the same time). The proxy sends the period that holds its own clock's
+ * now; when it holds Redis's now too, a quota beside a sliding log is one HINCRBY of that
+ * field, whose answer decides (taken back at once should it go over). Verdict: limit N,
+ * remaining N - used, reset = ms to the period's end (0 while nothing is used); a
+ * rejection's Retry-After is the period's end.
+ *
+ * Costs (rule.cost, 0 = 1): what a request counts against every rate rule and quota of its
+ * check: admitted when that many cost-1 requests at the same instant would all be, recorded
+ * as that many units, nothing anywhere when any rule rejects; a rejecting rule's reset is
+ * the wait until a request of this cost fits, its remaining 0. A concurrency rule ignores
+ * the cost. limit_rule_validate refuses a cost above rate + burst (it could never be
+ * admitted). The denial cache keys a rejection by the costs too. A state of another kind
+ * (or, for the window-indexed algorithms, another window) reads as empty, so a limit
+ * changed in place keeps its count when it can; a sliding log's timestamps count under any
+ * window.
+ *
+ * Words: a limit's kind is what it bounds, as the catalog and tierctl say: rate, quota,
+ * concurrency, ws-messages (enum catalog_limit_kind, enum tier_limit_kind). A rate limit
+ * has an algorithm: sliding-log, sliding-window, token-bucket, fixed-window. A store rule's
+ * kind (enum limit_kind, rule.kind) is one of those four, quota or concurrency, and picks
+ * the state and arithmetic the store keeps (a ws-messages limit is a sliding-log rule the
+ * proxy counts per connection, store/local_limit.h). What refused is a hit kind (enum
+ * limit_hit_kind), which the metrics, the access log and the rejection warning call
+ * limit_type: http, concurrency, ws_connection, ws_message.
+ *
+ * Why a quota keeps a key of its own rather than a count in a sliding log's tail: a
+ * plan-wide quota beside per-route rates (100/min on /search, 1000/min elsewhere,
+ * 10,000/month in all) meets a different log on each route, so such a count would be split
+ * between them; it would also lose the log's short life (the list would have to live until
+ * the period ends) and would move with every plan edit that adds or drops the log.
+ */
 #pragma once
 #include <stdbool.h>
 #include <stddef.h>

@@ -1,7 +1,21 @@
 /* The Redis limiter's parts, shared by its three files and private to them:
  * store/limiter_redis.c (the connection, its handshake and the commands in flight),
  * store/limiter_redis_check.c (check.lua calls) and store/limiter_redis_leases.c
- * (concurrency leases: tracked, renewed, given back). */
+ * (concurrency leases: tracked, renewed, given back).
+ *
+ * Back after an outage: the limiter reconnects with a backoff of 50 ms doubling to 250 ms.
+ * A ZREM that could not be sent (a release while Redis was away, one sent on a connection
+ * that died before Redis answered it, or the leases of a leased check that was never
+ * answered: a frozen Redis runs what it had read once it thaws) is held back, up to 65536
+ * (then the lease ends at its TTL), and sent first when the connection is READY again,
+ * before the renewal of the leases still held. When the handshake completes, before
+ * anything else is sent, the ready hook lets the local fallback hand over the leases it
+ * took meanwhile (limiter_lease_adopt); the renewal that follows writes them (renew.lua
+ * adds a lease it does not find), and no concurrency rule is decided until that renewal is
+ * answered (rate checks are Redis's from the first READY). A check whose answer says Redis
+ * held fewer leases than rule.held makes the limiter renew at once and raise a process-wide
+ * epoch that makes every other worker renew at its next check.
+ */
 #pragma once
 #include <stdatomic.h>
 #include <stdbool.h>

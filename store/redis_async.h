@@ -3,7 +3,24 @@
  * keeps everything it does (formatting commands into its output buffer, the queue of reply
  * callbacks, parsing replies, the connect and disconnect callbacks, freeing), and this
  * adapter moves the bytes: OpenSSL over hiredis' socket, driven by the same loop. Private
- * to store/. */
+ * to store/.
+ *
+ * How: hiredis 0.14's redisAsyncHandleRead and redisAsyncHandleWrite call read() and
+ * write() themselves, and nothing else of the async context touches the socket. So a
+ * rediss:// connection is an ordinary redisAsyncContext (from redisAsyncConnect) attached
+ * by redis_async_attach instead of redisLibeventAttach: its two persistent events on
+ * hiredis' socket run the TCP connect check, then the handshake, then SSL_read into
+ * hiredis' reader (redisReaderFeed, then redisProcessCallbacks, which hiredis 0.14 exports
+ * without declaring) and SSL_write of hiredis' output buffer (taking off what was written,
+ * as hiredis' own write does). The connect callback comes after the handshake, with
+ * REDIS_CONNECTED set as hiredis sets it; a failure is handed to hiredis as its own (the
+ * connect callback with REDIS_ERR while connecting, then an error in the reader, on which
+ * redisProcessCallbacks disconnects). A hiredis callback may free the context while the
+ * adapter is in its event: hiredis' cleanup hook frees the events at once and leaves the
+ * adapter's own state to the event, which checks for it after every call into hiredis. The
+ * worker's thread is curl's too: the thread's OpenSSL error queue is emptied before each
+ * TLS call, so SSL_get_error reads ours.
+ */
 #pragma once
 #include <hiredis.h>
 #include <async.h>

@@ -1,7 +1,18 @@
 /* TLS to Redis (rediss://): the client context, a session over a connected socket, and
  * what a failure means, in words an operator can act on. Shared by the blocking
  * connections (store/redis_sync.c) and the workers' asynchronous ones
- * (store/redis_async.c). Private to store/. */
+ * (store/redis_async.c). Private to store/.
+ *
+ * TLS 1.2 or later; the server's certificate verified against [limits] redis_ca_file (a PEM
+ * file of CAs) or, when it is empty, the system's CAs, and the URL's host checked against
+ * it (SSL_set1_host and SNI for a name, X509_VERIFY_PARAM_set1_ip_asc for an address: a
+ * cluster map names its nodes by address, so a cluster's certificates carry them as IP
+ * SANs). No client certificate is sent: Redis runs with tls-auth-clients no or optional. In
+ * cluster mode every seed is rediss:// or none is (the nodes the map names are reached the
+ * way the seeds are). A certificate that is not trusted reads as one line naming the
+ * server, OpenSSL's reason and the CAs used ("127.0.0.1:6390 is not trusted: TLS:
+ * certificate verify failed: ... (CA certificates: /etc/tierproxy/redis-ca.pem)").
+ */
 #pragma once
 #include <stddef.h>
 

@@ -1,7 +1,15 @@
 /* What a limiter last met of its store, for /health and the log: answering, unreachable
  * (not connected, or a command timed out) or answering with errors (a wrong password, OOM,
  * a script error), with the reason. Written on the limiter's thread, read from any thread.
- * Private to store/ (limiter.h says what callers see). */
+ * Private to store/ (limiter.h says what callers see).
+ *
+ * An error reply to a check is a store failure like a timeout (on_store_error decides) but
+ * the connection is kept. The state is OK again once the store admits a check, the
+ * handshake succeeds, or a second passes with no error reply (a refusal writes nothing, so
+ * under OOM it proves nothing; and a worker that meets no traffic must not say error for
+ * good). A TLS certificate that is not trusted is an ERROR, as WRONGPASS is (no retry mends
+ * it); a server that closes without TLS' close_notify (Redis when it exits) is UNREACHABLE.
+ */
 #pragma once
 #include <pthread.h>
 #include <stdatomic.h>

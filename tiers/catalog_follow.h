@@ -8,7 +8,27 @@
  * It says what happens in one line each, through the log callback: a version installed, a
  * version refused (and the proxy keeps what it has), nothing published, a published
  * version older than the file's, the Redis unreachable and back; and, at DEBUG, what each
- * poll found. */
+ * poll found.
+ *
+ * A poll: every refresh_ms one HGET version; a newer version is fetched (the head, then its
+ * chunks; a chunk gone means a newer publication replaced it, and the next poll reads that
+ * one), its sha256 checked, installed, and the watcher rebuilds at once. Each Redis call is
+ * bounded by 2 s. A follower whose file holds a version of the rows chain, unchanged since,
+ * fetches the rows of every version it lacks in one HMGET, checks each digest and applies
+ * them in order in one transaction with foreign keys off (cascades are rows of the
+ * changeset already; PRAGMA foreign_key_check afterwards), every conflict aborting the
+ * whole; then the records are checked as an image's are (when the rows touch api_keys
+ * alone, only the keys and users they name). A follower not on the chain takes the image
+ * and applies the rows since before renaming it into place. Refused versions
+ * (tierproxy_catalog_refused_total) are not fetched again until a newer one appears. A
+ * published version below the file's is not installed (a Redis restored from an older copy
+ * would bring revoked keys back). No file and no Redis: no snapshot, 503
+ * catalog_unavailable until a catalog arrives. The connection is named
+ * tierproxy-follower:HOST:PID:vN (CLIENT SETNAME), which is how tierctl status lists the
+ * proxies following and their versions (CLIENT LIST), with no writes and nothing to expire
+ * when a proxy dies. A local tierctl change on a following proxy's file is served until the
+ * next publication replaces it.
+ */
 #pragma once
 #include <stdbool.h>
 #include <stdint.h>

@@ -3,7 +3,23 @@
  * every check an import makes (store/catalog_image.h for the image's own checks; the
  * records' values, routes, users of active keys, id ranges and the limit bounds here);
  * when it passes, its records become the catalog's and the fleet mark its version, in one
- * transaction, so a reader sees the old catalog or the new one whole. */
+ * transaction, so a reader sees the old catalog or the new one whole.
+ *
+ * An image is read as SQLite advises for files from elsewhere (SQLITE_DBCONFIG_DEFENSIVE,
+ * trusted_schema off, cell_size_check on, quick_check). It is written to a new file beside
+ * the cache; when its schema is exactly the one this program's migrations make (every
+ * table, index and trigger: sqlite_schema compared with one built in memory from the
+ * migrations) it is used as it is, else (an older tierctl's schema) its rows are copied
+ * column by column into a new catalog file, so this schema's constraints apply. Then the
+ * records are checked (catalog_install_check), the mark set, the file committed and renamed
+ * over the cache: readers see the old file or the new one whole, and the watcher reopens on
+ * the new inode. Renaming is only safe with no journal beside the cache (SQLite would pair
+ * a -wal or hot -journal with the new file), so the cache is kept out of WAL mode
+ * (CATALOG_CACHE, a rollback journal); when a journal lies there anyway (a local tierctl
+ * wrote the file while something reads it), the records are copied into the file in one
+ * transaction instead (catalog_install_image, what tierctl pull does) and the "installed"
+ * line says "in place". A refused image leaves the cache untouched.
+ */
 #pragma once
 #include <stddef.h>
 #include <stdint.h>

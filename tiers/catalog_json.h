@@ -20,7 +20,15 @@
  * Import accepts exactly this (unknown fields are errors; "burst" defaults to 0,
  * "algorithm" to sliding-log, "shadow" to false, "priority" to 5, "costs" and a user's
  * "limits" to [], "label" to "", "revoked" to null,
- * "last_ids" to the largest ids present). */
+ * "last_ids" to the largest ids present).
+ *
+ * Ids end at 2^53 (CATALOG_ID_MAX), what a JSON number carries exactly: import refuses a
+ * larger id or last_ids value, naming the field, and the catalog refuses a row whose id
+ * would pass it (catalog_inserted_id). A key's label must be UTF-8 (store/utf8.h); a label
+ * an older tierctl took that is not is written with each such byte as "?"
+ * (catalog_json_text: the length kept, so it still fits its 200 bytes and the export
+ * imports whole), and export names the first such field on stderr.
+ */
 #pragma once
 #include <stddef.h>
 

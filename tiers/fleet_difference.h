@@ -2,7 +2,16 @@
  * `follow = redis`, an import of an edited export): what it sends is the rows in which the
  * file differs from the catalog the fleet holds, so that each follower applies them
  * (store/catalog_changes.h) instead of fetching, checking and loading the whole catalog.
- * The fleet's catalog is fetched once, by tierctl, and compared with the file. */
+ * The fleet's catalog is fetched once, by tierctl, and compared with the file.
+ *
+ * It is used when the fleet is at the version the file last published or pulled: tierctl
+ * fetches that catalog (the image and the rows since), writes it to a scratch file beside
+ * its own, and sqlite3session_diff compares each shared table with it by primary key; the
+ * changeset goes as a change's does. The same catalog (a change made and undone) publishes
+ * nothing. When the fleet's catalog cannot be read that way (another version or schema,
+ * rows that do not apply, an image that does not match its digest) the whole catalog goes,
+ * which is also how publish repairs a fleet whose published rows are bad.
+ */
 #pragma once
 #include <stddef.h>
 #include <stdint.h>

@@ -1,5 +1,16 @@
 /* What a snapshot is made of: private to tiers/snapshot.c, which builds and reads it, and
- * tiers/snapshot_patch.c, which makes a new one from an old one and the keys that changed. */
+ * tiers/snapshot_patch.c, which makes a new one from an old one and the keys that changed.
+ *
+ * A patch (snapshot_patch.c): when a change's rows touch api_keys alone, the next snapshot
+ * borrows everything of the built one it comes from (a reference to that body; a patch of a
+ * patch holds the same body, so the chain never grows) and carries a small table of the
+ * keys changed since (the overlay: a key's user, or a mark that it no longer admits), which
+ * a lookup reads before the body's table. It is made only when the snapshot served is the
+ * version the rows start from and, in one read transaction, the file's mark says it holds
+ * exactly the version they made, unchanged; the watcher then waits past that data version,
+ * so a local write in between still brings a rebuild. A key whose user is not in the
+ * snapshot, or more than 8,192 keys changed since the build, are left to a rebuild.
+ */
 #pragma once
 #include <stdatomic.h>
 #include <stddef.h>

@@ -9,7 +9,16 @@
  * one, is yes/no, on/off, true/false or 1/0, in any case.
  *
  * The two ways out with an error live here too: cli_fail (refused, exit 1) and
- * cli_usage_error (bad usage, exit 2, with the command's usage line). */
+ * cli_usage_error (bad usage, exit 2, with the command's usage line).
+ *
+ * Two passes: the first parts argv into flags (a flag with a value takes the next word,
+ * whatever it looks like, as getopt does) and words; the words then name the command (the
+ * longest row they begin with), and only then are the flags checked against it. --help (or
+ * -h, or "help" as the first word) anywhere prints the help of what the words name before
+ * anything else is checked; words that name nothing stay bad usage. A flag given twice is
+ * bad usage unless the command's row lets it repeat (--rate in plan add/set, limit add,
+ * user limit add, simulate; up to 4) or it is global (--db, --config: the last one wins).
+ */
 #pragma once
 #include <stdbool.h>
 #include <stddef.h>

@@ -1,7 +1,18 @@
 /* tierctl's side of the fleet's catalog: `publish`, `pull`, `status`, and the publication
  * that follows every change when the proxy's file says `[plans] follow = redis`.
  * tierctl finds the fleet's Redis as `usage` does: --config FILE, else $TIERPROXY_CONFIG,
- * else the default path (proxy_settings.h). */
+ * else the default path (proxy_settings.h).
+ *
+ * The fleet mark (the fleet table, schema 3) says which version the file last published or
+ * pulled and whether it changed since: triggers set changed on every write to the five
+ * catalog tables (WHEN keeps a bulk write at one lookup per row). tierctl publishes inside
+ * a write transaction of its own, after the change's commit: the image or rows, the upload,
+ * the script and the new mark, so nothing written between them is marked published. It
+ * records a change's rows only when its file holds exactly the published version it starts
+ * from (the mark's version, changed clear) and nobody else wrote the file between the
+ * change's commit and the publication (PRAGMA data_version); otherwise the publication is
+ * the difference (fleet_difference.h) or the whole catalog.
+ */
 #pragma once
 #include <stdbool.h>
 #include <stddef.h>
