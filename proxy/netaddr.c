@@ -28,53 +28,59 @@ static void mask_host_bits(uint8_t *addr, unsigned addr_len, unsigned prefix_len
     }
 }
 
-int cidr_parse(const char *text, struct cidr *out)
+/* The address part of a CIDR (text up to len) into c's family and address; its longest
+ * prefix in *pmax. */
+static int parse_address(const char *text, size_t len, struct cidr *c, unsigned *pmax)
 {
     char buf[CIDR_TEXT_MAX + 1];
-    struct cidr c;
-    const char *slash;
-    size_t addr_len;
-    unsigned max_prefix;
-
-    if (text == NULL || out == NULL)
+    if (len == 0 || len > CIDR_TEXT_MAX)
         return -EINVAL;
-    memset(&c, 0, sizeof(c));
-
-    slash = strchr(text, '/');
-    addr_len = slash ? (size_t)(slash - text) : strlen(text);
-    if (addr_len == 0 || addr_len > CIDR_TEXT_MAX)
-        return -EINVAL;
-    memcpy(buf, text, addr_len);
-    buf[addr_len] = '\0';
-
-    if (inet_pton(AF_INET, buf, c.addr) == 1) {
-        c.family = AF_INET;
-        max_prefix = 32;
-    } else if (inet_pton(AF_INET6, buf, c.addr) == 1) {
-        c.family = AF_INET6;
-        max_prefix = 128;
+    memcpy(buf, text, len);
+    buf[len] = '\0';
+    if (inet_pton(AF_INET, buf, c->addr) == 1) {
+        c->family = AF_INET;
+        *pmax = 32;
+    } else if (inet_pton(AF_INET6, buf, c->addr) == 1) {
+        c->family = AF_INET6;
+        *pmax = 128;
     } else {
         return -EINVAL;
     }
+    return 0;
+}
 
-    c.prefix_len = max_prefix;
-    if (slash) {
-        /* Plain decimal only: no sign, no spaces, at most three digits. */
-        const char *p = slash + 1;
-        unsigned v = 0;
-        size_t ndigits = strlen(p);
-        if (ndigits == 0 || ndigits > 3)
+/* The prefix length after the '/': plain decimal only, no sign, no spaces, at most three
+ * digits, at most max. */
+static int parse_prefix_len(const char *p, unsigned max, unsigned *pv)
+{
+    unsigned v = 0;
+    size_t ndigits = strlen(p);
+    if (ndigits == 0 || ndigits > 3)
+        return -EINVAL;
+    for (; *p; p++) {
+        if (*p < '0' || *p > '9')
             return -EINVAL;
-        for (; *p; p++) {
-            if (*p < '0' || *p > '9')
-                return -EINVAL;
-            v = v * 10 + (unsigned)(*p - '0');
-        }
-        if (v > max_prefix)
-            return -EINVAL;
-        c.prefix_len = v;
+        v = v * 10 + (unsigned)(*p - '0');
     }
+    if (v > max)
+        return -EINVAL;
+    *pv = v;
+    return 0;
+}
 
+int cidr_parse(const char *text, struct cidr *out)
+{
+    struct cidr c;
+    unsigned max_prefix = 0;
+    if (text == NULL || out == NULL)
+        return -EINVAL;
+    memset(&c, 0, sizeof(c));
+    const char *slash = strchr(text, '/');
+    if (parse_address(text, slash ? (size_t)(slash - text) : strlen(text), &c, &max_prefix) != 0)
+        return -EINVAL;
+    c.prefix_len = max_prefix;
+    if (slash && parse_prefix_len(slash + 1, max_prefix, &c.prefix_len) != 0)
+        return -EINVAL;
     /* "::ffff:10.0.0.0/104" is the IPv4 range 10.0.0.0/8: store it that way so it
      * matches plain IPv4 peers as well as mapped ones. */
     if (c.family == AF_INET6 && c.prefix_len >= 96 &&
@@ -84,7 +90,6 @@ int cidr_parse(const char *text, struct cidr *out)
         c.family = AF_INET;
         c.prefix_len -= 96;
     }
-
     mask_host_bits(c.addr, sizeof(c.addr), c.prefix_len);
     *out = c;
     return 0;

@@ -443,6 +443,51 @@ static void relay_refusal(struct ws_tunnel *t, struct evbuffer *in)
     answer_handshake(t, (unsigned)t->status, resp, len);
 }
 
+/* The upstream's answer head, once whole, parsed into t. Returns 1 when it is not whole
+ * yet, 0 when parsed, -1 when the handshake failed (and was answered). */
+static int read_answer_head(struct ws_tunnel *t, struct evbuffer *in)
+{
+    struct evbuffer_ptr end = evbuffer_search(in, "\r\n\r\n", 4, NULL);
+    if (end.pos < 0) {
+        if (evbuffer_get_length(in) <= MAX_HANDSHAKE_HEAD)
+            return 1;
+        fail_handshake(t, MHD_HTTP_BAD_GATEWAY, "upstream_unavailable");
+        return -1;
+    }
+    size_t head_len = (size_t)end.pos + 4;
+    char *head = malloc(head_len);
+    if (head == NULL) {
+        fail_handshake(t, MHD_HTTP_BAD_GATEWAY, "upstream_unavailable");
+        return -1;
+    }
+    evbuffer_remove(in, head, head_len);
+    int rc = parse_head(t, head, head_len);
+    free(head);
+    if (rc == -EPROTO || rc < 0 || t->status < 101) {
+        fail_handshake(t, MHD_HTTP_BAD_GATEWAY, rc == -EPROTO ? "bad_upstream_response" : "upstream_unavailable");
+        return -1;
+    }
+    return 0;
+}
+
+/* The upstream's 101: the client's own, with the upstream's headers; upstream frames held
+ * until the client side is joined. */
+static void switch_protocols(struct ws_tunnel *t, struct bufferevent *bev)
+{
+    struct MHD_Response *resp = MHD_create_response_for_upgrade(on_upgraded, t);
+    if (resp == NULL) {
+        fail_handshake(t, MHD_HTTP_BAD_GATEWAY, "upstream_unavailable");
+        return;
+    }
+    for (size_t i = 0; i < t->n_headers; i++)
+        MHD_add_response_header(resp, t->headers[i].name, t->headers[i].value);
+    free_headers(t);
+    bufferevent_disable(bev, EV_READ);
+    t->state = TUNNEL_WAIT_UPGRADE;
+    t->holds_owner = true; /* until ws_close_finish */
+    t->hooks->switching(t->owner, resp);
+}
+
 static void on_up_handshake_read(struct bufferevent *bev, void *arg)
 {
     struct ws_tunnel *t = arg;
@@ -454,29 +499,8 @@ static void on_up_handshake_read(struct bufferevent *bev, void *arg)
             fail_handshake(t, MHD_HTTP_BAD_GATEWAY, "upstream_unavailable");
         return;
     }
-    struct evbuffer_ptr end = evbuffer_search(in, "\r\n\r\n", 4, NULL);
-    if (end.pos < 0) {
-        if (evbuffer_get_length(in) > MAX_HANDSHAKE_HEAD)
-            fail_handshake(t, MHD_HTTP_BAD_GATEWAY, "upstream_unavailable");
+    if (read_answer_head(t, in) != 0)
         return;
-    }
-    size_t head_len = (size_t)end.pos + 4;
-    char *head = malloc(head_len);
-    if (head == NULL) {
-        fail_handshake(t, MHD_HTTP_BAD_GATEWAY, "upstream_unavailable");
-        return;
-    }
-    evbuffer_remove(in, head, head_len);
-    int rc = parse_head(t, head, head_len);
-    free(head);
-    if (rc == -EPROTO) {
-        fail_handshake(t, MHD_HTTP_BAD_GATEWAY, "bad_upstream_response");
-        return;
-    }
-    if (rc < 0 || t->status < 101) {
-        fail_handshake(t, MHD_HTTP_BAD_GATEWAY, "upstream_unavailable");
-        return;
-    }
     bufferevent_set_timeouts(bev, NULL, NULL);
     t->upstream_ms = (store_mono_ns() - t->started_ns) / 1000000;
     if (t->hooks->abandoned(t->owner)) {
@@ -492,19 +516,7 @@ static void on_up_handshake_read(struct bufferevent *bev, void *arg)
         on_up_handshake_read(bev, t);
         return;
     }
-    struct MHD_Response *resp = MHD_create_response_for_upgrade(on_upgraded, t);
-    if (resp == NULL) {
-        fail_handshake(t, MHD_HTTP_BAD_GATEWAY, "upstream_unavailable");
-        return;
-    }
-    for (size_t i = 0; i < t->n_headers; i++)
-        MHD_add_response_header(resp, t->headers[i].name, t->headers[i].value);
-    free_headers(t);
-    /* Hold upstream frames until the client side is joined. */
-    bufferevent_disable(bev, EV_READ);
-    t->state = TUNNEL_WAIT_UPGRADE;
-    t->holds_owner = true; /* until ws_close_finish */
-    t->hooks->switching(t->owner, resp);
+    switch_protocols(t, bev);
 }
 
 static void on_up_handshake_event(struct bufferevent *bev, short what, void *arg)

@@ -16,6 +16,59 @@
 
 /* ---- open, close, transactions ---- */
 
+/* CATALOG_CREATE: the file, owner only. SQLite would create it with 0644 less the umask,
+ * and its -wal and -shm files with the file's mode: the catalog holds key hashes. */
+static int create_private(const char *path, char *err, size_t errlen)
+{
+    int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    if (fd >= 0)
+        close(fd);
+    else if (errno != EEXIST) {
+        int e = errno;
+        snprintf(err, errlen, "cannot create catalog %s: %s", path, strerror(e));
+        return -e;
+    }
+    return 0;
+}
+
+/* Readers never wait for tierctl, and tierctl never waits for readers. */
+static int use_wal(struct catalog *cat)
+{
+    sqlite3_stmt *st = NULL;
+    int r = catalog_stmt_prepare(cat, &st, "PRAGMA journal_mode = WAL", "");
+    if (r)
+        return r;
+    int rc = sqlite3_step(st);
+    if (rc != SQLITE_ROW)
+        r = catalog_sql_fail(cat, rc);
+    else if (strcmp(catalog_column_text(st, 0) ? catalog_column_text(st, 0) : "", "wal") != 0)
+        r = -EIO, catalog_set_error(cat, "cannot switch the catalog to WAL mode");
+    sqlite3_finalize(st);
+    return r;
+}
+
+/* The connection, set up: extended codes, the busy timeout, foreign keys, WAL for writers. */
+static int connect_db(struct catalog *cat, const char *path, char *err, size_t errlen)
+{
+    int flags = cat->mode == CATALOG_READ_ONLY ? SQLITE_OPEN_READONLY
+              : cat->mode == CATALOG_READ_WRITE || cat->mode == CATALOG_CACHE ? SQLITE_OPEN_READWRITE
+              : SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE;
+    int rc = sqlite3_open_v2(path, &cat->db, flags, NULL);
+    if (rc != SQLITE_OK) {
+        snprintf(err, errlen, "cannot open catalog %s: %s", path,
+                 cat->db ? sqlite3_errmsg(cat->db) : sqlite3_errstr(rc));
+        return rc == SQLITE_NOMEM ? -ENOMEM : -EIO;
+    }
+    sqlite3_extended_result_codes(cat->db, 1);
+    sqlite3_busy_timeout(cat->db, CATALOG_BUSY_TIMEOUT_MS);
+    int r = catalog_stmt_run(cat, NULL, "PRAGMA foreign_keys = ON", "");
+    if (r == 0 && (cat->mode == CATALOG_READ_WRITE || cat->mode == CATALOG_CREATE))
+        r = use_wal(cat);
+    if (r)
+        snprintf(err, errlen, "cannot open catalog %s: %s", path, cat->errmsg);
+    return r;
+}
+
 int catalog_open(const char *path, enum catalog_mode mode, struct catalog **pcat,
                  char *err, size_t errlen)
 {
@@ -26,61 +79,21 @@ int catalog_open(const char *path, enum catalog_mode mode, struct catalog **pcat
                  e == ENOENT ? " (run \"tierctl init\" to create it)" : "");
         return -e;
     }
+    int r = mode == CATALOG_CREATE ? create_private(path, err, errlen) : 0;
+    if (r)
+        return r;
     struct catalog *cat = calloc(1, sizeof(*cat));
     if (!cat) {
         snprintf(err, errlen, "out of memory");
         return -ENOMEM;
     }
     cat->mode = mode;
-    if (mode == CATALOG_CREATE) {
-        /* SQLite would create the file with 0644 less the umask, and its -wal and -shm
-         * files with the file's mode: the catalog holds key hashes, so owner only. */
-        int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-        if (fd >= 0) {
-            close(fd);
-        } else if (errno != EEXIST) {
-            int e = errno;
-            snprintf(err, errlen, "cannot create catalog %s: %s", path, strerror(e));
-            free(cat);
-            return -e;
-        }
-    }
-    int flags = mode == CATALOG_READ_ONLY ? SQLITE_OPEN_READONLY
-              : mode == CATALOG_READ_WRITE || mode == CATALOG_CACHE ? SQLITE_OPEN_READWRITE
-              : SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE;
-    int r = 0;
-    int rc = sqlite3_open_v2(path, &cat->db, flags, NULL);
-    if (rc != SQLITE_OK) {
-        snprintf(err, errlen, "cannot open catalog %s: %s", path,
-                 cat->db ? sqlite3_errmsg(cat->db) : sqlite3_errstr(rc));
-        r = rc == SQLITE_NOMEM ? -ENOMEM : -EIO;
-        goto out;
-    }
-    sqlite3_extended_result_codes(cat->db, 1);
-    sqlite3_busy_timeout(cat->db, CATALOG_BUSY_TIMEOUT_MS);
-    r = catalog_stmt_run(cat, NULL, "PRAGMA foreign_keys = ON", "");
-    if (r == 0 && (mode == CATALOG_READ_WRITE || mode == CATALOG_CREATE)) {
-        /* Readers never wait for tierctl, and tierctl never waits for readers. */
-        sqlite3_stmt *st = NULL;
-        r = catalog_stmt_prepare(cat, &st, "PRAGMA journal_mode = WAL", "");
-        if (r == 0) {
-            rc = sqlite3_step(st);
-            if (rc != SQLITE_ROW)
-                r = catalog_sql_fail(cat, rc);
-            else if (strcmp(catalog_column_text(st, 0) ? catalog_column_text(st, 0) : "", "wal") != 0)
-                r = -EIO, catalog_set_error(cat, "cannot switch the catalog to WAL mode");
-            sqlite3_finalize(st);
-        }
-    }
-    if (r) {
-        snprintf(err, errlen, "cannot open catalog %s: %s", path, cat->errmsg);
-        goto out;
+    if ((r = connect_db(cat, path, err, errlen)) != 0) {
+        catalog_close(cat);
+        return r;
     }
     *pcat = cat;
-    cat = NULL;
-out:
-    catalog_close(cat);
-    return r;
+    return 0;
 }
 
 void catalog_close(struct catalog *cat)

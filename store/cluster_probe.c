@@ -62,39 +62,11 @@ static void cluster_state_of(const redisReply *info, char *out, size_t outlen)
 
 enum seed_outcome { SEED_UNREACHABLE, SEED_REFUSED, SEED_UNTRUSTED, SEED_NOT_CLUSTER, SEED_ANSWERED };
 
-/* Asks one seed; on SEED_ANSWERED *pr is set to 0 or -EAGAIN and report holds the line. */
-static enum seed_outcome ask_seed(const struct redis_url *u, SSL_CTX *tls, int64_t timeout_ms, char *why,
-                                  size_t whylen, char *report, size_t reportlen, int *pr)
+/* Says what the slots map shows; *pr 0 when the cluster is ok and every slot served,
+ * else -EAGAIN. */
+static void report_coverage(const struct redis_url *u, redisReply *info, const struct cluster_map *map, char *report,
+                            size_t reportlen, int *pr)
 {
-    enum seed_outcome outcome = SEED_UNREACHABLE;
-    redisReply *info = NULL, *slots = NULL;
-    struct cluster_map *map = NULL;
-    int login = 0;
-    struct redis_sync *c = redis_probe_login(u, tls, timeout_ms, why, whylen, &login);
-    if (c == NULL) {
-        if (login == -EACCES)
-            outcome = SEED_REFUSED;
-        else if (login == -EPERM)
-            outcome = SEED_UNTRUSTED;
-        goto out;
-    }
-    const char *info_argv[] = {"CLUSTER", "INFO"}, *slots_argv[] = {"CLUSTER", "SLOTS"};
-    if ((info = command(c, why, whylen, 2, info_argv)) == NULL)
-        goto out;
-    if (info->type == REDIS_REPLY_ERROR) {
-        snprintf(why, whylen, "%.160s", info->str);
-        outcome = SEED_NOT_CLUSTER;
-        goto out;
-    }
-    if ((slots = command(c, why, whylen, 2, slots_argv)) == NULL)
-        goto out;
-    char err[200];
-    map = cluster_map_from_reply(slots, u->host, err, sizeof(err));
-    if (map == NULL) {
-        snprintf(why, whylen, "%s", slots->type == REDIS_REPLY_ERROR ? slots->str : err);
-        outcome = slots->type == REDIS_REPLY_ERROR ? SEED_NOT_CLUSTER : SEED_UNREACHABLE;
-        goto out;
-    }
     char state[40];
     cluster_state_of(info, state, sizeof(state));
     size_t masters = cluster_map_master_count(map), uncovered = cluster_map_uncovered_slots(map);
@@ -105,9 +77,12 @@ static enum seed_outcome ask_seed(const struct redis_url *u, SSL_CTX *tls, int64
         append(report, reportlen, "cluster_state %s: %zu masters, %zu of %u slots without a master (asked %s:%d)",
                state, masters, uncovered, CLUSTER_SLOT_COUNT, u->host, u->port);
     *pr = strcmp(state, "ok") == 0 && uncovered == 0 ? 0 : -EAGAIN;
-    outcome = SEED_ANSWERED;
-    /* Redis' default: every master refuses every command while a failed master awaits its
-       replica's promotion. Said, not refused: CONFIG may be renamed or denied; then nothing. */
+}
+
+/* Redis' default: every master refuses every command while a failed master awaits its
+   replica's promotion. Said, not refused: CONFIG may be renamed or denied; then nothing. */
+static void warn_full_coverage(struct redis_sync *c, const struct redis_url *u, char *report, size_t reportlen)
+{
     const char *coverage_argv[] = {"CONFIG", "GET", "cluster-require-full-coverage"};
     char ignored[200];
     redisReply *coverage = command(c, ignored, sizeof(ignored), 3, coverage_argv);
@@ -119,10 +94,52 @@ static enum seed_outcome ask_seed(const struct redis_url *u, SSL_CTX *tls, int64
                "(set it to no)", u->host, u->port);
     if (coverage != NULL)
         freeReplyObject(coverage);
-out:
+}
+
+/* CLUSTER INFO and CLUSTER SLOTS of a logged-in seed: SEED_ANSWERED with *pmap and
+ * *pinfo, or why not. */
+static enum seed_outcome read_cluster(struct redis_sync *c, const struct redis_url *u, redisReply **pinfo,
+                                      struct cluster_map **pmap, char *why, size_t whylen)
+{
+    const char *info_argv[] = {"CLUSTER", "INFO"}, *slots_argv[] = {"CLUSTER", "SLOTS"};
+    redisReply *slots = NULL;
+    enum seed_outcome outcome = SEED_UNREACHABLE;
+    if ((*pinfo = command(c, why, whylen, 2, info_argv)) == NULL)
+        return SEED_UNREACHABLE;
+    if ((*pinfo)->type == REDIS_REPLY_ERROR) {
+        snprintf(why, whylen, "%.160s", (*pinfo)->str);
+        return SEED_NOT_CLUSTER;
+    }
+    if ((slots = command(c, why, whylen, 2, slots_argv)) == NULL)
+        return SEED_UNREACHABLE;
+    char err[200];
+    *pmap = cluster_map_from_reply(slots, u->host, err, sizeof(err));
+    if (*pmap == NULL) {
+        snprintf(why, whylen, "%s", slots->type == REDIS_REPLY_ERROR ? slots->str : err);
+        outcome = slots->type == REDIS_REPLY_ERROR ? SEED_NOT_CLUSTER : SEED_UNREACHABLE;
+    } else {
+        outcome = SEED_ANSWERED;
+    }
+    freeReplyObject(slots);
+    return outcome;
+}
+
+/* Asks one seed; on SEED_ANSWERED *pr is set to 0 or -EAGAIN and report holds the line. */
+static enum seed_outcome ask_seed(const struct redis_url *u, SSL_CTX *tls, int64_t timeout_ms, char *why,
+                                  size_t whylen, char *report, size_t reportlen, int *pr)
+{
+    int login = 0;
+    struct redis_sync *c = redis_probe_login(u, tls, timeout_ms, why, whylen, &login);
+    if (c == NULL)
+        return login == -EACCES ? SEED_REFUSED : login == -EPERM ? SEED_UNTRUSTED : SEED_UNREACHABLE;
+    redisReply *info = NULL;
+    struct cluster_map *map = NULL;
+    enum seed_outcome outcome = read_cluster(c, u, &info, &map, why, whylen);
+    if (outcome == SEED_ANSWERED) {
+        report_coverage(u, info, map, report, reportlen, pr);
+        warn_full_coverage(c, u, report, reportlen);
+    }
     cluster_map_destroy(map);
-    if (slots != NULL)
-        freeReplyObject(slots);
     if (info != NULL)
         freeReplyObject(info);
     redis_sync_free(c);

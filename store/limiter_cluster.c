@@ -521,33 +521,37 @@ int limiter_redis_cluster_prefix_check(const char *key_prefix, char *err, size_t
     return 0;
 }
 
-struct limiter *limiter_redis_cluster_create(struct event_base *base, const struct redis_store_options *options,
-                                             char *err, size_t errlen)
+static void say(char *err, size_t errlen, const char *what)
 {
     if (err != NULL && errlen > 0)
-        err[0] = '\0';
-    if (base == NULL || options == NULL || options->url == NULL) {
-        if (err != NULL && errlen > 0)
-            snprintf(err, errlen, "no event loop, options or seeds");
-        return NULL;
-    }
-    const char *prefix = options->key_prefix ? options->key_prefix : "tierproxy:";
-    if (limiter_redis_cluster_prefix_check(prefix, err, errlen) != 0)
-        return NULL;
+        snprintf(err, errlen, "%s", what);
+}
+
+/* Frees what cluster_limiter_new made of a limiter that never started. */
+static void cluster_limiter_discard(struct cluster_limiter *cl)
+{
+    cl->destroying = true;
+    if (cl->refresh_timer)
+        event_free(cl->refresh_timer);
+    if (cl->probe_timer)
+        event_free(cl->probe_timer);
+    explicit_bzero(cl->seeds, REDIS_SEEDS_MAX * sizeof(*cl->seeds));
+    free(cl->seeds);
+    free(cl->prefix);
+    free(cl);
+}
+
+/* The limiter's state around its parsed seeds, before any connection: timers, the key
+ * prefix, TLS for rediss:// seeds. NULL (why in err) when any of it cannot be had. */
+static struct cluster_limiter *cluster_limiter_new(struct event_base *base, const struct redis_store_options *options,
+                                                   const char *prefix, struct redis_url *seeds, int n, char *err,
+                                                   size_t errlen)
+{
     struct cluster_limiter *cl = calloc(1, sizeof(*cl));
-    struct redis_url *seeds = calloc(REDIS_SEEDS_MAX, sizeof(*seeds));
-    if (cl == NULL || seeds == NULL) {
-        if (err != NULL && errlen > 0)
-            snprintf(err, errlen, "out of memory");
-        free(cl);
-        free(seeds);
-        return NULL;
-    }
-    int n = redis_seed_list_parse(options->url, seeds, REDIS_SEEDS_MAX, err, errlen);
-    if (n <= 0) {
+    if (cl == NULL) {
         explicit_bzero(seeds, REDIS_SEEDS_MAX * sizeof(*seeds));
         free(seeds);
-        free(cl);
+        say(err, errlen, "out of memory");
         return NULL;
     }
     cl->base.ops = &cluster_ops;
@@ -570,17 +574,37 @@ struct limiter *limiter_redis_cluster_create(struct event_base *base, const stru
     if (no_tls || cl->prefix == NULL || cl->refresh_timer == NULL || cl->probe_timer == NULL) {
         if (err != NULL && errlen > 0)
             snprintf(err, errlen, "%s%s", no_tls ? "[limits] redis_ca_file: " : "", why);
-        cl->destroying = true;
-        if (cl->refresh_timer)
-            event_free(cl->refresh_timer);
-        if (cl->probe_timer)
-            event_free(cl->probe_timer);
-        explicit_bzero(seeds, REDIS_SEEDS_MAX * sizeof(*seeds));
-        free(seeds);
-        free(cl->prefix);
-        free(cl);
+        cluster_limiter_discard(cl);
         return NULL;
     }
+    return cl;
+}
+
+struct limiter *limiter_redis_cluster_create(struct event_base *base, const struct redis_store_options *options,
+                                             char *err, size_t errlen)
+{
+    say(err, errlen, "");
+    if (base == NULL || options == NULL || options->url == NULL) {
+        say(err, errlen, "no event loop, options or seeds");
+        return NULL;
+    }
+    const char *prefix = options->key_prefix ? options->key_prefix : "tierproxy:";
+    if (limiter_redis_cluster_prefix_check(prefix, err, errlen) != 0)
+        return NULL;
+    struct redis_url *seeds = calloc(REDIS_SEEDS_MAX, sizeof(*seeds));
+    if (seeds == NULL) {
+        say(err, errlen, "out of memory");
+        return NULL;
+    }
+    int n = redis_seed_list_parse(options->url, seeds, REDIS_SEEDS_MAX, err, errlen);
+    if (n <= 0) {
+        explicit_bzero(seeds, REDIS_SEEDS_MAX * sizeof(*seeds));
+        free(seeds);
+        return NULL;
+    }
+    struct cluster_limiter *cl = cluster_limiter_new(base, options, prefix, seeds, n, err, errlen);
+    if (cl == NULL)
+        return NULL;
     cluster_refresh_start(cl);
     return &cl->base;
 }

@@ -25,65 +25,67 @@ void redis_renew_arm(struct redis_limiter *rl)
     evtimer_add(rl->renew_timer, &tv);
 }
 
-/* Builds one renew.lua call ("renew" or "release") for the leases from *pg / *pl on, at most
- * RENEW_BATCH of them, and moves the cursor past them (*pg NULL: all done). Returns NULL
- * on allocation failure (the cursor is then unchanged). */
-static struct pending *lease_batch(struct redis_limiter *rl, enum pending_kind kind, struct lease_group **pg,
-                                   struct lease **pl)
+/* A batch: at most RENEW_BATCH leases from a cursor, and what its call needs. */
+struct batch_size {
+    size_t keys, leases, bytes;
+};
+
+/* Counts the batch from the cursor (g, l) on. */
+static struct batch_size batch_size(const struct redis_limiter *rl, struct lease_group *g, struct lease *l)
 {
-    /* First pass: how many keys, leases and bytes. */
-    size_t keys = 0, leases = 0, bytes = 64;   /* numkeys, op, now */
-    struct lease_group *g = *pg;
-    struct lease *l = *pl;
-    while (g != NULL && leases < RENEW_BATCH) {
-        keys++;
-        bytes += redis_key_max(rl, g->subject_len) + 2 * 24;
-        for (; l != NULL && leases < RENEW_BATCH; l = l->next) {
-            leases++;
-            bytes += l->id_len;
+    struct batch_size b = {.bytes = 64};   /* numkeys, op, now */
+    while (g != NULL && b.leases < RENEW_BATCH) {
+        b.keys++;
+        b.bytes += redis_key_max(rl, g->subject_len) + 2 * 24;
+        for (; l != NULL && b.leases < RENEW_BATCH; l = l->next) {
+            b.leases++;
+            b.bytes += l->id_len;
         }
         if (l == NULL) {
             g = g->next;
             l = g != NULL ? g->first : NULL;
         }
     }
-    /* EVALSHA sha numkeys key... op now (ttl m id...)...; a cluster node:
-       EVALSHA sha 0 op now nkeys (key ttl m id...)... */
-    size_t max_args = 6 + 3 * keys + leases;
-    struct pending *p = redis_pending_new(rl, kind, redis_on_lease_reply, max_args, bytes);
-    if (p == NULL)
-        return NULL;
-    p->script = &rl->renew;
-    p->argc = 2;
-    size_t off = 0;
-    /* KEYS first, then ARGV: the cursor is walked twice more, keys then their leases. */
-    redis_put_int(p, &off, rl->cluster_node ? 0 : (int64_t)keys);
-    g = *pg;
+    return b;
+}
+
+/* The call's KEYS (none for a cluster node, whose keys go with their leases) and its op
+ * and clock arguments. */
+static void put_head(struct redis_limiter *rl, struct pending *p, size_t *off, enum pending_kind kind,
+                     struct lease_group *g, size_t keys)
+{
+    redis_put_int(p, off, rl->cluster_node ? 0 : (int64_t)keys);
     for (size_t k = 0; k < keys && !rl->cluster_node; k++) {
-        redis_put_key(rl, p, &off, g->subject, g->subject_len, g->rule_id);
+        redis_put_key(rl, p, off, g->subject, g->subject_len, g->rule_id);
         g = g->next;
     }
     static const char renew[] = "renew", release[] = "release";
     if (kind == P_RENEW)
-        redis_put_arg(p, &off, renew, sizeof(renew) - 1);
+        redis_put_arg(p, off, renew, sizeof(renew) - 1);
     else
-        redis_put_arg(p, &off, release, sizeof(release) - 1);
-    redis_put_int(p, &off, -1);   /* now: the server's clock */
+        redis_put_arg(p, off, release, sizeof(release) - 1);
+    redis_put_int(p, off, -1);   /* now: the server's clock */
     if (rl->cluster_node)
-        redis_put_int(p, &off, (int64_t)keys);
-    g = *pg;
-    l = *pl;
-    size_t left = leases;
-    for (size_t k = 0; k < keys; k++) {
+        redis_put_int(p, off, (int64_t)keys);
+}
+
+/* Each key's TTL, lease count and lease ids, moving the cursor past them. */
+static void put_leases(struct redis_limiter *rl, struct pending *p, size_t *off, const struct batch_size *b,
+                       struct lease_group **pg, struct lease **pl)
+{
+    struct lease_group *g = *pg;
+    struct lease *l = *pl;
+    size_t left = b->leases;
+    for (size_t k = 0; k < b->keys; k++) {
         size_t m = 0;
         for (const struct lease *x = l; x != NULL && m < left; x = x->next)
             m++;
         if (rl->cluster_node)
-            redis_put_key(rl, p, &off, g->subject, g->subject_len, g->rule_id);
-        redis_put_int(p, &off, g->ttl_ms);
-        redis_put_int(p, &off, (int64_t)m);
+            redis_put_key(rl, p, off, g->subject, g->subject_len, g->rule_id);
+        redis_put_int(p, off, g->ttl_ms);
+        redis_put_int(p, off, (int64_t)m);
         for (size_t j = 0; j < m; j++, l = l->next)
-            redis_put_arg(p, &off, l->id, l->id_len);
+            redis_put_arg(p, off, l->id, l->id_len);
         left -= m;
         if (l == NULL) {
             g = g->next;
@@ -92,6 +94,25 @@ static struct pending *lease_batch(struct redis_limiter *rl, enum pending_kind k
     }
     *pg = g;
     *pl = l;
+}
+
+/* Builds one renew.lua call ("renew" or "release") for the leases from *pg / *pl on, at most
+ * RENEW_BATCH of them, and moves the cursor past them (*pg NULL: all done). Returns NULL
+ * on allocation failure (the cursor is then unchanged). */
+static struct pending *lease_batch(struct redis_limiter *rl, enum pending_kind kind, struct lease_group **pg,
+                                   struct lease **pl)
+{
+    struct batch_size b = batch_size(rl, *pg, *pl);
+    /* EVALSHA sha numkeys key... op now (ttl m id...)...; a cluster node:
+       EVALSHA sha 0 op now nkeys (key ttl m id...)... */
+    struct pending *p = redis_pending_new(rl, kind, redis_on_lease_reply, 6 + 3 * b.keys + b.leases, b.bytes);
+    if (p == NULL)
+        return NULL;
+    p->script = &rl->renew;
+    p->argc = 2;
+    size_t off = 0;
+    put_head(rl, p, &off, kind, *pg, b.keys);
+    put_leases(rl, p, &off, &b, pg, pl);
     return p;
 }
 
