@@ -1,3 +1,9 @@
+/* The access log of access_log.h. It owns struct access_log: the descriptor (closed here
+ * only when it is a file it opened, never stdout) and the path kept for reopening. Each
+ * line goes out in one write, and a reopen swaps the file under the same descriptor (see
+ * struct access_log), so workers write with no lock. A line never holds an API key: the
+ * path is logged without the key's query parameter, and a path that is not UTF-8 is logged
+ * with '?' for those bytes rather than dropped. */
 #include "proxy/access_log.h"
 
 #include <errno.h>

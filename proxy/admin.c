@@ -1,3 +1,8 @@
+/* The admin listener (admin.h). It owns struct admin: a libmicrohttpd daemon on its own
+ * thread, and the two on_store_error modes, atomics a reload may write from any thread. The
+ * workers' limiters and metrics and the catalog watch are only read here, never written. An
+ * answer's node views and body are made and freed within the call; a name or reason from
+ * the store is escaped. */
 #include "proxy/admin.h"
 
 #include <errno.h>

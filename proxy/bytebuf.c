@@ -1,3 +1,8 @@
+/* The byte buffer of bytebuf.h. It owns data and nothing else. The bytes held are always
+ * data[off, off + len); a consume that empties the buffer sets off back to 0, and an append
+ * that would not fit slides what is held to the front before it grows (doubling, from
+ * 4096), so the space already consumed is reused before more is allocated. A failed append
+ * keeps the bytes held. bytebuf_free leaves the struct zeroed, ready to use again. */
 #include "proxy/bytebuf.h"
 
 #include <errno.h>

@@ -1,3 +1,9 @@
+/* The watch on a waiting request's client socket (client_watch.h). It owns one libevent
+ * event, never the socket: the socket stays libmicrohttpd's, and the watch must be stopped
+ * before libmicrohttpd closes it. The one event is first the CLIENT_WATCH_DELAY_MS timer,
+ * then the socket, never both; pending says whether it is added, so a stop deletes only an
+ * added event. gone(owner) is called only when poll confirms the peer closed or reset, and
+ * the watch is stopped before, so it is called once per wait. */
 #include "proxy/client_watch.h"
 
 #include <poll.h>

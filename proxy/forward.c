@@ -1,3 +1,9 @@
+/* The forwarder and the upstream; forward.h says what each owns. A transfer's finished hook
+ * is called at most once, and no hook after upstream_abort. Finished handles leave the
+ * multi handle after curl_multi_info_read's loop, never inside a curl callback. Header
+ * lines and response fields live in the owner's scratch, never freed here. curl pauses once
+ * RESP_BUFFER_HIGH bytes wait for the client. sock_table's entry for a socket is freed in
+ * curl's close-socket callback before the descriptor is closed: a reused one finds none. */
 #include "proxy/forward.h"
 
 #include <errno.h>

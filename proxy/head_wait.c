@@ -1,3 +1,9 @@
+/* The wait for the rest of a later head (head_wait.h). It owns struct head_wait and its two
+ * events (the socket, edge-triggered, and the HEAD_WAIT_MS deadline), never the socket nor
+ * the prefix, which are libmicrohttpd's. It only peeks (MSG_PEEK): the bytes stay for
+ * libmicrohttpd to read once the connection is resumed. The field lines are joined in a
+ * per-thread buffer that is never kept past one look. done is the owner's to act on; this
+ * file never frees the wait itself (the owner does, with head_wait_free). */
 #include "proxy/head_wait.h"
 
 #include <errno.h>

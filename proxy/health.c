@@ -1,3 +1,8 @@
+/* The /health verdict of health.h. Pure: no state, no allocation, the strings static. 503
+ * only when no catalog is served or the store fails (unreachable or answering errors) under
+ * on_store_error = closed; a Redis Cluster with some masters answering is degraded, never
+ * 503. concurrency is named only while the store fails and its mode differs from the rate
+ * limits'. */
 #include "proxy/health.h"
 
 #include <stdbool.h>

@@ -1,3 +1,8 @@
+/* The HTTP/1.1 syntax pieces of http1.h. Pure: no state, no allocation, no I/O; every
+ * function reads only the len bytes it is given (none needs a NUL) and answers by its
+ * return or into the caller's struct, whose pointers point into the caller's bytes. What
+ * does not parse is refused, never repaired: a Content-Length past INT64_MAX is -ERANGE,
+ * not clamped, and a malformed status line is 0. */
 #include "proxy/http1.h"
 
 #include <arpa/inet.h>

@@ -1,3 +1,9 @@
+/* The first-head intake (intake.h). It owns each waiting connection (struct intake_conn,
+ * its two events, its socket until hand-over) and their list, whose length n_waiting and
+ * the connections gauge always follow. A connection leaves the list once: handed over (the
+ * socket is then the worker's) or closed here. Nothing is read off a socket before
+ * hand-over but the empty lines before the request line, so libmicrohttpd reads the head
+ * the screen passed. Never blocks: every recv is MSG_DONTWAIT. */
 #include "proxy/intake.h"
 
 #include <errno.h>

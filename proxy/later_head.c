@@ -1,3 +1,8 @@
+/* The screen of a later head in libmicrohttpd's pool (later_head.h, which lists what of
+ * libmicrohttpd 0.9.75's pool it relies on). Pure: it reads the pool and writes nothing to
+ * it, but for later_head_drop_query, which cuts the query after its '?'. It owns no memory:
+ * every pointer in struct later_head points into the pool. A NUL with non-zero bytes after
+ * it is the client's and refuses the head (400). */
 #include "proxy/later_head.h"
 
 #include <string.h>

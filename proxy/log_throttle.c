@@ -1,3 +1,9 @@
+/* The log throttle (log_throttle.h). It owns the table (sets of WAYS entries, never grown)
+ * and each entry's held line. All is under one mutex, and lines are written outside it
+ * after being taken off the table. An entry is on the held list exactly when held > 0, the
+ * list in order of flush_ms (never due before its tail), so a flush reads from the head.
+ * Hash 0 marks an empty entry (a key hashing to 0 is stored as 1). A line buffer has one
+ * owner at a time, its entry or the flush that took it, and is freed once. */
 #include "proxy/log_throttle.h"
 
 #include <pthread.h>

@@ -1,3 +1,9 @@
+/* Giving back idle pools' pages (pool_trim.h says what of libmicrohttpd it relies on). A
+ * pool_trim owns its timer and the list of pools idle since a request, oldest first, so the
+ * timer looks at the head only; each client_pool lives in its connection's socket context
+ * from STARTED to CLOSED, never freed by pool_trim_free. A pool is on the list exactly when
+ * queued is set. Only a pool whose start is known goes to madvise, and only its zero pages,
+ * but for an upgraded connection's, given back whole once. */
 #include "proxy/pool_trim.h"
 
 #include <stdbool.h>

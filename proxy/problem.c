@@ -1,3 +1,8 @@
+/* The RFC 9457 problem bodies of problem.h. It owns the table of kinds: each error_code is
+ * there once with its status and its sentence (problem_status, problem_detail), and a code
+ * it does not know gets 500 and a general sentence. Nothing here keeps state; problem_body
+ * writes into the caller's buffer and fails rather than cut a body short, and
+ * problem_limited's text is the caller's to free. */
 #include "proxy/problem.h"
 
 #include <stdio.h>

@@ -1,3 +1,9 @@
+/* An answer the proxy writes on the client's socket itself (raw_response.h). It owns struct
+ * raw_response, its head buffer and its write event; the socket stays libmicrohttpd's (only
+ * its sending side is shut here). Never blocks: sends are MSG_DONTWAIT, and a full socket
+ * waits on the write event for at most write_timeout_ms. The last byte waits until
+ * slots_pending is false. Once over is set nothing more is written; over(owner) is called
+ * at most once, and not at all when the client left first (raw_response_cut). */
 #include "proxy/raw_response.h"
 
 #include <errno.h>

@@ -1,3 +1,9 @@
+/* A worker's rejection warnings (rejection_log.h). It owns its timer, never the throttle,
+ * which the process shares and which keeps the held lines. armed_for is when the timer
+ * fires, -1 when unarmed; a rejection only ever moves it earlier, so every held line has a
+ * timer at or before its time. A held line is a fixed-size copy (struct rejection_line)
+ * that points at nothing of the request but limit_type, a static string. Used from its
+ * worker's loop thread only. */
 #include "proxy/rejection_log.h"
 
 #include <stdbool.h>

@@ -1,3 +1,9 @@
+/* A request's head on its way through libmicrohttpd (request_head.h). It owns the wait for
+ * the rest of a later head; its rest_wait lives in the request's scratch. The wait is freed
+ * before rest_in(owner) is called, so rest_in comes once per wait. A refused head is
+ * answered on the socket once, with its sending side shut. When memory runs out the
+ * connection is shut or the head marked unscreened, which request_head_check then checks
+ * field by field: no head goes on unchecked. */
 #include "proxy/request_head.h"
 
 #include <errno.h>

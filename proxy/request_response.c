@@ -1,3 +1,8 @@
+/* A request's answer (request_response.h): pending, stashed and their statuses in struct
+ * request (request_state.h). A request has at most one pending response: another, or one
+ * set once libmicrohttpd is done with the request, is destroyed at once, so the first
+ * decision stands; a queued one is destroyed once libmicrohttpd holds it. A stashed
+ * response is queued only once the request's slots are back. */
 #include "proxy/request_response.h"
 
 #include <string.h>

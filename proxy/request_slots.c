@@ -1,3 +1,9 @@
+/* A request's concurrency slots and upstream place (request_slots.h): lease_held,
+ * release_in_flight, after_release, lease_id and upstream_place of struct request. Each is
+ * given back at most once, its flag cleared before the limiter or upstream_cap is told. A
+ * lease id is "instance:worker:sequence", unique in the process. request_release_then calls
+ * then(r) at most once: at once without slots, else on the store's answer, holding a
+ * reference on r until then, and not at all if libmicrohttpd finished with r meanwhile. */
 #include "proxy/request_slots.h"
 
 #include <stdio.h>

@@ -1,3 +1,8 @@
+/* The proxy's own answers (respond.h): problem bodies wrapped in libmicrohttpd responses,
+ * and RateLimit headers from a decided check. It keeps no state. A response copies its body
+ * (or takes the 429's, freed by libmicrohttpd), so no buffer here outlives the call.
+ * respond_send_closing never blocks (one MSG_DONTWAIT send, then the sending side shut) and
+ * sends nothing rather than a cut answer. */
 #include "proxy/respond.h"
 
 #include <stdio.h>

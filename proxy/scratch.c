@@ -1,3 +1,8 @@
+/* The per-request bump allocator of scratch.h. It owns its chunks, newest first; every
+ * pointer it hands out lies in one of them and is valid until the next reset. A new chunk
+ * is at least twice the size of the newest, so a request takes few chunks whatever it
+ * allocates. A reset frees every chunk but the oldest (the first allocated), which the next
+ * request reuses; only scratch_free gives that one back. */
 #include "proxy/scratch.h"
 
 #include <stdalign.h>

@@ -1,3 +1,8 @@
+/* The process's one record of store outages (store_log.h), shared by every worker's limiter
+ * hook. All of it, and the writing of each line, is under its mutex. n_down is always the
+ * number of workers whose last event was a failure: an outage starts when it leaves 0 and
+ * ends when it is back at 0, and writes at most one line per kind (unreachable, error) and
+ * one at its end (if log_back). It never calls into a limiter. */
 #include "proxy/store_log.h"
 
 #include <pthread.h>

@@ -1,3 +1,7 @@
+/* text_printf of text.h. The text's data is the caller's: this file grows it (doubling,
+ * from 4096) but never frees it. While failed is false, data (once anything was added)
+ * holds len bytes and a NUL after them; once failed is set nothing more is appended, so a
+ * text is either whole or marked failed, never cut short without a sign. */
 #include "proxy/text.h"
 
 #include <stdarg.h>

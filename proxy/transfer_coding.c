@@ -1,3 +1,7 @@
+/* The Transfer-Encoding reading of transfer_coding.h. It owns nothing but the counts in
+ * struct transfer_coding: pure, no allocation, no I/O. The verdict reads the counts alone,
+ * once every field was added: faulty framing (400) wins over an unsupported coding (501),
+ * and "chunked" alone passes only as libmicrohttpd reads it (first_is_plain). */
 #include "proxy/transfer_coding.h"
 
 #include <string.h>

@@ -1,3 +1,9 @@
+/* Handshakes and the relay (websocket.h says what this file owns; ws_tunnel.h the fields,
+ * ws_close.c the end). A tunnel is on its context's list from ws_start until ws_free, and
+ * holds a reference on the resolved upstreams it picked from, so a reload never frees its
+ * address; getaddrinfo runs at create and reload only. Frames pass unchanged: a client
+ * frame's head goes on only once whole and judged. At most TUNNEL_HIGH_WATER bytes queue
+ * toward a side before the other is read no more. */
 #include "proxy/websocket.h"
 
 #include <errno.h>

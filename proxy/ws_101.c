@@ -1,3 +1,8 @@
+/* The check of an upstream's 101 (ws_101.h). Pure: no I/O, no state of its own; it fills
+ * the caller's ws_101_expect and ws_101. An expectation has has_key set only when the whole
+ * Sec-WebSocket-Accept was computed, so a failed SHA-1 or a client without a key makes
+ * every 101 invalid rather than trusted. The counts of Upgrade and Sec-WebSocket-Accept
+ * fields are kept so that a repeated field also fails ws_101_valid. */
 #include "proxy/ws_101.h"
 
 #include <string.h>

@@ -1,3 +1,9 @@
+/* Where a browser puts its API key (ws_auth.h). Pure: no libmicrohttpd, no I/O, no state;
+ * it writes only into what the caller hands it (the target's buffer, which only shrinks, a
+ * struct ws_auth_key, the sink's or the scratch's memory). Keys found in several places
+ * that differ, or one longer than WS_AUTH_KEY_MAX, are a conflict: nothing here picks one.
+ * What goes to the sink never carries the key: a Sec-WebSocket-Protocol list goes without
+ * the proxy's elements, a Referer without the key parameter. */
 #include "proxy/ws_auth.h"
 
 #include <errno.h>

@@ -1,3 +1,9 @@
+/* How a tunnel ends (ws_close.h): the tunnel's close state (the await flags, the client's
+ * close frame in waiting, t->down) and its one timer. The state only moves forward, OPEN to
+ * CLOSING to CLOSED; ws_close_finish acts once, freeing the sockets, taking the gauge down
+ * and calling the owner's closed hook (which may free the tunnel) at most once each. A
+ * close frame is written only at a frame boundary. Nothing blocks: every wait is the timer
+ * or a bufferevent callback. */
 #include "proxy/ws_close.h"
 
 #include <sys/socket.h>

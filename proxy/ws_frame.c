@@ -1,3 +1,8 @@
+/* The frame-head readers of ws_frame.h. Pure: no I/O, no allocation; a reader owns only the
+ * head bytes it has seen so far (at most 14) and never reads a payload, which passes as it
+ * came. Once a ws_frame_reader has found a protocol error it stays failed and answers every
+ * later call with WS_PROTOCOL_ERROR. ws_frame_bounds judges nothing: it only knows where
+ * frames end, so it can follow the upstream's frames, which are not ours to refuse. */
 #include "proxy/ws_frame.h"
 
 #include <string.h>

@@ -1,3 +1,9 @@
+/* The proxy's own refusing 101 (ws_refusal.h). It owns struct ws_refusal and its two
+ * events; the socket stays libmicrohttpd's, handed back with MHD_UPGRADE_ACTION_CLOSE once
+ * (urh is cleared when it is). The close frame goes in one non-blocking send; if it does
+ * not all go, the connection closes at once rather than send half a frame. Nothing here
+ * frees the struct: ws_refusal_free does, once libmicrohttpd is done with the connection.
+ * The upstream is never asked. */
 #include "proxy/ws_refusal.h"
 
 #include <errno.h>

@@ -1,3 +1,9 @@
+/* The denial cache (denial_cache.h): a fixed table that a new rejection evicts from, never
+ * grows, and the records of checks asked, on a free list. Its limiter's thread only: no
+ * lock. An entry answers while now < until_ms, counted from when the check was sent, so it
+ * never outlasts the store's rejection; it matches on the whole subject, not the hash
+ * alone. A rejection in which a concurrency rule refused is never kept. A record goes back
+ * to the free list before its check's done is called. */
 #include "store/denial_cache.h"
 
 #include <stdlib.h>

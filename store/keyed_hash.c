@@ -1,3 +1,7 @@
+/* SipHash and the process's hash key (keyed_hash.h). It owns process_key: drawn once by a
+ * constructor before main, written never again, so every thread reads it without a lock. A
+ * process that cannot get 16 random bytes aborts rather than hash under a guessable key.
+ * The hash functions keep no state. */
 #include "store/keyed_hash.h"
 
 #include <endian.h>

@@ -1,3 +1,9 @@
+/* The blocking Redis checks of `tierproxy --check` and the shared login (redis_probe.h). It
+ * keeps no state: each call makes and frees its own connection and TLS context, or hands
+ * the logged-in connection to the caller, who frees it. Blocking, so never run on a
+ * worker's loop. No password reaches a report (the reasons are hiredis' errors and Redis'
+ * replies), and redis_probe wipes its parsed URL, which holds the password, before it
+ * returns once the URL parsed. */
 #include "store/redis_probe.h"
 
 #include <errno.h>

@@ -1,3 +1,9 @@
+/* The record of what a limiter last met of its store (store_status.h). It owns the struct's
+ * reason and health; the hook is the limiter's. health is atomic and reason is under the
+ * mutex, so any thread may read them while the limiter's thread writes. The hook is called
+ * outside the mutex, with a copy of the reason, so a slow hook holds up no reader. A reason
+ * is one line (CR and LF become spaces) and names the store and the step. store_status_ok
+ * tells the hook only on a change from a failure. */
 #include "store/store_status.h"
 
 #include <stdio.h>
