@@ -97,17 +97,22 @@ int catalog_stmt_prepare(struct catalog *cat, sqlite3_stmt **pst, const char *sq
     return 0;
 }
 
+/* sql from the statement cache (or prepared into it), with fmt's values bound; the caller
+ * gives it back with stmt_cache_done whatever this returns. */
+static int cached_bound(struct catalog *cat, const char *sql, const char *fmt, va_list ap, sqlite3_stmt **pst)
+{
+    int rc = stmt_cache_prepare(&cat->cache, cat->db, sql, pst);
+    return rc == SQLITE_OK ? bind_va(*pst, fmt, ap) : rc;
+}
+
 /* Runs a statement that returns no rows. *pchanges (if not NULL) gets the rows changed. */
 int catalog_stmt_run(struct catalog *cat, int64_t *pchanges, const char *sql, const char *fmt, ...)
 {
     sqlite3_stmt *st = NULL;
-    int rc = stmt_cache_prepare(&cat->cache, cat->db, sql, &st);
-    if (rc == SQLITE_OK) {
-        va_list ap;
-        va_start(ap, fmt);
-        rc = bind_va(st, fmt, ap);
-        va_end(ap);
-    }
+    va_list ap;
+    va_start(ap, fmt);
+    int rc = cached_bound(cat, sql, fmt, ap, &st);
+    va_end(ap);
     if (rc == SQLITE_OK) {
         while ((rc = sqlite3_step(st)) == SQLITE_ROW)
             ;
@@ -126,13 +131,10 @@ int catalog_stmt_run(struct catalog *cat, int64_t *pchanges, const char *sql, co
 int catalog_query_int(struct catalog *cat, int64_t *pvalue, const char *sql, const char *fmt, ...)
 {
     sqlite3_stmt *st = NULL;
-    int rc = stmt_cache_prepare(&cat->cache, cat->db, sql, &st);
-    if (rc == SQLITE_OK) {
-        va_list ap;
-        va_start(ap, fmt);
-        rc = bind_va(st, fmt, ap);
-        va_end(ap);
-    }
+    va_list ap;
+    va_start(ap, fmt);
+    int rc = cached_bound(cat, sql, fmt, ap, &st);
+    va_end(ap);
     int r = 0;
     if (rc == SQLITE_OK) {
         rc = sqlite3_step(st);

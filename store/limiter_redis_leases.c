@@ -192,11 +192,18 @@ static void defer_release(struct redis_limiter *rl, struct pending *p)
     rl->n_deferred++;
 }
 
-void redis_flush_deferred(struct redis_limiter *rl)
+/* The held-back releases, taken off the limiter (which then holds none). */
+static struct pending *take_deferred(struct redis_limiter *rl)
 {
     struct pending *p = rl->deferred;
     rl->deferred = NULL;
     rl->n_deferred = 0;
+    return p;
+}
+
+void redis_flush_deferred(struct redis_limiter *rl)
+{
+    struct pending *p = take_deferred(rl);
     while (p != NULL) {
         struct pending *next = p->next;
         p->next = NULL;
@@ -337,9 +344,7 @@ void limiter_redis_node_hand_over(struct limiter *from,
                                   struct limiter *(*route)(void *arg, const char *key, size_t key_len), void *arg)
 {
     struct redis_limiter *rl = (struct redis_limiter *)from;
-    struct pending *p = rl->deferred;
-    rl->deferred = NULL;
-    rl->n_deferred = 0;
+    struct pending *p = take_deferred(rl);
     while (p != NULL) {
         struct pending *next = p->next;
         p->next = NULL;
