@@ -164,37 +164,30 @@ enum gate_action gate_admit(const struct gate_request *req, const struct snapsho
     return out->action;
 }
 
-void gate_verdict(const struct gate_check *check, bool websocket, const struct limiter_result *result,
-                  const struct proxy_config *cfg, struct gate_outcome *out)
+/* The store did not answer: forward or refuse by [limits] on_store_error. */
+static void verdict_without_store(const struct gate_check *check, const struct proxy_config *cfg,
+                                  struct gate_outcome *out)
 {
-    memset(out, 0, sizeof(*out));
-    if (result->status != LIMITER_DECIDED) {
-        out->store_error = true;
-        out->decision = "store_unavailable";
-        bool has_rate = false;
-        for (size_t i = 0; i < check->n; i++)
-            has_rate |= check->rules[i].kind != LIMIT_CONCURRENCY;
-        /* a kind left "local" here had nothing to decide it with (the fallback failed): open */
-        bool open = (!has_rate || cfg->rate_on_store_error != LIMITER_STORE_ERROR_CLOSED) &&
-                    (!check->has_concurrency || cfg->concurrency_on_store_error != LIMITER_STORE_ERROR_CLOSED);
-        if (open) {
-            out->action = GATE_FORWARD;
-        } else {
-            out->action = GATE_UNAVAILABLE;
-            out->error_code = "limiter_unavailable";
-        }
-        return;
-    }
-    /* decided by this proxy alone while the store was away: logged as "local", counted as a
-       store error, answered (headers, 429) from the local state */
-    out->local = result->local;
-    out->store_error = result->local;
-    if (result->allowed) {
+    out->store_error = true;
+    out->decision = "store_unavailable";
+    bool has_rate = false;
+    for (size_t i = 0; i < check->n; i++)
+        has_rate |= check->rules[i].kind != LIMIT_CONCURRENCY;
+    /* a kind left "local" here had nothing to decide it with (the fallback failed): open */
+    bool open = (!has_rate || cfg->rate_on_store_error != LIMITER_STORE_ERROR_CLOSED) &&
+                (!check->has_concurrency || cfg->concurrency_on_store_error != LIMITER_STORE_ERROR_CLOSED);
+    if (open) {
         out->action = GATE_FORWARD;
-        out->decision = result->local ? "local" : "allowed";
-        out->lease_held = check->has_concurrency;
-        return;
+    } else {
+        out->action = GATE_UNAVAILABLE;
+        out->error_code = "limiter_unavailable";
     }
+}
+
+/* A limit refused: which kind, and how long the client waits; a shadow plan forwards. */
+static void verdict_over_limit(const struct gate_check *check, bool websocket, const struct limiter_result *result,
+                               struct gate_outcome *out)
+{
     bool rate_rejected = false, quota_rejected = false;
     int64_t wait_ms = 0;
     for (size_t i = 0; i < result->n && i < check->n; i++) {
@@ -224,6 +217,27 @@ void gate_verdict(const struct gate_check *check, bool websocket, const struct l
     out->error_code = quota_rejected ? "quota_exceeded" : rate_rejected ? "rate_limit_exceeded"
                                                                         : "concurrency_limit_exceeded";
     out->retry_after_s = ratelimit_retry_after_s(wait_ms);
+}
+
+void gate_verdict(const struct gate_check *check, bool websocket, const struct limiter_result *result,
+                  const struct proxy_config *cfg, struct gate_outcome *out)
+{
+    memset(out, 0, sizeof(*out));
+    if (result->status != LIMITER_DECIDED) {
+        verdict_without_store(check, cfg, out);
+        return;
+    }
+    /* decided by this proxy alone while the store was away: logged as "local", counted as a
+       store error, answered (headers, 429) from the local state */
+    out->local = result->local;
+    out->store_error = result->local;
+    if (result->allowed) {
+        out->action = GATE_FORWARD;
+        out->decision = result->local ? "local" : "allowed";
+        out->lease_held = check->has_concurrency;
+        return;
+    }
+    verdict_over_limit(check, websocket, result, out);
 }
 
 /* Whether name[0, len) is one of the comma-separated tokens of a Connection field. */
