@@ -164,37 +164,30 @@ enum gate_action gate_admit(const struct gate_request *req, const struct snapsho
     return out->action;
 }
 
-void gate_verdict(const struct gate_check *check, bool websocket, const struct limiter_result *result,
-                  const struct proxy_config *cfg, struct gate_outcome *out)
+/* The store did not answer: forward or refuse by [limits] on_store_error. */
+static void verdict_without_store(const struct gate_check *check, const struct proxy_config *cfg,
+                                  struct gate_outcome *out)
 {
-    memset(out, 0, sizeof(*out));
-    if (result->status != LIMITER_DECIDED) {
-        out->store_error = true;
-        out->decision = "store_unavailable";
-        bool has_rate = false;
-        for (size_t i = 0; i < check->n; i++)
-            has_rate |= check->rules[i].kind != LIMIT_CONCURRENCY;
-        /* a kind left "local" here had nothing to decide it with (the fallback failed): open */
-        bool open = (!has_rate || cfg->rate_on_store_error != LIMITER_STORE_ERROR_CLOSED) &&
-                    (!check->has_concurrency || cfg->concurrency_on_store_error != LIMITER_STORE_ERROR_CLOSED);
-        if (open) {
-            out->action = GATE_FORWARD;
-        } else {
-            out->action = GATE_UNAVAILABLE;
-            out->error_code = "limiter_unavailable";
-        }
-        return;
-    }
-    /* decided by this proxy alone while the store was away: logged as "local", counted as a
-       store error, answered (headers, 429) from the local state */
-    out->local = result->local;
-    out->store_error = result->local;
-    if (result->allowed) {
+    out->store_error = true;
+    out->decision = "store_unavailable";
+    bool has_rate = false;
+    for (size_t i = 0; i < check->n; i++)
+        has_rate |= check->rules[i].kind != LIMIT_CONCURRENCY;
+    /* a kind left "local" here had nothing to decide it with (the fallback failed): open */
+    bool open = (!has_rate || cfg->rate_on_store_error != LIMITER_STORE_ERROR_CLOSED) &&
+                (!check->has_concurrency || cfg->concurrency_on_store_error != LIMITER_STORE_ERROR_CLOSED);
+    if (open) {
         out->action = GATE_FORWARD;
-        out->decision = result->local ? "local" : "allowed";
-        out->lease_held = check->has_concurrency;
-        return;
+    } else {
+        out->action = GATE_UNAVAILABLE;
+        out->error_code = "limiter_unavailable";
     }
+}
+
+/* A limit refused: which kind, and how long the client waits; a shadow plan forwards. */
+static void verdict_over_limit(const struct gate_check *check, bool websocket, const struct limiter_result *result,
+                               struct gate_outcome *out)
+{
     bool rate_rejected = false, quota_rejected = false;
     int64_t wait_ms = 0;
     for (size_t i = 0; i < result->n && i < check->n; i++) {
@@ -226,6 +219,27 @@ void gate_verdict(const struct gate_check *check, bool websocket, const struct l
     out->retry_after_s = ratelimit_retry_after_s(wait_ms);
 }
 
+void gate_verdict(const struct gate_check *check, bool websocket, const struct limiter_result *result,
+                  const struct proxy_config *cfg, struct gate_outcome *out)
+{
+    memset(out, 0, sizeof(*out));
+    if (result->status != LIMITER_DECIDED) {
+        verdict_without_store(check, cfg, out);
+        return;
+    }
+    /* decided by this proxy alone while the store was away: logged as "local", counted as a
+       store error, answered (headers, 429) from the local state */
+    out->local = result->local;
+    out->store_error = result->local;
+    if (result->allowed) {
+        out->action = GATE_FORWARD;
+        out->decision = result->local ? "local" : "allowed";
+        out->lease_held = check->has_concurrency;
+        return;
+    }
+    verdict_over_limit(check, websocket, result, out);
+}
+
 /* Whether name[0, len) is one of the comma-separated tokens of a Connection field. */
 static bool named_in_connection(const struct gate_header *connection, const char *name, size_t name_len)
 {
@@ -249,90 +263,99 @@ static int emit(const struct gate_header_sink *sink, const char *name, const cha
     return sink->emit(sink->ctx, name, strlen(name), value, value_len);
 }
 
-int gate_upstream_headers(const struct gate_request *req, const struct gate_check *check,
-                          const struct gate_header_sink *sink)
+/* What the pass over the client's fields learns for the fields the proxy adds after them. */
+struct header_pass {
+    const struct gate_request *req;
+    const struct gate_header_sink *sink;
+    const char *key_header;          /* dropped: [auth] forward_key is off */
+    const struct gate_header *connection;
+    bool trusted_peer;               /* [proxy] trusted_proxies holds the peer */
+    const char *host;                /* the Host sent upstream, NULL while none */
+    size_t host_len;
+    bool kept_xf_proto, kept_xf_host; /* a trusted peer's, sent as it came */
+};
+
+/* Fields never forwarded as they came: hop-by-hop, framing, underscored (unless
+ * forwarded), the proxy's own X-Tier-*, and the key's header. */
+static bool dropped_field(const struct header_pass *hp, const struct gate_header *h, bool underscored)
 {
-    const struct proxy_config *cfg = req->cfg;
-    const char *key_header = cfg->forward_key ? NULL : cfg->key_header;
-    const struct gate_header *connection = first_field(req, "Connection");
-    bool trusted_peer = req->peer != NULL && cidr_match_sockaddr(cfg->trusted_proxies, cfg->n_trusted_proxies, req->peer);
-    const char *authority = req->target->authority;
-    size_t authority_len = req->target->authority_len;
-    const char *host = NULL;
-    size_t host_len = 0;
-    bool kept_xf_proto = false, kept_xf_host = false;
-    size_t chain_len = 0; /* of a trusted peer's X-Forwarded-For fields joined with ", " */
+    const char *name = h->name;
+    size_t len = h->name_len;
+    if (http1_is_hop_by_hop(name, len) || named_in_connection(hp->connection, name, len))
+        return true;
+    if (name_is(h, "Content-Length") || name_is(h, "Expect"))
+        return true;
+    /* Applications behind CGI-like stacks read "_" as "-": an underscored name is
+       dropped, or, when forwarded, never one that spells a header the proxy sets,
+       strips or trusts. */
+    if (underscored && !hp->req->cfg->underscores_forward)
+        return true;
+    if (field_name_has_prefix_folded(name, len, "X-Tier-"))
+        return true;
+    return hp->key_header != NULL && field_name_equal_folded(name, len, hp->key_header);
+}
 
-    for (size_t i = 0; i < req->n_headers; i++) {
-        const struct gate_header *h = &req->headers[i];
-        const char *name = h->name, *value = h->value;
-        size_t len = h->name_len, value_len = h->value_len;
-        if (http1_is_hop_by_hop(name, len) || named_in_connection(connection, name, len))
-            continue;
-        if (name_is(h, "Content-Length") || name_is(h, "Expect"))
-            continue;
-        /* Applications behind CGI-like stacks read "_" as "-": an underscored name is
-           dropped, or, when forwarded, never one that spells a header the proxy sets,
-           strips or trusts. */
-        bool underscored = field_name_has_underscore(name, len);
-        if (underscored && !cfg->underscores_forward)
-            continue;
-        if (field_name_has_prefix_folded(name, len, "X-Tier-"))
-            continue;
-        if (key_header != NULL && field_name_equal_folded(name, len, key_header))
-            continue;
-        int rewritten = ws_auth_emit_field(req->headers, req->n_headers, i, cfg->key_query, sink); /* no key */
-        if (rewritten < 0)
-            return -ENOMEM;
-        if (rewritten > 0)
-            continue;
-        if (underscored && (field_name_equal_folded(name, len, "X-Forwarded-For") ||
-                            field_name_equal_folded(name, len, "X-Forwarded-Proto") ||
-                            field_name_equal_folded(name, len, "X-Forwarded-Host") ||
-                            field_name_equal_folded(name, len, "Host")))
-            continue;
-        if (name_is(h, "X-Forwarded-For"))
-            continue; /* every field of it is one list, sent once below */
-        if (name_is(h, "X-Forwarded-Proto")) {
-            if (!trusted_peer)
-                continue;
-            kept_xf_proto = true;
-        } else if (name_is(h, "X-Forwarded-Host")) {
-            if (!trusted_peer)
-                continue;
-            kept_xf_host = true;
-        } else if (name_is(h, "Host")) {
-            if (authority != NULL) {
-                value = authority;
-                value_len = authority_len;
-            }
-            host = value;
-            host_len = value_len;
+static bool spells_forwarding_field(const char *name, size_t len)
+{
+    return field_name_equal_folded(name, len, "X-Forwarded-For") ||
+           field_name_equal_folded(name, len, "X-Forwarded-Proto") ||
+           field_name_equal_folded(name, len, "X-Forwarded-Host") || field_name_equal_folded(name, len, "Host");
+}
+
+/* The client's field i, forwarded, rewritten or dropped. Returns 0 or -ENOMEM. */
+static int pass_client_field(struct header_pass *hp, size_t i)
+{
+    const struct gate_request *req = hp->req;
+    const struct gate_header *h = &req->headers[i];
+    const char *name = h->name, *value = h->value;
+    size_t len = h->name_len, value_len = h->value_len;
+    bool underscored = field_name_has_underscore(name, len);
+    if (dropped_field(hp, h, underscored))
+        return 0;
+    int rewritten = ws_auth_emit_field(req->headers, req->n_headers, i, req->cfg->key_query, hp->sink); /* no key */
+    if (rewritten != 0)
+        return rewritten < 0 ? -ENOMEM : 0;
+    if (underscored && spells_forwarding_field(name, len))
+        return 0;
+    if (name_is(h, "X-Forwarded-For"))
+        return 0; /* every field of it is one list, sent once below */
+    if (name_is(h, "X-Forwarded-Proto")) {
+        if (!hp->trusted_peer)
+            return 0;
+        hp->kept_xf_proto = true;
+    } else if (name_is(h, "X-Forwarded-Host")) {
+        if (!hp->trusted_peer)
+            return 0;
+        hp->kept_xf_host = true;
+    } else if (name_is(h, "Host")) {
+        if (req->target->authority != NULL) {
+            value = req->target->authority;
+            value_len = req->target->authority_len;
         }
-        if (sink->emit(sink->ctx, name, len, value, value_len) < 0)
-            return -ENOMEM;
+        hp->host = value;
+        hp->host_len = value_len;
     }
-    if (host == NULL && authority != NULL) { /* an HTTP/1.0 request without Host */
-        host = authority;
-        host_len = authority_len;
-        if (emit(sink, "Host", authority, authority_len) < 0)
-            return -ENOMEM;
-    }
+    return hp->sink->emit(hp->sink->ctx, name, len, value, value_len) < 0 ? -ENOMEM : 0;
+}
 
-    /* A trusted peer's whole list, every field in order, then the peer: uncut (the head
-       that carried it is capped, so the list is too). */
+/* A trusted peer's whole list, every field in order, then the peer: uncut (the head
+   that carried it is capped, so the list is too). Returns 0 or -ENOMEM. */
+static int emit_forwarded_for(const struct header_pass *hp)
+{
+    const struct gate_request *req = hp->req;
     char peer_text[64] = "";
     if (req->peer != NULL)
         sockaddr_to_text(req->peer, peer_text, sizeof(peer_text));
     size_t peer_len = strlen(peer_text);
-    for (size_t i = 0; trusted_peer && i < req->n_headers; i++)
+    size_t chain_len = 0; /* of a trusted peer's X-Forwarded-For fields joined with ", " */
+    for (size_t i = 0; hp->trusted_peer && i < req->n_headers; i++)
         if (name_is(&req->headers[i], "X-Forwarded-For"))
             chain_len += (chain_len > 0 ? 2 : 0) + req->headers[i].value_len;
-    char *xff = sink->alloc(sink->ctx, chain_len + peer_len + 3);
+    char *xff = hp->sink->alloc(hp->sink->ctx, chain_len + peer_len + 3);
     if (xff == NULL)
         return -ENOMEM;
     size_t at = 0;
-    for (size_t i = 0; trusted_peer && i < req->n_headers; i++) {
+    for (size_t i = 0; hp->trusted_peer && i < req->n_headers; i++) {
         const struct gate_header *h = &req->headers[i];
         if (!name_is(h, "X-Forwarded-For"))
             continue;
@@ -349,24 +372,55 @@ int gate_upstream_headers(const struct gate_request *req, const struct gate_chec
     }
     memcpy(xff + at, peer_text, peer_len + 1);
     at += peer_len;
-    if (emit(sink, "X-Forwarded-For", xff, at) < 0)
+    return emit(hp->sink, "X-Forwarded-For", xff, at) < 0 ? -ENOMEM : 0;
+}
+
+/* The fields the proxy adds after X-Forwarded-For. Returns 0 or -ENOMEM. */
+static int emit_proxy_fields(const struct header_pass *hp, const struct gate_check *check)
+{
+    const struct gate_header_sink *sink = hp->sink;
+    if (!hp->kept_xf_proto && emit(sink, "X-Forwarded-Proto", "http", 4) < 0)
         return -ENOMEM;
-    if (!kept_xf_proto && emit(sink, "X-Forwarded-Proto", "http", 4) < 0)
-        return -ENOMEM;
-    if (host != NULL && !kept_xf_host && emit(sink, "X-Forwarded-Host", host, host_len) < 0)
+    if (hp->host != NULL && !hp->kept_xf_host && emit(sink, "X-Forwarded-Host", hp->host, hp->host_len) < 0)
         return -ENOMEM;
     if (check != NULL && check->plan != NULL) {
         if (emit(sink, "X-Tier-User", check->user_id, strlen(check->user_id)) < 0 ||
             emit(sink, "X-Tier-Plan", check->plan->name, strlen(check->plan->name)) < 0)
             return -ENOMEM;
     }
-    if (req->websocket) {
+    if (hp->req->websocket) {
         /* The upgrade is the one hop-by-hop exchange a tunnel must pass on. */
-        const struct gate_header *upgrade = first_field(req, "Upgrade");
+        const struct gate_header *upgrade = first_field(hp->req, "Upgrade");
         if (emit(sink, "Connection", "Upgrade", 7) < 0 ||
             (upgrade != NULL ? emit(sink, "Upgrade", upgrade->value, upgrade->value_len)
                              : emit(sink, "Upgrade", "websocket", 9)) < 0)
             return -ENOMEM;
     }
     return 0;
+}
+
+int gate_upstream_headers(const struct gate_request *req, const struct gate_check *check,
+                          const struct gate_header_sink *sink)
+{
+    const struct proxy_config *cfg = req->cfg;
+    struct header_pass hp = {
+        .req = req,
+        .sink = sink,
+        .key_header = cfg->forward_key ? NULL : cfg->key_header,
+        .connection = first_field(req, "Connection"),
+        .trusted_peer = req->peer != NULL && cidr_match_sockaddr(cfg->trusted_proxies, cfg->n_trusted_proxies, req->peer),
+    };
+    for (size_t i = 0; i < req->n_headers; i++)
+        if (pass_client_field(&hp, i) < 0)
+            return -ENOMEM;
+    const char *authority = req->target->authority;
+    if (hp.host == NULL && authority != NULL) { /* an HTTP/1.0 request without Host */
+        hp.host = authority;
+        hp.host_len = req->target->authority_len;
+        if (emit(sink, "Host", authority, hp.host_len) < 0)
+            return -ENOMEM;
+    }
+    if (emit_forwarded_for(&hp) < 0)
+        return -ENOMEM;
+    return emit_proxy_fields(&hp, check);
 }

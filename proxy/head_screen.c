@@ -65,6 +65,8 @@ bool head_screen_single_field(const char *name, size_t len)
 
 struct scan {
     struct head_screen result;
+    enum state st;
+    const char *version; /* where the request line's version starts */
     bool in_request_line;
     const char *name;
     size_t name_len;
@@ -196,142 +198,222 @@ static const char *field_error_code(unsigned status)
     return status == 413 ? "request_too_large" : "malformed_request";
 }
 
+/* The steps below return true once the head is decided, with the answer in s->result. */
+static bool refused(struct scan *s, unsigned status, const char *error_code, enum head_fault fault)
+{
+    refuse(s, status, error_code, fault);
+    return true;
+}
+
+static bool malformed(struct scan *s)
+{
+    return refused(s, 400, "malformed_request", HEAD_FAULT_SYNTAX);
+}
+
+static bool accepted(struct scan *s, size_t head_len)
+{
+    accept_head(s, head_len);
+    return true;
+}
+
+/* Before the request line: empty lines, then the method's first character. */
+static bool scan_leading(struct scan *s, const char *p)
+{
+    unsigned char c = (unsigned char)*p;
+    if (s->st == S_LEADING_CR) {
+        if (c != '\n')
+            return malformed(s);
+        s->st = S_LEADING;
+    } else if (c == '\r')
+        s->st = S_LEADING_CR;
+    else if (c == '\n')
+        ;
+    else if (method_char(c)) {
+        s->result.method = p;
+        s->st = S_METHOD;
+    } else
+        return malformed(s);
+    return false;
+}
+
+/* The method, the spaces after it, and the target up to the space that ends it. */
+static bool scan_method_target(struct scan *s, const char *p)
+{
+    unsigned char c = (unsigned char)*p;
+    switch (s->st) {
+    case S_METHOD:
+        if (c == ' ') {
+            s->result.method_len = (size_t)(p - s->result.method);
+            s->st = S_AFTER_METHOD;
+        } else if (!method_char(c))
+            return malformed(s);
+        break;
+    case S_AFTER_METHOD:
+        if (c == ' ')
+            break;
+        if (!target_char(c))
+            return malformed(s);
+        s->result.target = p;
+        s->st = S_TARGET;
+        break;
+    default: /* S_TARGET */
+        if (c == ' ') {
+            s->result.target_len = (size_t)(p - s->result.target);
+            s->entry_bytes = head_screen_query_entry_bytes(s->result.target, s->result.target_len);
+            s->st = S_AFTER_TARGET;
+        } else if (!target_char(c)) /* CR or LF here: an HTTP/0.9 request */
+            return malformed(s);
+        break;
+    }
+    return false;
+}
+
+/* The spaces after the target, then the version up to the end of the request line. */
+static bool scan_version(struct scan *s, const char *p)
+{
+    unsigned char c = (unsigned char)*p;
+    if (s->st == S_AFTER_TARGET) {
+        if (c == ' ')
+            return false;
+        s->version = p;
+        s->st = S_VERSION;
+    }
+    size_t seen = (size_t)(p - s->version);
+    if (c == ' ' || c == '\r' || c == '\n') {
+        int kind = version_kind(s->version, seen);
+        if (kind < 0)
+            return malformed(s);
+        if (kind == 0)
+            return refused(s, 505, "http_version_not_supported", HEAD_FAULT_VERSION);
+        if (c == ' ') /* libmicrohttpd reads it as part of the version, and refuses it */
+            return refused(s, 400, "malformed_request", HEAD_FAULT_AFTER_VERSION);
+        s->st = c == '\r' ? S_LINE_CR : S_FIELD_START;
+        if (c == '\n')
+            s->in_request_line = false;
+    } else if (c < 0x20 || c == 0x7f || seen >= VERSION_MAX)
+        return malformed(s);
+    return false;
+}
+
+/* A field line has ended: checked, the next line starts, or the head is refused. */
+static bool end_field(struct scan *s)
+{
+    enum head_fault fault;
+    unsigned status = field_done(s, &fault);
+    if (status != 0)
+        return refused(s, status, field_error_code(status), fault);
+    s->st = S_FIELD_START;
+    return false;
+}
+
+/* The LF after a line's CR, or the start of a line: a field's name, or the blank line
+ * that ends the head (data[i] is *p). */
+static bool scan_line_start(struct scan *s, const char *p, size_t i)
+{
+    unsigned char c = (unsigned char)*p;
+    switch (s->st) {
+    case S_LINE_CR:
+        if (c != '\n')
+            return malformed(s); /* a bare CR */
+        if (!s->in_request_line)
+            return end_field(s);
+        s->in_request_line = false;
+        s->st = S_FIELD_START;
+        return false;
+    case S_END_CR:
+        if (c != '\n')
+            return malformed(s);
+        return accepted(s, i + 1);
+    default: /* S_FIELD_START */
+        if (c == '\r')
+            s->st = S_END_CR;
+        else if (c == '\n')
+            return accepted(s, i + 1);
+        else if (http_token_char(c)) {
+            s->name = p; /* SP or HT here would be obs-fold (RFC 9112 5.2): refused */
+            s->st = S_NAME;
+        } else
+            return malformed(s);
+        return false;
+    }
+}
+
+/* A field's name up to its colon; *pi moves over the name's characters at once. */
+static bool scan_name(struct scan *s, const char *data, size_t *pi, size_t n)
+{
+    size_t i = *pi;
+    while (i < n && http_token_char((unsigned char)data[i]))
+        i++;
+    *pi = i;
+    if (i == n)
+        return false;
+    const char *p = data + i;
+    unsigned char c = (unsigned char)*p;
+    if (c == ':') {
+        s->name_len = (size_t)(p - s->name);
+        s->value = p + 1;
+        s->st = S_VALUE;
+    } else if (c == '\r' || c == '\n')
+        return refused(s, 400, "malformed_request", HEAD_FAULT_NO_COLON);
+    else if (!http_token_char(c))
+        return malformed(s);
+    return false;
+}
+
+/* A field's value up to the CR or LF that ends its line; *pi moves over it at once. */
+static bool scan_value(struct scan *s, const char *data, size_t *pi, size_t n)
+{
+    size_t i = *pi + http1_value_span(data + *pi, n - *pi);
+    *pi = i;
+    if (i == n)
+        return false;
+    const char *p = data + i;
+    unsigned char c = (unsigned char)*p;
+    if (c != '\r' && c != '\n')
+        return malformed(s);
+    s->value_len = (size_t)(p - s->value);
+    if (c == '\n')
+        return end_field(s);
+    s->st = S_LINE_CR;
+    return false;
+}
+
+/* One step of the scan at data[*i], by the part of the head it is in. */
+static bool step(struct scan *s, const char *data, size_t *i, size_t n)
+{
+    const char *p = data + *i;
+    switch (s->st) {
+    case S_LEADING:
+    case S_LEADING_CR:
+        return scan_leading(s, p);
+    case S_METHOD:
+    case S_AFTER_METHOD:
+    case S_TARGET:
+        return scan_method_target(s, p);
+    case S_AFTER_TARGET:
+    case S_VERSION:
+        return scan_version(s, p);
+    case S_LINE_CR:
+    case S_FIELD_START:
+    case S_END_CR:
+        return scan_line_start(s, p, *i);
+    case S_NAME:
+        return scan_name(s, data, i, n);
+    case S_VALUE:
+        return scan_value(s, data, i, n);
+    }
+    return false;
+}
+
 /* The scan from state st over data[0, len), at most max bytes of it. */
 static struct head_screen run(struct scan *s, enum state st, const char *data, size_t len, size_t max)
 {
-    const char *version = NULL;
     size_t n = len < max ? len : max;
 
-    for (size_t i = 0; i < n; i++) {
-        const char *p = data + i;
-        unsigned char c = (unsigned char)*p;
-        switch (st) {
-        case S_LEADING:
-            if (c == '\r')
-                st = S_LEADING_CR;
-            else if (c == '\n')
-                ;
-            else if (method_char(c)) {
-                s->result.method = p;
-                st = S_METHOD;
-            } else
-                return refuse(s, 400, "malformed_request", HEAD_FAULT_SYNTAX);
-            break;
-        case S_LEADING_CR:
-            if (c != '\n')
-                return refuse(s, 400, "malformed_request", HEAD_FAULT_SYNTAX);
-            st = S_LEADING;
-            break;
-        case S_METHOD:
-            if (c == ' ') {
-                s->result.method_len = (size_t)(p - s->result.method);
-                st = S_AFTER_METHOD;
-            } else if (!method_char(c))
-                return refuse(s, 400, "malformed_request", HEAD_FAULT_SYNTAX);
-            break;
-        case S_AFTER_METHOD:
-            if (c == ' ')
-                break;
-            if (!target_char(c))
-                return refuse(s, 400, "malformed_request", HEAD_FAULT_SYNTAX);
-            s->result.target = p;
-            st = S_TARGET;
-            break;
-        case S_TARGET:
-            if (c == ' ') {
-                s->result.target_len = (size_t)(p - s->result.target);
-                s->entry_bytes = head_screen_query_entry_bytes(s->result.target, s->result.target_len);
-                st = S_AFTER_TARGET;
-            } else if (!target_char(c)) /* CR or LF here: an HTTP/0.9 request */
-                return refuse(s, 400, "malformed_request", HEAD_FAULT_SYNTAX);
-            break;
-        case S_AFTER_TARGET:
-            if (c == ' ')
-                break;
-            version = p;
-            st = S_VERSION;
-            __attribute__((fallthrough));
-        case S_VERSION:
-            if (c == ' ' || c == '\r' || c == '\n') {
-                int kind = version_kind(version, (size_t)(p - version));
-                if (kind < 0)
-                    return refuse(s, 400, "malformed_request", HEAD_FAULT_SYNTAX);
-                if (kind == 0)
-                    return refuse(s, 505, "http_version_not_supported", HEAD_FAULT_VERSION);
-                if (c == ' ') /* libmicrohttpd reads it as part of the version, and refuses it */
-                    return refuse(s, 400, "malformed_request", HEAD_FAULT_AFTER_VERSION);
-                st = c == '\r' ? S_LINE_CR : S_FIELD_START;
-                if (c == '\n')
-                    s->in_request_line = false;
-            } else if (c < 0x20 || c == 0x7f || (size_t)(p - version) >= VERSION_MAX)
-                return refuse(s, 400, "malformed_request", HEAD_FAULT_SYNTAX);
-            break;
-        case S_LINE_CR:
-            if (c != '\n')
-                return refuse(s, 400, "malformed_request", HEAD_FAULT_SYNTAX); /* a bare CR */
-            if (s->in_request_line)
-                s->in_request_line = false;
-            else {
-                enum head_fault fault;
-                unsigned status = field_done(s, &fault);
-                if (status != 0)
-                    return refuse(s, status, field_error_code(status), fault);
-            }
-            st = S_FIELD_START;
-            break;
-        case S_FIELD_START:
-            if (c == '\r')
-                st = S_END_CR;
-            else if (c == '\n')
-                return accept_head(s, i + 1);
-            else if (http_token_char(c)) {
-                s->name = p; /* SP or HT here would be obs-fold (RFC 9112 5.2): refused */
-                st = S_NAME;
-            } else
-                return refuse(s, 400, "malformed_request", HEAD_FAULT_SYNTAX);
-            break;
-        case S_NAME:
-            while (i < n && http_token_char((unsigned char)data[i]))
-                i++;
-            if (i == n)
-                break;
-            p = data + i;
-            c = (unsigned char)*p;
-            if (c == ':') {
-                s->name_len = (size_t)(p - s->name);
-                s->value = p + 1;
-                st = S_VALUE;
-            } else if (c == '\r' || c == '\n')
-                return refuse(s, 400, "malformed_request", HEAD_FAULT_NO_COLON);
-            else if (!http_token_char(c))
-                return refuse(s, 400, "malformed_request", HEAD_FAULT_SYNTAX);
-            break;
-        case S_VALUE:
-            i += http1_value_span(p, n - i);
-            if (i == n)
-                break;
-            p = data + i;
-            c = (unsigned char)*p;
-            if (c == '\r' || c == '\n') {
-                s->value_len = (size_t)(p - s->value);
-                if (c == '\r')
-                    st = S_LINE_CR;
-                else {
-                    enum head_fault fault;
-                    unsigned status = field_done(s, &fault);
-                    if (status != 0)
-                        return refuse(s, status, field_error_code(status), fault);
-                    st = S_FIELD_START;
-                }
-            } else
-                return refuse(s, 400, "malformed_request", HEAD_FAULT_SYNTAX);
-            break;
-        case S_END_CR:
-            if (c != '\n')
-                return refuse(s, 400, "malformed_request", HEAD_FAULT_SYNTAX);
-            return accept_head(s, i + 1);
-        }
-    }
+    s->st = st;
+    for (size_t i = 0; i < n; i++)
+        if (step(s, data, &i, n))
+            return s->result;
     if (len >= max)
         return s->in_request_line ? refuse(s, 414, "uri_too_long", HEAD_FAULT_SIZE)
                                   : refuse(s, 431, "request_header_too_large", HEAD_FAULT_SIZE);

@@ -160,185 +160,254 @@ static void tune_malloc(void)
     mallopt(M_MMAP_THRESHOLD, 1024 * 1024);
 }
 
-static int serve(struct proxy_config *cfg, int argc, char **argv, char **envp)
-{
-    struct proxy_config *live = cfg;
-    char err[512];
-    int status = 1;
-    struct snapshot_watch *catalog = NULL;
-    struct memory_store *memory = NULL;
-    struct worker *workers = NULL;
-    struct access_log *access_log = NULL;
-    struct log_throttle *rejection_warnings = NULL;
-    struct store_log *store_log = NULL;
-    struct admin *admin = NULL;
-    struct limiter **limiters = NULL;
-    static struct upstream_cap upstream_cap;   /* every worker's; outlives them */
-    struct metrics **metrics = NULL;
-    int started = 0;
-
-    /* Signals go to the main thread only, which waits for them with sigwait. */
-    sigset_t sigs;
-    sigemptyset(&sigs);
-    sigaddset(&sigs, SIGTERM);
-    sigaddset(&sigs, SIGINT);
-    sigaddset(&sigs, SIGHUP);
-    sigaddset(&sigs, SIGUSR1);
-    pthread_sigmask(SIG_BLOCK, &sigs, NULL);
-    signal(SIGPIPE, SIG_IGN);
-
-    raise_nofile_limit();
-    tune_malloc();
+/* What serve holds while the daemon runs; torn down in the opposite order by daemon_close. */
+struct daemon {
+    struct proxy_config *cfg;       /* loaded at start, owned by main */
+    struct proxy_config *live;      /* the workers' configuration: cfg until a reload */
     struct start_addresses addrs;
-    if (start_check(cfg, false, &addrs, &access_log) != 0)
-        goto out;
-    if (catalog_start(cfg, &catalog, err, sizeof(err)) < 0) {
-        log_say(LOG_LEVEL_ERROR, "catalog %s: %s", cfg->db, err);
-        goto out;
+    struct snapshot_watch *catalog;
+    struct memory_store *memory;
+    struct access_log *access_log;
+    struct log_throttle *rejection_warnings;
+    struct store_log *store_log;
+    struct proxy_shared shared;     /* every worker points at it */
+    struct worker *workers;
+    struct limiter **limiters;      /* the admin API's view of the workers */
+    struct metrics **metrics;
+    int started;                    /* workers running, to stop and join */
+    struct admin *admin;
+    char err[512];
+};
+
+static struct upstream_cap upstream_cap;   /* every worker's; outlives them */
+
+/* Signals go to the main thread only, which waits for them with sigwait. */
+static void block_signals(sigset_t *sigs)
+{
+    sigemptyset(sigs);
+    sigaddset(sigs, SIGTERM);
+    sigaddset(sigs, SIGINT);
+    sigaddset(sigs, SIGHUP);
+    sigaddset(sigs, SIGUSR1);
+    pthread_sigmask(SIG_BLOCK, sigs, NULL);
+    signal(SIGPIPE, SIG_IGN);
+}
+
+/* The checks, the catalog and the stores the workers share. Returns 0, or -1 once said. */
+static int daemon_open_shared(struct daemon *d)
+{
+    struct proxy_config *cfg = d->cfg;
+    if (start_check(cfg, false, &d->addrs, &d->access_log) != 0)
+        return -1;
+    if (catalog_start(cfg, &d->catalog, d->err, sizeof(d->err)) < 0) {
+        log_say(LOG_LEVEL_ERROR, "catalog %s: %s", cfg->db, d->err);
+        return -1;
     }
     upstream_cap_set(&upstream_cap, cfg->upstream_max_inflight);
     /* with redis too: the local fallback (on_store_error = local) counts in it */
-    if ((memory = memory_store_create()) == NULL) {
+    if ((d->memory = memory_store_create()) == NULL) {
         log_say(LOG_LEVEL_ERROR, "out of memory");
-        goto out;
+        return -1;
     }
-    memory_store_set_max_subjects(memory, (size_t)cfg->memory_max_subjects);
-    memory_store_set_evict_first(memory, GATE_ANONYMOUS_PREFIX);
-    rejection_warnings = log_throttle_create(REJECTION_WARNING_KEYS, REJECTION_WARNING_INTERVAL_MS);
+    memory_store_set_max_subjects(d->memory, (size_t)cfg->memory_max_subjects);
+    memory_store_set_evict_first(d->memory, GATE_ANONYMOUS_PREFIX);
+    d->rejection_warnings = log_throttle_create(REJECTION_WARNING_KEYS, REJECTION_WARNING_INTERVAL_MS);
     /* its line of the store's return is an info line: [log] level decides, reloads too */
-    store_log = store_log_create((size_t)cfg->workers, true);
-    if (rejection_warnings == NULL || store_log == NULL) {
+    d->store_log = store_log_create((size_t)cfg->workers, true);
+    if (d->rejection_warnings == NULL || d->store_log == NULL) {
         log_say(LOG_LEVEL_ERROR, "out of memory");
-        goto out;
+        return -1;
     }
-    struct proxy_shared shared = {
+    d->shared = (struct proxy_shared){
         .instance_id = "",
         .cfg = cfg,
-        .catalog = catalog,
-        .memory = memory,
+        .catalog = d->catalog,
+        .memory = d->memory,
         .upstream_cap = &upstream_cap,
-        .access_log = access_log,
-        .rejection_warnings = rejection_warnings,
-        .store_log = store_log,
-        .listen_addr = addrs.listen,
+        .access_log = d->access_log,
+        .rejection_warnings = d->rejection_warnings,
+        .store_log = d->store_log,
+        .listen_addr = d->addrs.listen,
     };
-    make_instance_id(shared.instance_id, sizeof(shared.instance_id));
-    workers = calloc((size_t)cfg->workers, sizeof(*workers));
-    limiters = calloc((size_t)cfg->workers, sizeof(*limiters));
-    metrics = calloc((size_t)cfg->workers, sizeof(*metrics));
-    if (workers == NULL || limiters == NULL || metrics == NULL)
-        goto out;
-    for (; started < cfg->workers; started++) {
-        int rc = worker_init(&workers[started], started, &shared, err, sizeof(err));
-        if (rc == 0 && (rc = worker_start(&workers[started])) < 0)
-            snprintf(err, sizeof(err), "cannot start worker %d: %s", started, strerror(-rc));
+    make_instance_id(d->shared.instance_id, sizeof(d->shared.instance_id));
+    return 0;
+}
+
+/* One worker per [proxy] workers, each listening. Returns 0, or -1 once said; the workers
+ * started so far are counted in d->started for daemon_close to stop. */
+static int start_workers(struct daemon *d)
+{
+    int n = d->cfg->workers;
+    d->workers = calloc((size_t)n, sizeof(*d->workers));
+    d->limiters = calloc((size_t)n, sizeof(*d->limiters));
+    d->metrics = calloc((size_t)n, sizeof(*d->metrics));
+    if (d->workers == NULL || d->limiters == NULL || d->metrics == NULL)
+        return -1;
+    for (; d->started < n; d->started++) {
+        struct worker *w = &d->workers[d->started];
+        int rc = worker_init(w, d->started, &d->shared, d->err, sizeof(d->err));
+        if (rc == 0 && (rc = worker_start(w)) < 0)
+            snprintf(d->err, sizeof(d->err), "cannot start worker %d: %s", d->started, strerror(-rc));
         if (rc < 0) {
-            log_say(LOG_LEVEL_ERROR, "%s", err);
-            worker_join_and_destroy(&workers[started]);
-            goto stop;
+            log_say(LOG_LEVEL_ERROR, "%s", d->err);
+            worker_join_and_destroy(w);
+            return -1;
         }
-        limiters[started] = workers[started].limiter;
-        metrics[started] = workers[started].metrics;
+        d->limiters[d->started] = w->limiter;
+        d->metrics[d->started] = w->metrics;
     }
-    if (cfg->admin_host != NULL) {
-        struct admin_sources sources = {
-            .catalog = catalog,
-            .limiters = limiters,
-            .metrics = metrics,
-            .n_workers = (size_t)cfg->workers,
-            .store_is_remote = cfg->store == STORE_REDIS,
-            .rate_on_store_error = cfg->rate_on_store_error,
-            .concurrency_on_store_error = cfg->concurrency_on_store_error,
-        };
-        char admin_host[64];
-        sockaddr_to_text((const struct sockaddr *)&addrs.admin, admin_host, sizeof(admin_host));
-        if (admin_start(admin_host, cfg->admin_port, &sources, &admin, err, sizeof(err)) < 0) {
-            log_say(LOG_LEVEL_ERROR, "%s", err);
-            goto stop;
-        }
+    return 0;
+}
+
+/* The admin API, when [admin] host is set. Returns 0, or -1 once said. */
+static int start_admin(struct daemon *d)
+{
+    const struct proxy_config *cfg = d->cfg;
+    if (cfg->admin_host == NULL)
+        return 0;
+    struct admin_sources sources = {
+        .catalog = d->catalog,
+        .limiters = d->limiters,
+        .metrics = d->metrics,
+        .n_workers = (size_t)cfg->workers,
+        .store_is_remote = cfg->store == STORE_REDIS,
+        .rate_on_store_error = cfg->rate_on_store_error,
+        .concurrency_on_store_error = cfg->concurrency_on_store_error,
+    };
+    char admin_host[64];
+    sockaddr_to_text((const struct sockaddr *)&d->addrs.admin, admin_host, sizeof(admin_host));
+    if (admin_start(admin_host, cfg->admin_port, &sources, &d->admin, d->err, sizeof(d->err)) < 0) {
+        log_say(LOG_LEVEL_ERROR, "%s", d->err);
+        return -1;
     }
+    return 0;
+}
+
+static void announce_ready(const struct daemon *d)
+{
+    const struct proxy_config *cfg = d->cfg;
     /* Type=notify: ready once every worker listens (a no-op outside systemd). */
     sd_notify(0, "READY=1");
     char listening[64], upstream[96];
-    sockaddr_to_text((const struct sockaddr *)&addrs.listen, listening, sizeof(listening));
-    bool v6 = addrs.listen.ss_family == AF_INET6;
+    sockaddr_to_text((const struct sockaddr *)&d->addrs.listen, listening, sizeof(listening));
+    bool v6 = d->addrs.listen.ss_family == AF_INET6;
     log_say(LOG_LEVEL_INFO, "tierproxy %s: listening on %s%s%s:%u, %d workers, %s store, upstream %s%s",
             TIERPROXY_VERSION, v6 ? "[" : "", listening, v6 ? "]" : "", (unsigned)cfg->listen_port, cfg->workers,
             cfg->store == STORE_REDIS ? "redis" : "memory", config_quote_url(cfg->upstreams[0], upstream, sizeof(upstream)),
             cfg->n_upstreams > 1 ? " (and others)" : "");
+}
 
+/* logrotate: the file was renamed; write to a new one at the configured path */
+static void on_sigusr1(struct daemon *d)
+{
+    int rc = access_log_reopen(d->access_log, d->err, sizeof(d->err));
+    if (rc < 0)
+        log_say(LOG_LEVEL_ERROR, "SIGUSR1: %s", d->err);
+    else if (rc == 0)
+        log_say(LOG_LEVEL_INFO, "SIGUSR1: access log reopened: %s", d->live->access_log);
+    else
+        log_say(LOG_LEVEL_INFO, "SIGUSR1: the access log is %s, nothing to reopen",
+                d->access_log == NULL ? "off" : "stdout");
+}
+
+/* Frees a configuration a reload replaced; the one from start belongs to main. */
+static void release_live(struct daemon *d)
+{
+    if (d->live != d->cfg) {
+        config_free(d->live);
+        free(d->live);
+    }
+}
+
+/* Reads the configuration again and switches every worker to it; a configuration that
+ * does not load leaves the running one in place. */
+static void on_sighup(struct daemon *d, int argc, char **argv, char **envp)
+{
+    /* MONOTONIC_USEC: systemd's Type=notify-reload (253+) wants it with RELOADING. */
+    sd_notifyf(0, "RELOADING=1\nMONOTONIC_USEC=%lld", (long long)store_mono_ns() / 1000);
+    struct proxy_config *fresh = reload(d->live, argc, argv, envp);
+    if (fresh == NULL) {
+        sd_notify(0, "READY=1");
+        return;
+    }
+    upstream_cap_set(&upstream_cap, fresh->upstream_max_inflight);
+    /* /health first: once a worker answers under the new modes, it says them too */
+    admin_set_store_error_modes(d->admin, fresh->rate_on_store_error, fresh->concurrency_on_store_error);
+    sem_t switched;
+    sem_init(&switched, 0, 0);
+    for (int i = 0; i < d->started; i++)
+        worker_reload(&d->workers[i], fresh, &switched);
+    for (int i = 0; i < d->started; i++)
+        while (sem_wait(&switched) != 0)
+            ;
+    sem_destroy(&switched);
+    /* No worker looks at the old configuration any more. */
+    release_live(d);
+    d->live = fresh;
+    log_say(LOG_LEVEL_INFO, "SIGHUP: configuration reloaded from %s", d->live->config_path);
+    sd_notify(0, "READY=1");
+}
+
+/* Serves the signals until SIGTERM or SIGINT asks to drain. */
+static void wait_for_signals(struct daemon *d, const sigset_t *sigs, int argc, char **argv, char **envp)
+{
     for (;;) {
         int sig = 0;
-        if (sigwait(&sigs, &sig) != 0)
+        if (sigwait(sigs, &sig) != 0)
             continue;
         if (sig == SIGUSR1) {
-            /* logrotate: the file was renamed; write to a new one at the configured path */
-            int rc = access_log_reopen(access_log, err, sizeof(err));
-            if (rc < 0)
-                log_say(LOG_LEVEL_ERROR, "SIGUSR1: %s", err);
-            else if (rc == 0)
-                log_say(LOG_LEVEL_INFO, "SIGUSR1: access log reopened: %s", live->access_log);
-            else
-                log_say(LOG_LEVEL_INFO, "SIGUSR1: the access log is %s, nothing to reopen",
-                        access_log == NULL ? "off" : "stdout");
+            on_sigusr1(d);
             continue;
         }
         if (sig == SIGHUP) {
-            /* MONOTONIC_USEC: systemd's Type=notify-reload (253+) wants it with RELOADING. */
-            sd_notifyf(0, "RELOADING=1\nMONOTONIC_USEC=%lld", (long long)store_mono_ns() / 1000);
-            struct proxy_config *fresh = reload(live, argc, argv, envp);
-            if (fresh == NULL) {
-                sd_notify(0, "READY=1");
-                continue;
-            }
-            upstream_cap_set(&upstream_cap, fresh->upstream_max_inflight);
-            /* /health first: once a worker answers under the new modes, it says them too */
-            admin_set_store_error_modes(admin, fresh->rate_on_store_error, fresh->concurrency_on_store_error);
-            sem_t switched;
-            sem_init(&switched, 0, 0);
-            for (int i = 0; i < started; i++)
-                worker_reload(&workers[i], fresh, &switched);
-            for (int i = 0; i < started; i++)
-                while (sem_wait(&switched) != 0)
-                    ;
-            sem_destroy(&switched);
-            /* No worker looks at the old configuration any more. */
-            if (live != cfg) {
-                config_free(live);
-                free(live);
-            }
-            live = fresh;
-            log_say(LOG_LEVEL_INFO, "SIGHUP: configuration reloaded from %s", live->config_path);
-            sd_notify(0, "READY=1");
+            on_sighup(d, argc, argv, envp);
             continue;
         }
         log_say(LOG_LEVEL_INFO, "%s: draining", sig == SIGTERM ? "SIGTERM" : "SIGINT");
         sd_notify(0, "STOPPING=1");
-        break;
+        return;
     }
-    status = 0;
-stop:
-    admin_stop(admin);
-    for (int i = 0; i < started; i++)
-        worker_request_stop(&workers[i]);
-    for (int i = 0; i < started; i++)
-        worker_join_and_destroy(&workers[i]);
-out:
-    if (live != cfg) {
-        config_free(live);
-        free(live);
+}
+
+/* Stops the admin API and the workers, then frees what they shared. */
+static void daemon_close(struct daemon *d)
+{
+    admin_stop(d->admin);
+    for (int i = 0; i < d->started; i++)
+        worker_request_stop(&d->workers[i]);
+    for (int i = 0; i < d->started; i++)
+        worker_join_and_destroy(&d->workers[i]);
+    release_live(d);
+    free(d->workers);
+    free(d->limiters);
+    free(d->metrics);
+    access_log_close(d->access_log);
+    rejection_log_flush_all(d->rejection_warnings); /* the counts no timer has written yet */
+    log_throttle_destroy(d->rejection_warnings);
+    store_log_destroy(d->store_log);
+    if (d->memory != NULL)
+        memory_store_destroy(d->memory);
+    if (d->catalog != NULL)
+        snapshot_watch_stop(d->catalog);
+}
+
+/* Runs the daemon until SIGTERM or SIGINT. Returns the exit status: 0 after draining,
+ * 1 when it could not start. */
+static int serve(struct proxy_config *cfg, int argc, char **argv, char **envp)
+{
+    struct daemon d = { .cfg = cfg, .live = cfg };
+    int status = 1;
+    sigset_t sigs;
+
+    block_signals(&sigs);
+    raise_nofile_limit();
+    tune_malloc();
+    if (daemon_open_shared(&d) == 0 && start_workers(&d) == 0 && start_admin(&d) == 0) {
+        announce_ready(&d);
+        wait_for_signals(&d, &sigs, argc, argv, envp);
+        status = 0;
     }
-    free(workers);
-    free(limiters);
-    free(metrics);
-    access_log_close(access_log);
-    rejection_log_flush_all(rejection_warnings); /* the counts no timer has written yet */
-    log_throttle_destroy(rejection_warnings);
-    store_log_destroy(store_log);
-    if (memory != NULL)
-        memory_store_destroy(memory);
-    if (catalog != NULL)
-        snapshot_watch_stop(catalog);
+    daemon_close(&d);
     return status;
 }
 

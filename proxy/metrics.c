@@ -209,96 +209,132 @@ static void render_histogram(struct text *t, const char *name, const char *help,
     text_printf(t, "%s_sum %.9f\n%s_count %llu\n", name, (double)h->sum_ns / 1e9, name, (unsigned long long)h->count);
 }
 
-char *metrics_render(struct metrics *const *all, size_t n)
-{
-    struct metrics *sum = metrics_create();
-    /* the union of the workers' series: up to MAX_SERIES from each */
-    struct series *requests = calloc(n * MAX_SERIES + 1, sizeof(*requests));
-    struct series *hits = calloc(n * MAX_SERIES + 1, sizeof(*hits));
-    size_t n_requests = 0, n_hits = 0;
-    if (sum == NULL || requests == NULL || hits == NULL) {
-        metrics_destroy(sum);
-        free(requests);
-        free(hits);
-        return NULL;
-    }
-    for (size_t i = 0; i < n; i++) {
-        struct metrics *m = all[i];
-        pthread_mutex_lock(&m->lock);
-        merge(requests, &n_requests, m->requests, m->n_requests);
-        merge(hits, &n_hits, m->hits, m->n_hits);
-        for (size_t c = 0; c <= MAX_CODE; c++)
-            sum->other_requests[c] += m->other_requests[c];
-        for (size_t k = 0; k < N_HIT_KINDS; k++)
-            sum->other_hits[k] += m->other_hits[k];
-        sum->other_sheds += m->other_sheds;
-        sum->store_errors += m->store_errors;
-        for (size_t b = 0; b < N_BUCKETS; b++) {
-            sum->store.buckets[b] += m->store.buckets[b];
-            sum->upstream.buckets[b] += m->upstream.buckets[b];
-        }
-        sum->store.count += m->store.count;
-        sum->store.sum_ns += m->store.sum_ns;
-        sum->upstream.count += m->upstream.count;
-        sum->upstream.sum_ns += m->upstream.sum_ns;
-        sum->connections += m->connections;
-        sum->websockets += m->websockets;
-        pthread_mutex_unlock(&m->lock);
-    }
+/* Every worker's counts added up: the labelled series merged, the rest in sum. */
+struct totals {
+    struct metrics *sum;
+    struct series *requests, *hits;
+    size_t n_requests, n_hits;
+};
 
-    struct text t = { 0 };
+/* Adds one worker's counts, read under its lock. */
+static void add_worker(struct totals *to, struct metrics *m)
+{
+    struct metrics *sum = to->sum;
+    pthread_mutex_lock(&m->lock);
+    merge(to->requests, &to->n_requests, m->requests, m->n_requests);
+    merge(to->hits, &to->n_hits, m->hits, m->n_hits);
+    for (size_t c = 0; c <= MAX_CODE; c++)
+        sum->other_requests[c] += m->other_requests[c];
+    for (size_t k = 0; k < N_HIT_KINDS; k++)
+        sum->other_hits[k] += m->other_hits[k];
+    sum->other_sheds += m->other_sheds;
+    sum->store_errors += m->store_errors;
+    for (size_t b = 0; b < N_BUCKETS; b++) {
+        sum->store.buckets[b] += m->store.buckets[b];
+        sum->upstream.buckets[b] += m->upstream.buckets[b];
+    }
+    sum->store.count += m->store.count;
+    sum->store.sum_ns += m->store.sum_ns;
+    sum->upstream.count += m->upstream.count;
+    sum->upstream.sum_ns += m->upstream.sum_ns;
+    sum->connections += m->connections;
+    sum->websockets += m->websockets;
+    pthread_mutex_unlock(&m->lock);
+}
+
+static void render_requests(struct text *t, const struct totals *to)
+{
     char plan[2 * PLAN_NAME_MAX];
-    text_printf(&t, "# HELP tierproxy_requests_total Requests answered, by plan and status code.\n"
-                    "# TYPE tierproxy_requests_total counter\n");
-    for (size_t i = 0; i < n_requests; i++) {
-        label_value(plan, sizeof(plan), requests[i].plan);
-        text_printf(&t, "tierproxy_requests_total{plan=\"%s\",code=\"%u\"} %llu\n", plan, requests[i].code,
-                    (unsigned long long)requests[i].value);
+    text_printf(t, "# HELP tierproxy_requests_total Requests answered, by plan and status code.\n"
+                   "# TYPE tierproxy_requests_total counter\n");
+    for (size_t i = 0; i < to->n_requests; i++) {
+        label_value(plan, sizeof(plan), to->requests[i].plan);
+        text_printf(t, "tierproxy_requests_total{plan=\"%s\",code=\"%u\"} %llu\n", plan, to->requests[i].code,
+                    (unsigned long long)to->requests[i].value);
     }
     for (unsigned c = 0; c <= MAX_CODE; c++)
-        if (sum->other_requests[c] > 0)
-            text_printf(&t, "tierproxy_requests_total{plan=\"" OTHER_PLAN "\",code=\"%u\"} %llu\n", c,
-                        (unsigned long long)sum->other_requests[c]);
-    text_printf(&t, "# HELP tierproxy_rate_limit_hits_total Requests and connections refused by a limit.\n"
-                    "# TYPE tierproxy_rate_limit_hits_total counter\n");
-    for (size_t i = 0; i < n_hits; i++) {
-        if (hits[i].hit_kind == SHED_KIND)
+        if (to->sum->other_requests[c] > 0)
+            text_printf(t, "tierproxy_requests_total{plan=\"" OTHER_PLAN "\",code=\"%u\"} %llu\n", c,
+                        (unsigned long long)to->sum->other_requests[c]);
+}
+
+static void render_hits(struct text *t, const struct totals *to)
+{
+    char plan[2 * PLAN_NAME_MAX];
+    text_printf(t, "# HELP tierproxy_rate_limit_hits_total Requests and connections refused by a limit.\n"
+                   "# TYPE tierproxy_rate_limit_hits_total counter\n");
+    for (size_t i = 0; i < to->n_hits; i++) {
+        if (to->hits[i].hit_kind == SHED_KIND)
             continue;
-        label_value(plan, sizeof(plan), hits[i].plan);
-        unsigned kind = hits[i].hit_kind < N_HIT_KINDS ? hits[i].hit_kind : 0;
-        text_printf(&t, "tierproxy_rate_limit_hits_total{limit_type=\"%s\",plan=\"%s\"} %llu\n",
-                    hit_kind_labels[kind], plan, (unsigned long long)hits[i].value);
+        label_value(plan, sizeof(plan), to->hits[i].plan);
+        unsigned kind = to->hits[i].hit_kind < N_HIT_KINDS ? to->hits[i].hit_kind : 0;
+        text_printf(t, "tierproxy_rate_limit_hits_total{limit_type=\"%s\",plan=\"%s\"} %llu\n",
+                    hit_kind_labels[kind], plan, (unsigned long long)to->hits[i].value);
     }
     for (unsigned k = 0; k < N_HIT_KINDS; k++)
-        if (sum->other_hits[k] > 0)
-            text_printf(&t, "tierproxy_rate_limit_hits_total{limit_type=\"%s\",plan=\"" OTHER_PLAN "\"} %llu\n",
-                        hit_kind_labels[k], (unsigned long long)sum->other_hits[k]);
-    text_printf(&t, "# HELP tierproxy_upstream_shed_total Requests refused 503 upstream_saturated "
-                    "(upstream_max_inflight), by plan.\n# TYPE tierproxy_upstream_shed_total counter\n");
-    for (size_t i = 0; i < n_hits; i++) {
-        if (hits[i].hit_kind != SHED_KIND)
+        if (to->sum->other_hits[k] > 0)
+            text_printf(t, "tierproxy_rate_limit_hits_total{limit_type=\"%s\",plan=\"" OTHER_PLAN "\"} %llu\n",
+                        hit_kind_labels[k], (unsigned long long)to->sum->other_hits[k]);
+}
+
+/* Sheds are kept among the hits, under SHED_KIND, and rendered as their own family. */
+static void render_sheds(struct text *t, const struct totals *to)
+{
+    char plan[2 * PLAN_NAME_MAX];
+    text_printf(t, "# HELP tierproxy_upstream_shed_total Requests refused 503 upstream_saturated "
+                   "(upstream_max_inflight), by plan.\n# TYPE tierproxy_upstream_shed_total counter\n");
+    for (size_t i = 0; i < to->n_hits; i++) {
+        if (to->hits[i].hit_kind != SHED_KIND)
             continue;
-        label_value(plan, sizeof(plan), hits[i].plan);
-        text_printf(&t, "tierproxy_upstream_shed_total{plan=\"%s\"} %llu\n", plan, (unsigned long long)hits[i].value);
+        label_value(plan, sizeof(plan), to->hits[i].plan);
+        text_printf(t, "tierproxy_upstream_shed_total{plan=\"%s\"} %llu\n", plan,
+                    (unsigned long long)to->hits[i].value);
     }
-    if (sum->other_sheds > 0)
-        text_printf(&t, "tierproxy_upstream_shed_total{plan=\"" OTHER_PLAN "\"} %llu\n",
-                    (unsigned long long)sum->other_sheds);
-    text_printf(&t, "# HELP tierproxy_store_errors_total Limiter store calls that failed or found it down.\n"
-                    "# TYPE tierproxy_store_errors_total counter\ntierproxy_store_errors_total %llu\n",
+    if (to->sum->other_sheds > 0)
+        text_printf(t, "tierproxy_upstream_shed_total{plan=\"" OTHER_PLAN "\"} %llu\n",
+                    (unsigned long long)to->sum->other_sheds);
+}
+
+/* The families without a plan label: store errors, the two timings, the open counts. */
+static void render_process(struct text *t, const struct metrics *sum)
+{
+    text_printf(t, "# HELP tierproxy_store_errors_total Limiter store calls that failed or found it down.\n"
+                   "# TYPE tierproxy_store_errors_total counter\ntierproxy_store_errors_total %llu\n",
                 (unsigned long long)sum->store_errors);
-    render_histogram(&t, "tierproxy_store_seconds", "Time for one limiter store check.", &sum->store);
-    render_histogram(&t, "tierproxy_upstream_seconds", "Time from forwarding to the upstream's response head.",
+    render_histogram(t, "tierproxy_store_seconds", "Time for one limiter store check.", &sum->store);
+    render_histogram(t, "tierproxy_upstream_seconds", "Time from forwarding to the upstream's response head.",
                      &sum->upstream);
-    text_printf(&t, "# HELP tierproxy_connections Open client connections.\n# TYPE tierproxy_connections gauge\n"
-                    "tierproxy_connections %lld\n",
+    text_printf(t, "# HELP tierproxy_connections Open client connections.\n# TYPE tierproxy_connections gauge\n"
+                   "tierproxy_connections %lld\n",
                 (long long)sum->connections);
-    text_printf(&t, "# HELP tierproxy_websockets Open WebSocket tunnels.\n# TYPE tierproxy_websockets gauge\n"
-                    "tierproxy_websockets %lld\n",
+    text_printf(t, "# HELP tierproxy_websockets Open WebSocket tunnels.\n# TYPE tierproxy_websockets gauge\n"
+                   "tierproxy_websockets %lld\n",
                 (long long)sum->websockets);
-    metrics_destroy(sum);
-    free(requests);
-    free(hits);
+}
+
+char *metrics_render(struct metrics *const *all, size_t n)
+{
+    struct totals to = {
+        .sum = metrics_create(),
+        /* the union of the workers' series: up to MAX_SERIES from each */
+        .requests = calloc(n * MAX_SERIES + 1, sizeof(*to.requests)),
+        .hits = calloc(n * MAX_SERIES + 1, sizeof(*to.hits)),
+    };
+    struct text t = { 0 };
+    if (to.sum == NULL || to.requests == NULL || to.hits == NULL) {
+        t.failed = true;
+        goto out;
+    }
+    for (size_t i = 0; i < n; i++)
+        add_worker(&to, all[i]);
+    render_requests(&t, &to);
+    render_hits(&t, &to);
+    render_sheds(&t, &to);
+    render_process(&t, to.sum);
+out:
+    metrics_destroy(to.sum);
+    free(to.requests);
+    free(to.hits);
     if (t.failed) {
         free(t.data);
         return NULL;

@@ -590,6 +590,77 @@ static void refuse_in_body(struct request *r)
     request_release_slots(r); /* never forwarded */
 }
 
+/* The first call: the head is read whole. Screens it, then admits or refuses it. */
+static enum MHD_Result handle_head(struct request *r, struct MHD_Connection *conn, const char *method,
+                                   const char *version)
+{
+    pool_trim_request_head(r->ctx->pool_trim, conn, method);
+    r->method = method;
+    r->phase = PHASE_BODY;
+    if (r->head.refused_status != 0)
+        return MHD_NO; /* answered on the socket already (request_head.h) */
+    struct head_verdict hv;
+    request_head_check(&r->head, conn, method, version, r->raw_uri, r->ctx->cfg->max_body_bytes, &hv);
+    r->head_bytes = hv.pool_bytes;
+    if (hv.status != 0) {
+        /* Answered on this first call, so MHD closes the connection after it: nothing the
+           client sent after a head like this is read as another request (RFC 9112 6.1). */
+        r->decision = hv.decision;
+        return request_queue_now(r, hv.status, respond_problem(hv.status, hv.error_code, &r->bytes_sent));
+    }
+    r->expects_body = hv.expects_body;
+    return admit_or_refuse_head(r, hv.fields);
+}
+
+/* A piece of the body: kept up to max_body_bytes, dropped once refused. */
+static enum MHD_Result take_body(struct request *r, const char *upload_data, size_t *upload_data_size)
+{
+    if (r->refused_in_body) {
+        *upload_data_size = 0;
+        /* what the client still sends after the answer is dropped for a while */
+        return store_mono_ms() - r->refused_in_body_ms < REFUSED_LINGER_MS ? MHD_YES : MHD_NO;
+    }
+    if ((int64_t)(r->body.len + *upload_data_size) > r->ctx->cfg->max_body_bytes) {
+        refuse_in_body(r);
+    } else if (bytebuf_append(&r->body, upload_data, *upload_data_size) < 0) {
+        return MHD_NO;
+    }
+    *upload_data_size = 0;
+    return MHD_YES;
+}
+
+/* The body has ended (the last call, with no data): forward, or answer what was kept. */
+static enum MHD_Result body_done(struct request *r)
+{
+    client_watch_stop(&r->watch);
+    if (r->refused_in_body)
+        return MHD_NO; /* answered already: MHD closes the connection */
+    if (r->pending != NULL || !r->admitted) /* a refusal kept for this last call, or the */
+        return request_queue_pending(r);     /* 499 of a client that left meanwhile */
+    start_upstream(r);
+    if (r->pending != NULL)
+        return request_queue_pending(r);
+    request_suspend(r);
+    return MHD_YES;
+}
+
+/* Called again while forwarding: answers once the upstream's head or a response is ready. */
+static enum MHD_Result handle_forwarding(struct request *r)
+{
+    if (r->forwarded && r->up.head_done && !r->response_made && r->pending == NULL)
+        request_respond_from_upstream(r);
+    if (r->raw != NULL) {
+        if (raw_response_over(r->raw))
+            return MHD_NO; /* written without MHD: the connection closes */
+        request_suspend(r);
+        return MHD_YES;
+    }
+    if (r->pending != NULL)
+        return request_queue_pending(r);
+    request_suspend(r);
+    return MHD_YES;
+}
+
 enum MHD_Result request_handle(void *cls, struct MHD_Connection *conn, const char *url, const char *method,
                                const char *version, const char *upload_data, size_t *upload_data_size,
                                void **req_cls)
@@ -599,27 +670,10 @@ enum MHD_Result request_handle(void *cls, struct MHD_Connection *conn, const cha
     (void)url; /* MHD's decoded copy: r->target, from the raw target, is what counts */
     if (r == NULL || r->ctx->closing)
         return MHD_NO; /* shutting down past the drain: MHD closes the connection */
-    const struct proxy_config *cfg = r->ctx->cfg;
 
     switch (r->phase) {
-    case PHASE_HEAD: {
-        pool_trim_request_head(r->ctx->pool_trim, conn, method);
-        r->method = method;
-        r->phase = PHASE_BODY;
-        if (r->head.refused_status != 0)
-            return MHD_NO; /* answered on the socket already (request_head.h) */
-        struct head_verdict hv;
-        request_head_check(&r->head, conn, method, version, r->raw_uri, cfg->max_body_bytes, &hv);
-        r->head_bytes = hv.pool_bytes;
-        if (hv.status != 0) {
-            /* Answered on this first call, so MHD closes the connection after it: nothing the
-               client sent after a head like this is read as another request (RFC 9112 6.1). */
-            r->decision = hv.decision;
-            return request_queue_now(r, hv.status, respond_problem(hv.status, hv.error_code, &r->bytes_sent));
-        }
-        r->expects_body = hv.expects_body;
-        return admit_or_refuse_head(r, hv.fields);
-    }
+    case PHASE_HEAD:
+        return handle_head(r, conn, method, version);
     case PHASE_CHECKING:
         /* The first call again, after the store answered (or a spurious wake-up). */
         if (r->pending == NULL && !r->admitted) {
@@ -628,43 +682,9 @@ enum MHD_Result request_handle(void *cls, struct MHD_Connection *conn, const cha
         }
         return after_decision(r);
     case PHASE_BODY:
-        if (*upload_data_size > 0) {
-            if (r->refused_in_body) {
-                *upload_data_size = 0;
-                /* what the client still sends after the answer is dropped for a while */
-                return store_mono_ms() - r->refused_in_body_ms < REFUSED_LINGER_MS ? MHD_YES : MHD_NO;
-            }
-            if ((int64_t)(r->body.len + *upload_data_size) > cfg->max_body_bytes) {
-                refuse_in_body(r);
-            } else if (bytebuf_append(&r->body, upload_data, *upload_data_size) < 0) {
-                return MHD_NO;
-            }
-            *upload_data_size = 0;
-            return MHD_YES;
-        }
-        client_watch_stop(&r->watch);
-        if (r->refused_in_body)
-            return MHD_NO; /* answered already: MHD closes the connection */
-        if (r->pending != NULL || !r->admitted) /* a refusal kept for this last call, or the */
-            return request_queue_pending(r);     /* 499 of a client that left meanwhile */
-        start_upstream(r);
-        if (r->pending != NULL)
-            return request_queue_pending(r);
-        request_suspend(r);
-        return MHD_YES;
+        return *upload_data_size > 0 ? take_body(r, upload_data, upload_data_size) : body_done(r);
     case PHASE_FORWARDING:
-        if (r->forwarded && r->up.head_done && !r->response_made && r->pending == NULL)
-            request_respond_from_upstream(r);
-        if (r->raw != NULL) {
-            if (raw_response_over(r->raw))
-                return MHD_NO; /* written without MHD: the connection closes */
-            request_suspend(r);
-            return MHD_YES;
-        }
-        if (r->pending != NULL)
-            return request_queue_pending(r);
-        request_suspend(r);
-        return MHD_YES;
+        return handle_forwarding(r);
     case PHASE_RESPONDING:
         break;
     }

@@ -339,16 +339,9 @@ static unsigned connection_share(const struct proxy_config *cfg)
     return share > 4 ? (unsigned)share : 4;
 }
 
-int worker_init(struct worker *w, int index, const struct proxy_shared *shared, char *err, size_t errlen)
+/* The worker's event loop, its metrics and the pool trimmer the loop drives. */
+static int create_loop(struct worker *w, char *err, size_t errlen)
 {
-    memset(w, 0, sizeof(*w));
-    request_context_init(&w->requests);
-    w->listen_fd = -1;
-    w->index = index;
-    w->shared = shared;
-    w->cfg = shared->cfg;
-    const struct proxy_config *cfg = w->cfg;
-
     w->base = event_base_new();
     w->metrics = metrics_create();
     w->pool_trim = w->base != NULL ? pool_trim_new(w->base) : NULL;
@@ -356,8 +349,14 @@ int worker_init(struct worker *w, int index, const struct proxy_shared *shared, 
         snprintf(err, errlen, "cannot create an event loop");
         return -ENOMEM;
     }
+    return 0;
+}
 
-    w->listen_fd = open_listener(&shared->listen_addr);
+/* The worker's own SO_REUSEPORT socket on [proxy] listen. */
+static int open_worker_listener(struct worker *w, char *err, size_t errlen)
+{
+    const struct proxy_config *cfg = w->cfg;
+    w->listen_fd = open_listener(&w->shared->listen_addr);
     if (w->listen_fd < 0) {
         snprintf(err, errlen, "cannot listen on %s:%u (%s)", cfg->listen_host, (unsigned)cfg->listen_port,
                  strerror(-w->listen_fd));
@@ -365,6 +364,12 @@ int worker_init(struct worker *w, int index, const struct proxy_shared *shared, 
         return -EADDRINUSE;
     }
     w->connection_limit = connection_share(cfg);
+    return 0;
+}
+
+/* libmicrohttpd, driven from this loop through its epoll descriptor. */
+static int start_mhd(struct worker *w, char *err, size_t errlen)
+{
     /* No listening socket of MHD's own: accept_connections hands it every connection. */
     unsigned flags = MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME | MHD_ALLOW_UPGRADE | MHD_USE_NO_LISTEN_SOCKET;
     w->daemon = MHD_start_daemon(flags, 0, NULL, NULL, request_handle, &w->requests,
@@ -384,6 +389,12 @@ int worker_init(struct worker *w, int index, const struct proxy_shared *shared, 
         snprintf(err, errlen, "cannot start libmicrohttpd");
         return -ENOMEM;
     }
+    return 0;
+}
+
+/* The loop's events: MHD's descriptor and timers, accepting, stopping, reloading. */
+static int create_events(struct worker *w, char *err, size_t errlen)
+{
     const union MHD_DaemonInfo *info = MHD_get_daemon_info(w->daemon, MHD_DAEMON_INFO_EPOLL_FD);
     if (info == NULL) {
         snprintf(err, errlen, "libmicrohttpd has no epoll fd");
@@ -404,19 +415,25 @@ int worker_init(struct worker *w, int index, const struct proxy_shared *shared, 
         snprintf(err, errlen, "cannot register events");
         return -ENOMEM;
     }
+    return 0;
+}
 
-    w->rejections = rejection_log_create(w->base, shared->rejection_warnings);
+/* What requests pass through: the rejection log, the connection intake, the WebSocket
+ * relay and the upstream forwarder. */
+static int create_request_path(struct worker *w, char *err, size_t errlen)
+{
+    w->rejections = rejection_log_create(w->base, w->shared->rejection_warnings);
     if (w->rejections == NULL) {
         snprintf(err, errlen, "out of memory");
         return -ENOMEM;
     }
     struct intake_hooks intake_hooks = { .hand_over = hand_to_mhd, .closed = connection_closed,
                                          .key_query = current_key_query, .ctx = w };
-    w->intake = intake_create(w->base, w->metrics, shared->access_log, &intake_hooks);
+    w->intake = intake_create(w->base, w->metrics, w->shared->access_log, &intake_hooks);
     char resolve_err[256] = "";
     struct ws_context_params ws_params = {
         .base = w->base,
-        .cfg = cfg,
+        .cfg = w->cfg,
         .metrics = w->metrics,
         .rejection_warnings = w->rejections,
         .pool_trim = w->pool_trim,
@@ -428,46 +445,67 @@ int worker_init(struct worker *w, int index, const struct proxy_shared *shared, 
         snprintf(err, errlen, "out of memory");
         return -ENOMEM;
     }
-    if (resolve_err[0] != '\0' && index == 0)
+    if (resolve_err[0] != '\0' && w->index == 0)
         log_say(LOG_LEVEL_WARN, "%s", resolve_err);
-    w->forwarder = forwarder_create(w->base, cfg, w->metrics);
+    w->forwarder = forwarder_create(w->base, w->cfg, w->metrics);
     if (w->forwarder == NULL) {
         snprintf(err, errlen, "cannot set up libcurl");
         return -ENOMEM;
     }
+    return 0;
+}
 
-    if (cfg->store == STORE_REDIS) {
-        struct redis_store_options opts = {
-            .url = cfg->redis_url,
-            .tls_ca_file = cfg->redis_ca_file,
-            .key_prefix = cfg->key_prefix,
-            /* Only a hung Redis waits this long (a dead one fails at once); short enough
-               that its in-flight requests are answered soon, long enough for a busy box. */
-            .command_timeout_ms = 500,
-            .lease_ttl_ms = cfg->lease_ttl_ms,
-        };
-        /* cluster mode: redis_url holds the seeds; one connection per master */
-        w->limiter = cfg->redis_mode == REDIS_MODE_CLUSTER ? limiter_redis_cluster_create(w->base, &opts, err, errlen)
-                                                          : limiter_redis_create(w->base, &opts, err, errlen);
-        if (w->limiter != NULL) {
-            /* on_store_error = local: the process's memory store decides while Redis is away */
-            struct local_fallback_options fallback = local_fallback_of(cfg);
-            w->limiter = limiter_local_fallback_create(w->limiter, limiter_memory_create(shared->memory), &fallback);
-            if (w->limiter == NULL)
-                snprintf(err, errlen, "out of memory");
-        }
+/* The Redis limiter, wrapped in the local fallback; NULL with err set when it fails. */
+static struct limiter *create_redis_limiter(struct worker *w, char *err, size_t errlen)
+{
+    const struct proxy_config *cfg = w->cfg;
+    struct redis_store_options opts = {
+        .url = cfg->redis_url,
+        .tls_ca_file = cfg->redis_ca_file,
+        .key_prefix = cfg->key_prefix,
+        /* Only a hung Redis waits this long (a dead one fails at once); short enough
+           that its in-flight requests are answered soon, long enough for a busy box. */
+        .command_timeout_ms = 500,
+        .lease_ttl_ms = cfg->lease_ttl_ms,
+    };
+    /* cluster mode: redis_url holds the seeds; one connection per master */
+    struct limiter *redis = cfg->redis_mode == REDIS_MODE_CLUSTER
+                                ? limiter_redis_cluster_create(w->base, &opts, err, errlen)
+                                : limiter_redis_create(w->base, &opts, err, errlen);
+    if (redis == NULL)
+        return NULL;
+    /* on_store_error = local: the process's memory store decides while Redis is away */
+    struct local_fallback_options fallback = local_fallback_of(cfg);
+    struct limiter *limiter =
+        limiter_local_fallback_create(redis, limiter_memory_create(w->shared->memory), &fallback);
+    if (limiter == NULL)
+        snprintf(err, errlen, "out of memory");
+    return limiter;
+}
+
+/* The worker's limiter over [proxy] store, reporting its faults to the store log. */
+static int create_limiter(struct worker *w, char *err, size_t errlen)
+{
+    if (w->cfg->store == STORE_REDIS) {
+        w->limiter = create_redis_limiter(w, err, errlen);
     } else {
-        w->limiter = limiter_memory_create(shared->memory);
+        w->limiter = limiter_memory_create(w->shared->memory);
         if (w->limiter == NULL)
             snprintf(err, errlen, "cannot create the memory limiter");
     }
     if (w->limiter == NULL)
         return -EINVAL;
-    limiter_set_event_hook(w->limiter, store_log_event, store_log_hook_arg(shared->store_log, (size_t)w->index));
+    limiter_set_event_hook(w->limiter, store_log_event, store_log_hook_arg(w->shared->store_log, (size_t)w->index));
+    return 0;
+}
 
+/* Everything request_handle reads, gathered where MHD's callbacks find it. */
+static void wire_requests(struct worker *w)
+{
+    const struct proxy_shared *shared = w->shared;
     struct request_context *rc = &w->requests;
     rc->base = w->base;
-    rc->cfg = cfg;
+    rc->cfg = w->cfg;
     rc->limiter = w->limiter;
     rc->upstream_cap = shared->upstream_cap;
     rc->metrics = w->metrics;
@@ -478,11 +516,35 @@ int worker_init(struct worker *w, int index, const struct proxy_shared *shared, 
     rc->rejection_warnings = w->rejections;
     rc->pool_trim = w->pool_trim;
     rc->instance_id = shared->instance_id;
-    rc->worker_index = index;
+    rc->worker_index = w->index;
     rc->kick_mhd = kick_mhd;
     rc->kick_ctx = w;
     request_context_snapshot(rc);
-    return 0;
+}
+
+int worker_init(struct worker *w, int index, const struct proxy_shared *shared, char *err, size_t errlen)
+{
+    memset(w, 0, sizeof(*w));
+    request_context_init(&w->requests);
+    w->listen_fd = -1;
+    w->index = index;
+    w->shared = shared;
+    w->cfg = shared->cfg;
+
+    int rc = create_loop(w, err, errlen);
+    if (rc == 0)
+        rc = open_worker_listener(w, err, errlen);
+    if (rc == 0)
+        rc = start_mhd(w, err, errlen);
+    if (rc == 0)
+        rc = create_events(w, err, errlen);
+    if (rc == 0)
+        rc = create_request_path(w, err, errlen);
+    if (rc == 0)
+        rc = create_limiter(w, err, errlen);
+    if (rc == 0)
+        wire_requests(w);
+    return rc;
 }
 
 /* Serving starts once the limiter answers (or after STORE_WAIT_MS): until then new
