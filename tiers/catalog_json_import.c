@@ -145,12 +145,58 @@ static int parse_route(struct import *im, const char *route, char *method, size_
     return 0;
 }
 
+/* A quota counts per period and has no window, burst or algorithm. */
+static int parse_quota_period(struct import *im, json_t *o, struct catalog_limit *l)
+{
+    const char *period;
+    int64_t one;
+    char text[64];
+    int r;
+    if (json_object_get(o, "window_ms") || json_object_get(o, "burst") || json_object_get(o, "algorithm"))
+        return bad(im, "a quota has no window_ms, burst or algorithm");
+    if ((r = get_str(im, o, "period", NULL, false, &period)))
+        return r;
+    snprintf(text, sizeof(text), "1/%s", period);
+    if (limit_quota_parse(text, &one, &l->period) != 0)
+        return bad(im, "unknown period \"%s\" (day, week, month)", period);
+    return 0;
+}
+
+/* The members that depend on the limit's kind: a quota's period; the window of the
+ * others but concurrency; a rate's burst and algorithm. */
+static int parse_limit_by_kind(struct import *im, json_t *o, struct catalog_limit *l)
+{
+    const char *algorithm;
+    int r;
+    if (l->kind != CATALOG_LIMIT_QUOTA && json_object_get(o, "period"))
+        return bad(im, "only a quota has a period");
+    if (l->kind == CATALOG_LIMIT_QUOTA)
+        return parse_quota_period(im, o, l);
+    if (l->kind == CATALOG_LIMIT_CONCURRENCY) {
+        if (json_object_get(o, "window_ms") || json_object_get(o, "burst") || json_object_get(o, "algorithm"))
+            return bad(im, "a concurrency limit has no window_ms, burst or algorithm");
+        return 0;
+    }
+    if ((r = get_int(im, o, "window_ms", true, 0, &l->window_ms)))
+        return r;
+    if (l->kind == CATALOG_LIMIT_RATE) {
+        if ((r = get_int(im, o, "burst", false, 0, &l->burst)) ||
+            (r = get_str(im, o, "algorithm", "sliding-log", false, &algorithm)))
+            return r;
+        if (limit_kind_parse(algorithm, &l->algorithm) != 0)
+            return bad(im, "unknown algorithm \"%s\"", algorithm);
+    } else if (l->kind == CATALOG_LIMIT_WS_MESSAGES && (json_object_get(o, "burst") || json_object_get(o, "algorithm"))) {
+        return bad(im, "a ws_messages limit has no burst or algorithm");
+    }
+    return 0;
+}
+
 static int parse_limit(struct import *im, json_t *o, int64_t plan_id, struct import_limit *il)
 {
     static const char *const fields[] = {"id", "kind", "amount", "window_ms", "burst", "algorithm",
                                          "period", "route", NULL};
     struct catalog_limit *l = &il->limit;
-    const char *kind, *algorithm, *route;
+    const char *kind, *route;
     int r;
     if (!json_is_object(o))
         return bad(im, "a limit is an object");
@@ -161,47 +207,12 @@ static int parse_limit(struct import *im, json_t *o, int64_t plan_id, struct imp
         return bad(im, "unknown kind \"%s\" (rate, concurrency, ws_messages, quota)", kind);
     l->plan_id = plan_id;
     l->algorithm = LIMIT_SLIDING_LOG;
-    if ((r = get_int(im, o, "amount", true, 0, &l->amount)))
-        return r;
-    if (l->kind != CATALOG_LIMIT_QUOTA && json_object_get(o, "period"))
-        return bad(im, "only a quota has a period");
-    if (l->kind == CATALOG_LIMIT_QUOTA) {
-        const char *period;
-        int64_t one;
-        char text[64];
-        if (json_object_get(o, "window_ms") || json_object_get(o, "burst") || json_object_get(o, "algorithm"))
-            return bad(im, "a quota has no window_ms, burst or algorithm");
-        if ((r = get_str(im, o, "period", NULL, false, &period)))
-            return r;
-        snprintf(text, sizeof(text), "1/%s", period);
-        if (limit_quota_parse(text, &one, &l->period) != 0)
-            return bad(im, "unknown period \"%s\" (day, week, month)", period);
-    } else if (l->kind == CATALOG_LIMIT_CONCURRENCY) {
-        if (json_object_get(o, "window_ms") || json_object_get(o, "burst") || json_object_get(o, "algorithm"))
-            return bad(im, "a concurrency limit has no window_ms, burst or algorithm");
-    } else if ((r = get_int(im, o, "window_ms", true, 0, &l->window_ms))) {
-        return r;
-    }
-    if (l->kind == CATALOG_LIMIT_RATE) {
-        if ((r = get_int(im, o, "burst", false, 0, &l->burst)) ||
-            (r = get_str(im, o, "algorithm", "sliding-log", false, &algorithm)))
-            return r;
-        if (limit_kind_parse(algorithm, &l->algorithm) != 0)
-            return bad(im, "unknown algorithm \"%s\"", algorithm);
-    } else if (l->kind == CATALOG_LIMIT_WS_MESSAGES && (json_object_get(o, "burst") || json_object_get(o, "algorithm"))) {
-        return bad(im, "a ws_messages limit has no burst or algorithm");
-    }
-    if ((r = get_str(im, o, "route", "", true, &route)))
+    if ((r = get_int(im, o, "amount", true, 0, &l->amount)) || (r = parse_limit_by_kind(im, o, l)) ||
+        (r = get_str(im, o, "route", "", true, &route)))
         return r;
     if (route && route[0]) {
-        const char *space = strchr(route, ' ');
-        size_t m = space ? (size_t)(space - route) : 0;
-        if (!space || m == 0 || m >= sizeof(il->method))
-            return bad(im, "a route is \"METHOD /prefix\"");
-        memcpy(il->method, route, m);
-        il->method[m] = '\0';
-        if (!(il->prefix = strdup(space + 1)))
-            return -ENOMEM;
+        if ((r = parse_route(im, route, il->method, sizeof(il->method), &il->prefix)))
+            return r;
         l->route_method = il->method;
         l->route_prefix = il->prefix;
     }
