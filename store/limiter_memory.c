@@ -513,6 +513,112 @@ static int memory_peek(struct limiter *limiter, const char *subject, size_t subj
     return 0;
 }
 
+/* Adds the check's leases to the table before the store records anything, so that nothing
+ * can fail after it did; on failure the ones added are taken out again. */
+static int track_leases(struct limiter *limiter, const char *subject, size_t subject_len,
+                        const struct limit_rule *rules, size_t n, const char *lease_id, size_t id_len)
+{
+    for (size_t i = 0; i < n; i++) {
+        if (rules[i].kind != LIMIT_CONCURRENCY)
+            continue;
+        int r = lease_table_add(&limiter->leases, subject, subject_len, rules[i].id, rules[i].window_ms, lease_id,
+                                id_len);
+        if (r != 0) {
+            untrack(limiter, subject, subject_len, rules, i, lease_id, id_len);
+            return r == -ENOMEM ? -ENOMEM : -EINVAL;
+        }
+    }
+    return 0;
+}
+
+/* Under the stripe lock: an incremental sweep of one other bucket, then of the subject's
+ * own chain; returns the subject's entry (NULL when none), pruned and touched, since a
+ * check is a use, allowed or not. */
+static struct mem_entry *sweep_and_find(struct memory_store *store, struct mem_stripe *st, uint64_t hash,
+                                        const char *subject, size_t subject_len, int64_t now)
+{
+    sweep_chain(store, st, &st->buckets[st->sweep], now);
+    st->sweep = (st->sweep + 1) & (st->nbuckets - 1);
+    size_t b = bucket_of(st, hash);
+    sweep_chain(store, st, &st->buckets[b], now);
+    struct mem_entry *e = find_entry(st, b, hash, subject, subject_len);
+    if (e != NULL) {
+        prune_slots(e, now);
+        lru_touch(store, st, e);
+    }
+    return e;
+}
+
+/* Decides every rule into ev; whether all of them allow. */
+static bool decide_all(struct mem_entry *e, const struct limit_rule *rules, size_t n, int64_t now,
+                       struct algo_eval *ev)
+{
+    struct algo_state empty;
+    algo_state_init(&empty);
+    bool all = true;
+    for (size_t i = 0; i < n; i++) {
+        struct mem_slot *slot = find_slot(e, rules[i].id);
+        algo_decide(slot ? &slot->st : &empty, &rules[i], now, &ev[i]);
+        all = all && ev[i].allowed;
+    }
+    return all;
+}
+
+/* Gives the subject an entry with a slot per rule and reserves what each rule takes, so
+ * the commit cannot fail; NULL when out of memory. */
+static struct mem_entry *reserve_all(struct memory_store *store, struct mem_stripe *st, struct mem_entry *e,
+                                     uint64_t hash, const char *subject, size_t subject_len,
+                                     const struct limit_rule *rules, size_t n, struct algo_eval *ev, int64_t now)
+{
+    bool fresh = e == NULL;
+    if (fresh)
+        maybe_grow(store, st, now);
+    e = ensure_slots(store, st, e, hash, subject, subject_len, rules, n);
+    if (e == NULL)
+        return NULL;
+    if (fresh)
+        lru_touch(store, st, e);
+    for (size_t i = 0; i < n; i++)
+        if (algo_reserve(&find_slot(e, rules[i].id)->st, &rules[i], &ev[i]) != 0)
+            return NULL;
+    return e;
+}
+
+/* Records an allowed check in every rule's slot and answers it; the entry is evicted
+ * when the last of its slots is. */
+static void commit_all(struct mem_entry *e, const struct limit_rule *rules, size_t n, struct algo_eval *ev,
+                       struct limit_verdict *verdicts)
+{
+    int64_t evict = INT64_MIN;
+    for (size_t i = 0; i < e->nslots; i++)
+        if (e->slots[i].evict_ms > evict)
+            evict = e->slots[i].evict_ms;
+    for (size_t i = 0; i < n; i++) {
+        struct mem_slot *slot = find_slot(e, rules[i].id);
+        algo_commit(&slot->st, &rules[i], &ev[i]);
+        algo_verdict(&slot->st, &rules[i], &ev[i], &verdicts[i]);
+        slot->evict_ms = slot_evict_ms(slot, &rules[i]);   /* never empty after a commit */
+        if (slot->evict_ms > evict)
+            evict = slot->evict_ms;
+    }
+    e->evict_ms = evict;
+}
+
+/* A refused check records nothing: each rule is answered from the state as it is, and a
+ * log that a rule now keeps for longer is kept that long (keep_grown_log). */
+static void answer_refused(struct mem_entry *e, const struct limit_rule *rules, size_t n,
+                           const struct algo_eval *ev, struct limit_verdict *verdicts)
+{
+    struct algo_state empty;
+    algo_state_init(&empty);
+    for (size_t i = 0; i < n; i++) {
+        struct mem_slot *slot = find_slot(e, rules[i].id);
+        algo_verdict(slot ? &slot->st : &empty, &rules[i], &ev[i], &verdicts[i]);
+        if (slot != NULL)
+            keep_grown_log(e, slot, &rules[i]);
+    }
+}
+
 static int memory_check(struct limiter *limiter, const char *subject, size_t subject_len,
                         const struct limit_rule *rules, size_t n, int64_t now_ms, const char *lease_id,
                         size_t lease_id_len, limiter_done_fn *done, void *arg)
@@ -527,83 +633,27 @@ static int memory_check(struct limiter *limiter, const char *subject, size_t sub
     result.status = LIMITER_DECIDED;
     result.now_ms = now;
     result.n = n;
-
     struct algo_eval ev[LIMITER_MAX_RULES];
-    struct algo_state empty;
-    algo_state_init(&empty);
-    int r = 0;
 
-    /* The leases are tracked first, so that nothing can fail once the store recorded them;
-     * they are taken out again when the check is not allowed. */
-    for (size_t i = 0; lease_id != NULL && i < n; i++) {
-        if (rules[i].kind != LIMIT_CONCURRENCY)
-            continue;
-        r = lease_table_add(&limiter->leases, subject, subject_len, rules[i].id, rules[i].window_ms, lease_id,
-                            lease_id_len);
-        if (r != 0) {
-            untrack(limiter, subject, subject_len, rules, i, lease_id, lease_id_len);
-            return r == -ENOMEM ? -ENOMEM : -EINVAL;
-        }
+    if (lease_id != NULL) {
+        int r = track_leases(limiter, subject, subject_len, rules, n, lease_id, lease_id_len);
+        if (r != 0)
+            return r;
     }
-
     pthread_mutex_lock(&st->lock);
-
-    /* Incremental sweep of one other bucket, then the subject's own chain. */
-    sweep_chain(ml->store, st, &st->buckets[st->sweep], now);
-    st->sweep = (st->sweep + 1) & (st->nbuckets - 1);
-    size_t b = bucket_of(st, hash);
-    sweep_chain(ml->store, st, &st->buckets[b], now);
-    struct mem_entry *e = find_entry(st, b, hash, subject, subject_len);
-    if (e != NULL) {
-        prune_slots(e, now);
-        lru_touch(ml->store, st, e);   /* a check is a use, allowed or not */
-    }
-
-    bool all = true;
-    for (size_t i = 0; i < n; i++) {
-        struct mem_slot *slot = find_slot(e, rules[i].id);
-        algo_decide(slot ? &slot->st : &empty, &rules[i], now, &ev[i]);
-        all = all && ev[i].allowed;
-    }
-
+    struct mem_entry *e = sweep_and_find(ml->store, st, hash, subject, subject_len, now);
+    bool all = decide_all(e, rules, n, now, ev);
     if (all) {
-        bool fresh = e == NULL;
-        if (fresh)
-            maybe_grow(ml->store, st, now);
-        e = ensure_slots(ml->store, st, e, hash, subject, subject_len, rules, n);
-        if (fresh && e != NULL)
-            lru_touch(ml->store, st, e);
-        for (size_t i = 0; e != NULL && i < n; i++) {
-            r = algo_reserve(&find_slot(e, rules[i].id)->st, &rules[i], &ev[i]);
-            if (r != 0)
-                break;
-        }
-        if (e == NULL || r != 0) {
+        e = reserve_all(ml->store, st, e, hash, subject, subject_len, rules, n, ev, now);
+        if (e == NULL) {
             pthread_mutex_unlock(&st->lock);
             if (lease_id != NULL)
                 untrack(limiter, subject, subject_len, rules, n, lease_id, lease_id_len);
             return -ENOMEM;
         }
-        int64_t evict = INT64_MIN;
-        for (size_t i = 0; i < e->nslots; i++)
-            if (e->slots[i].evict_ms > evict)
-                evict = e->slots[i].evict_ms;
-        for (size_t i = 0; i < n; i++) {
-            struct mem_slot *slot = find_slot(e, rules[i].id);
-            algo_commit(&slot->st, &rules[i], &ev[i]);
-            algo_verdict(&slot->st, &rules[i], &ev[i], &result.verdicts[i]);
-            slot->evict_ms = slot_evict_ms(slot, &rules[i]);   /* never empty after a commit */
-            if (slot->evict_ms > evict)
-                evict = slot->evict_ms;
-        }
-        e->evict_ms = evict;
+        commit_all(e, rules, n, ev, result.verdicts);
     } else {
-        for (size_t i = 0; i < n; i++) {
-            struct mem_slot *slot = find_slot(e, rules[i].id);
-            algo_verdict(slot ? &slot->st : &empty, &rules[i], &ev[i], &result.verdicts[i]);
-            if (slot != NULL)
-                keep_grown_log(e, slot, &rules[i]);
-        }
+        answer_refused(e, rules, n, ev, result.verdicts);
     }
     pthread_mutex_unlock(&st->lock);
     if (!all && lease_id != NULL)

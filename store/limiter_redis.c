@@ -186,39 +186,26 @@ static int tls_init(struct redis_limiter *rl, const struct redis_store_options *
     return rl->tls != NULL ? 0 : -1;
 }
 
-/* A limiter on url (NULL: options->url parsed), or a cluster node's on node_url. */
-static struct limiter *redis_create(struct event_base *base, const struct redis_store_options *options,
-                                    const struct redis_url *node_url, SSL_CTX *node_tls, char *err, size_t errlen)
+/* rl->url: a cluster node's (db 0), else options->url parsed (the default when unset).
+ * Returns 0, or -1 with why in err. */
+static int url_init(struct redis_limiter *rl, const struct redis_store_options *options,
+                    const struct redis_url *node_url, char *err, size_t errlen)
 {
-    if (err != NULL && errlen > 0)
-        err[0] = '\0';
-    if (base == NULL || options == NULL) {
-        if (err != NULL && errlen > 0)
-            snprintf(err, errlen, "no event loop or options");
-        return NULL;
-    }
-    struct redis_limiter *rl = calloc(1, sizeof(*rl));
-    if (rl == NULL) {
-        if (err != NULL && errlen > 0)
-            snprintf(err, errlen, "out of memory");
-        return NULL;
-    }
     if (node_url != NULL) {
         rl->url = *node_url;
         rl->url.db = 0;
         rl->cluster_node = true;
-    } else {
-        const char *url = options->url ? options->url : "redis://127.0.0.1:6379/0";
-        if (redis_url_parse(url, &rl->url, err, errlen) != 0) {
-            free(rl);
-            return NULL;
-        }
+        return 0;
     }
-    if (tls_init(rl, options, node_tls, err, errlen) != 0) {
-        explicit_bzero(&rl->url, sizeof(rl->url));
-        free(rl);
-        return NULL;
-    }
+    const char *url = options->url ? options->url : "redis://127.0.0.1:6379/0";
+    return redis_url_parse(url, &rl->url, err, errlen) != 0 ? -1 : 0;
+}
+
+/* Where the status reports, the key prefix (rl->prefix NULL when out of memory), the
+ * timeouts and the lease TTL, from options or their defaults. */
+static void settings_init(struct redis_limiter *rl, struct event_base *base,
+                          const struct redis_store_options *options)
+{
     char where[sizeof(rl->status.where)];
     if (rl->url.is_unix)
         snprintf(where, sizeof(where), "%.63s", rl->url.path);
@@ -237,25 +224,68 @@ static struct limiter *redis_create(struct event_base *base, const struct redis_
     rl->lease_ttl_ms = options->lease_ttl_ms > 0 ? options->lease_ttl_ms : DEFAULT_LEASE_TTL_MS;
     rl->renew_every_ms = rl->lease_ttl_ms / 3 > 0 ? rl->lease_ttl_ms / 3 : 1;
     rl->connected = on_connected;
+}
+
+/* The connection's timers. Returns 0, or -1 when one could not be made (the others are
+ * made all the same, for limiter_free_unstarted to free). */
+static int timers_init(struct redis_limiter *rl, struct event_base *base)
+{
     rl->retry = evtimer_new(base, redis_conn_on_retry, rl);
     rl->watchdog = evtimer_new(base, redis_conn_on_watchdog, rl);
     rl->renew_timer = evtimer_new(base, redis_on_renew_timer, rl);
     evtimer_assign(&rl->settle, base, redis_conn_on_settle, rl);
-    if (rl->prefix == NULL || rl->retry == NULL || rl->watchdog == NULL || rl->renew_timer == NULL ||
-        script_init(&rl->check, lua_check) != 0 || script_init(&rl->renew, lua_renew) != 0) {
+    return rl->retry == NULL || rl->watchdog == NULL || rl->renew_timer == NULL ? -1 : 0;
+}
+
+/* Frees a limiter that failed before its connection was started. */
+static void limiter_free_unstarted(struct redis_limiter *rl)
+{
+    if (rl->retry)
+        event_free(rl->retry);
+    if (rl->watchdog)
+        event_free(rl->watchdog);
+    if (rl->renew_timer)
+        event_free(rl->renew_timer);
+    free(rl->prefix);
+    store_status_destroy(&rl->status);
+    SSL_CTX_free(rl->tls);
+    explicit_bzero(&rl->url, sizeof(rl->url));
+    free(rl);
+}
+
+/* A limiter on url (NULL: options->url parsed), or a cluster node's on node_url. */
+static struct limiter *redis_create(struct event_base *base, const struct redis_store_options *options,
+                                    const struct redis_url *node_url, SSL_CTX *node_tls, char *err, size_t errlen)
+{
+    if (err != NULL && errlen > 0)
+        err[0] = '\0';
+    if (base == NULL || options == NULL) {
+        if (err != NULL && errlen > 0)
+            snprintf(err, errlen, "no event loop or options");
+        return NULL;
+    }
+    struct redis_limiter *rl = calloc(1, sizeof(*rl));
+    if (rl == NULL) {
         if (err != NULL && errlen > 0)
             snprintf(err, errlen, "out of memory");
-        if (rl->retry)
-            event_free(rl->retry);
-        if (rl->watchdog)
-            event_free(rl->watchdog);
-        if (rl->renew_timer)
-            event_free(rl->renew_timer);
-        free(rl->prefix);
-        store_status_destroy(&rl->status);
-        SSL_CTX_free(rl->tls);
+        return NULL;
+    }
+    if (url_init(rl, options, node_url, err, errlen) != 0) {
+        free(rl);
+        return NULL;
+    }
+    if (tls_init(rl, options, node_tls, err, errlen) != 0) {
         explicit_bzero(&rl->url, sizeof(rl->url));
         free(rl);
+        return NULL;
+    }
+    settings_init(rl, base, options);
+    int timers = timers_init(rl, base);
+    if (rl->prefix == NULL || timers != 0 || script_init(&rl->check, lua_check) != 0 ||
+        script_init(&rl->renew, lua_renew) != 0) {
+        if (err != NULL && errlen > 0)
+            snprintf(err, errlen, "out of memory");
+        limiter_free_unstarted(rl);
         return NULL;
     }
     redis_conn_start(rl);

@@ -144,6 +144,58 @@ void redis_on_check_reply(redisAsyncContext *ac, void *r, void *privdata)
     done(arg, &res);
 }
 
+/* Answers a check that was not sent: every rule store_unavailable. */
+static void answer_unavailable(size_t n, limiter_done_fn *done, void *arg)
+{
+    struct limiter_result res;
+    limiter_result_unavailable(&res, n);
+    done(arg, &res);
+}
+
+/* What an allowed leased check adds to the limiter's leases: the subject, the lease id and
+ * each concurrency rule with its TTL. NULL when out of memory. */
+static struct lease_req *lease_req_new(const char *subject, size_t subject_len, const struct limit_rule *rules,
+                                       size_t n, const char *lease_id, size_t lease_id_len)
+{
+    struct lease_req *lr = calloc(1, sizeof(*lr) + subject_len);
+    if (lr == NULL)
+        return NULL;
+    for (size_t i = 0; i < n; i++) {
+        if (rules[i].kind != LIMIT_CONCURRENCY)
+            continue;
+        lr->rule_id[lr->n] = rules[i].id;
+        lr->ttl_ms[lr->n] = rules[i].window_ms;
+        lr->n++;
+    }
+    memcpy(lr->id, lease_id, lease_id_len);
+    lr->id_len = lease_id_len;
+    memcpy(lr->subject, subject, subject_len);
+    lr->subject_len = subject_len;
+    return lr;
+}
+
+/* The call's arguments after EVALSHA sha: numkeys key... now rules [lease id]; a peek's
+ * now is "peek:<now>". */
+static void put_check_args(struct redis_limiter *rl, struct pending *p, const char *subject, size_t subject_len,
+                           const struct limit_rule *rules, size_t n, int64_t now_ms, const char *lease_id,
+                           size_t lease_id_len, bool peek)
+{
+    size_t off = 0;
+    redis_put_int(p, &off, (int64_t)n);
+    for (size_t i = 0; i < n; i++)
+        redis_put_key(rl, p, &off, subject, subject_len, rules[i].id);
+    if (peek) {
+        char now[32];
+        int len = snprintf(now, sizeof(now), "peek:%" PRId64, now_ms >= 0 ? now_ms : -1);
+        redis_put_arg(p, &off, now, (size_t)len);
+    } else {
+        redis_put_int(p, &off, now_ms >= 0 ? now_ms : -1);
+    }
+    put_rules(p, &off, rules, n, now_ms);
+    if (lease_id != NULL)
+        redis_put_arg(p, &off, lease_id, lease_id_len);
+}
+
 /* One check.lua call: a check, or with peek a read of every rule that records nothing. */
 int redis_call_check(struct limiter *limiter, const char *subject, size_t subject_len,
                             const struct limit_rule *rules, size_t n, int64_t now_ms, const char *lease_id,
@@ -151,16 +203,13 @@ int redis_call_check(struct limiter *limiter, const char *subject, size_t subjec
                             limiter_done_fn *done, void *arg)
 {
     struct redis_limiter *rl = (struct redis_limiter *)limiter;
-    struct limiter_result res;
     if (rl->state != CONN_READY || rl->ac == NULL) {
         store_status_repeat(&rl->status);
-        limiter_result_unavailable(&res, n);
-        done(arg, &res);
+        answer_unavailable(n, done, arg);
         return 0;
     }
     if (lease_id != NULL && rl->lease_grace_until_ms > 0 && store_mono_ms() < rl->lease_grace_until_ms) {
-        limiter_result_unavailable(&res, n);
-        done(arg, &res);
+        answer_unavailable(n, done, arg);
         return 0;
     }
     /* A renewal sent now runs before this check: one connection's commands run in order. */
@@ -177,23 +226,11 @@ int redis_call_check(struct limiter *limiter, const char *subject, size_t subjec
     if (p == NULL)
         return -ENOMEM;
     if (lease_id != NULL) {
-        struct lease_req *lr = calloc(1, sizeof(*lr) + subject_len);
-        if (lr == NULL) {
+        p->lease = lease_req_new(subject, subject_len, rules, n, lease_id, lease_id_len);
+        if (p->lease == NULL) {
             redis_pending_free(p);
             return -ENOMEM;
         }
-        for (size_t i = 0; i < n; i++) {
-            if (rules[i].kind != LIMIT_CONCURRENCY)
-                continue;
-            lr->rule_id[lr->n] = rules[i].id;
-            lr->ttl_ms[lr->n] = rules[i].window_ms;
-            lr->n++;
-        }
-        memcpy(lr->id, lease_id, lease_id_len);
-        lr->id_len = lease_id_len;
-        memcpy(lr->subject, subject, subject_len);
-        lr->subject_len = subject_len;
-        p->lease = lr;
     }
     p->script = &rl->check;
     p->done = done;
@@ -202,27 +239,10 @@ int redis_call_check(struct limiter *limiter, const char *subject, size_t subjec
     p->arg = arg;
     p->n = n;
     p->argc = 2;
-
-    /* EVALSHA sha numkeys key... now rules [lease id] */
-    size_t off = 0;
-    redis_put_int(p, &off, (int64_t)n);
-    for (size_t i = 0; i < n; i++)
-        redis_put_key(rl, p, &off, subject, subject_len, rules[i].id);
-    if (peek) {
-        char now[32];
-        int len = snprintf(now, sizeof(now), "peek:%" PRId64, now_ms >= 0 ? now_ms : -1);
-        redis_put_arg(p, &off, now, (size_t)len);
-    } else {
-        redis_put_int(p, &off, now_ms >= 0 ? now_ms : -1);
-    }
-    put_rules(p, &off, rules, n, now_ms);
-    if (lease_id != NULL)
-        redis_put_arg(p, &off, lease_id, lease_id_len);
-
+    put_check_args(rl, p, subject, subject_len, rules, n, now_ms, lease_id, lease_id_len, peek);
     if (redis_send_pending(rl, p) != 0) {
         redis_pending_free(p);
-        limiter_result_unavailable(&res, n);
-        done(arg, &res);
+        answer_unavailable(n, done, arg);
     }
     return 0;
 }

@@ -118,51 +118,81 @@ static int normalise_path(const char *in, size_t len, struct path_out *out)
     return 0;
 }
 
+/* Whether the raw target holds a byte no target may: a control character, a space, DEL,
+ * or '#' (a fragment is never sent). */
+static bool has_refused_byte(const char *raw, size_t raw_len)
+{
+    for (size_t i = 0; i < raw_len; i++) {
+        unsigned char c = (unsigned char)raw[i];
+        if (c <= 0x20 || c == 0x7f || c == '#')
+            return true;
+    }
+    return false;
+}
+
+/* asterisk-form, for OPTIONS only. */
+static int parse_asterisk(const char *method, char *out, struct request_target *t)
+{
+    if (method == NULL || strcmp(method, "OPTIONS") != 0)
+        return -1;
+    out[0] = '*';
+    out[1] = '\0';
+    t->forward = t->match = out;
+    t->forward_len = t->path_len = t->match_len = 1;
+    t->asterisk = true;
+    return 0;
+}
+
+/* absolute-form: "http://" or "https://" and an authority without userinfo, then the path
+ * at *ppath; origin-form (a leading '/') has no authority (*pauthority NULL). Returns 0,
+ * or -1 to refuse. */
+static int split_authority(const char *raw, size_t raw_len, const char **pauthority, size_t *pauthority_len,
+                           const char **ppath)
+{
+    const char *end = raw + raw_len;
+    size_t scheme_len;
+    *pauthority = NULL;
+    *pauthority_len = 0;
+    *ppath = raw;
+    if (raw[0] == '/')
+        return 0;
+    if (raw_len >= 7 && strncasecmp(raw, "http://", 7) == 0)
+        scheme_len = 7;
+    else if (raw_len >= 8 && strncasecmp(raw, "https://", 8) == 0)
+        scheme_len = 8;
+    else
+        return -1;
+    const char *authority = raw + scheme_len, *p = authority;
+    while (p < end && *p != '/' && *p != '?')
+        p++;
+    size_t authority_len = (size_t)(p - authority);
+    if (authority_len == 0)
+        return -1;
+    for (size_t k = 0; k < authority_len; k++)
+        if (!authority_char((unsigned char)authority[k]))
+            return -1; /* '@' (userinfo) among them */
+    *pauthority = authority;
+    *pauthority_len = authority_len;
+    *ppath = p;
+    return 0;
+}
+
 int request_target_parse(const char *method, const char *raw, size_t raw_len, char *out, size_t out_size,
                          struct request_target *t)
 {
     memset(t, 0, sizeof(*t));
     if (raw == NULL || raw_len == 0 || out_size < request_target_buffer_size(raw_len))
         return -1;
-    for (size_t i = 0; i < raw_len; i++) {
-        unsigned char c = (unsigned char)raw[i];
-        if (c <= 0x20 || c == 0x7f || c == '#')
-            return -1;
-    }
+    if (has_refused_byte(raw, raw_len))
+        return -1;
+    if (raw_len == 1 && raw[0] == '*')
+        return parse_asterisk(method, out, t);
 
-    if (raw_len == 1 && raw[0] == '*') {
-        if (method == NULL || strcmp(method, "OPTIONS") != 0)
-            return -1;
-        out[0] = '*';
-        out[1] = '\0';
-        t->forward = t->match = out;
-        t->forward_len = t->path_len = t->match_len = 1;
-        t->asterisk = true;
-        return 0;
-    }
-
-    const char *p = raw, *end = raw + raw_len;
-    const char *authority = NULL;
-    size_t authority_len = 0;
-    if (raw[0] != '/') {
-        size_t scheme_len;
-        if (raw_len >= 7 && strncasecmp(raw, "http://", 7) == 0)
-            scheme_len = 7;
-        else if (raw_len >= 8 && strncasecmp(raw, "https://", 8) == 0)
-            scheme_len = 8;
-        else
-            return -1;
-        authority = raw + scheme_len;
-        p = authority;
-        while (p < end && *p != '/' && *p != '?')
-            p++;
-        authority_len = (size_t)(p - authority);
-        if (authority_len == 0)
-            return -1;
-        for (size_t k = 0; k < authority_len; k++)
-            if (!authority_char((unsigned char)authority[k]))
-                return -1; /* '@' (userinfo) among them */
-    }
+    const char *p, *end = raw + raw_len;
+    const char *authority;
+    size_t authority_len;
+    if (split_authority(raw, raw_len, &authority, &authority_len, &p) < 0)
+        return -1;
 
     const char *query = memchr(p, '?', (size_t)(end - p));
     const char *path_end = query != NULL ? query : end;

@@ -126,6 +126,53 @@ static const char *string_member(json_t *o, const char *name, bool *pbad)
     return json_string_value(v);
 }
 
+/* The members every line has, into line; NULL, or why the line is refused. */
+static const char *read_members(json_t *doc, struct simulate_line *line)
+{
+    bool bad = false;
+    if (!json_is_object(doc))
+        return "not a JSON object";
+    line->decision = string_member(doc, "decision", &bad);
+    if (line->decision == NULL || !json_is_integer(json_object_get(doc, "status")))
+        return "not an access-log line (no \"decision\" or \"status\")";
+    line->user = string_member(doc, "user", &bad);
+    line->plan = string_member(doc, "plan", &bad);
+    line->client = string_member(doc, "client", &bad);
+    line->method = string_member(doc, "method", &bad);
+    line->path = string_member(doc, "path", &bad);
+    if (bad)
+        return "a field that should be a string is not";
+    line->checked = is_checked_decision(line->decision);
+    return NULL;
+}
+
+/* What a line whose request was checked must also say: who, what, and when it was decided
+ * and ended; NULL, or why the line is refused. */
+static const char *read_checked(json_t *doc, struct simulate_line *line)
+{
+    bool bad = false;   /* a time that is not a string reads as absent */
+    line->logged_rejected = strcmp(line->decision, "rejected") == 0 || strcmp(line->decision, "shadow") == 0;
+    if (line->user == NULL || line->method == NULL || line->path == NULL)
+        return "no \"user\", \"method\" or \"path\"";
+    if (simulate_parse_time(string_member(doc, "time", &bad), &line->ended_ms) != 0)
+        return "no \"time\" in the form 2026-11-25T12:00:00.000Z";
+    const char *decided = string_member(doc, "decision_time", &bad);
+    if (decided != NULL) {
+        if (simulate_parse_time(decided, &line->decided_ms) != 0)
+            return "a \"decision_time\" not in the form 2026-11-25T12:00:00.000Z";
+    } else {
+        json_t *total = json_object_get(doc, "total_ms");
+        if (!json_is_integer(total) || json_integer_value(total) < 0)
+            return "neither \"decision_time\" nor \"total_ms\"";
+        line->decided_ms = line->ended_ms - json_integer_value(total);
+        if (line->decided_ms < 0)
+            line->decided_ms = 0;
+    }
+    if (line->ended_ms < line->decided_ms)
+        line->ended_ms = line->decided_ms;   /* the wall clock stepped back */
+    return NULL;
+}
+
 int simulate_parse_line(const char *text, size_t len, struct simulate_line *line, json_t **pdoc,
                         char *err, size_t errlen)
 {
@@ -136,66 +183,17 @@ int simulate_parse_line(const char *text, size_t len, struct simulate_line *line
         snprintf(err, errlen, "not JSON (%s at column %d)", jerr.text, jerr.column);
         return -EINVAL;
     }
-    const char *why = NULL;
-    bool bad = false;
-    json_t *status = json_object_get(doc, "status");
-    if (!json_is_object(doc)) {
-        why = "not a JSON object";
-        goto bad;
+    const char *why = read_members(doc, line);
+    if (why == NULL && line->checked)
+        why = read_checked(doc, line);
+    if (why != NULL) {
+        snprintf(err, errlen, "%s", why);
+        json_decref(doc);
+        memset(line, 0, sizeof(*line));
+        return -EINVAL;
     }
-    line->decision = string_member(doc, "decision", &bad);
-    if (line->decision == NULL || !json_is_integer(status)) {
-        why = "not an access-log line (no \"decision\" or \"status\")";
-        goto bad;
-    }
-    line->user = string_member(doc, "user", &bad);
-    line->plan = string_member(doc, "plan", &bad);
-    line->client = string_member(doc, "client", &bad);
-    line->method = string_member(doc, "method", &bad);
-    line->path = string_member(doc, "path", &bad);
-    if (bad) {
-        why = "a field that should be a string is not";
-        goto bad;
-    }
-    line->checked = is_checked_decision(line->decision);
-    if (!line->checked) {
-        *pdoc = doc;
-        return 0;
-    }
-    line->logged_rejected = strcmp(line->decision, "rejected") == 0 || strcmp(line->decision, "shadow") == 0;
-    if (line->user == NULL || line->method == NULL || line->path == NULL) {
-        why = "no \"user\", \"method\" or \"path\"";
-        goto bad;
-    }
-    if (simulate_parse_time(string_member(doc, "time", &bad), &line->ended_ms) != 0) {
-        why = "no \"time\" in the form 2026-11-25T12:00:00.000Z";
-        goto bad;
-    }
-    const char *decided = string_member(doc, "decision_time", &bad);
-    if (decided != NULL) {
-        if (simulate_parse_time(decided, &line->decided_ms) != 0) {
-            why = "a \"decision_time\" not in the form 2026-11-25T12:00:00.000Z";
-            goto bad;
-        }
-    } else {
-        json_t *total = json_object_get(doc, "total_ms");
-        if (!json_is_integer(total) || json_integer_value(total) < 0) {
-            why = "neither \"decision_time\" nor \"total_ms\"";
-            goto bad;
-        }
-        line->decided_ms = line->ended_ms - json_integer_value(total);
-        if (line->decided_ms < 0)
-            line->decided_ms = 0;
-    }
-    if (line->ended_ms < line->decided_ms)
-        line->ended_ms = line->decided_ms;   /* the wall clock stepped back */
     *pdoc = doc;
     return 0;
-bad:
-    snprintf(err, errlen, "%s", why);
-    json_decref(doc);
-    memset(line, 0, sizeof(*line));
-    return -EINVAL;
 }
 
 /* The path as the proxy matched it: the logged target (as the client sent it) made into

@@ -508,6 +508,87 @@ static int build_key_table(struct build *b)
     return 0;
 }
 
+/* Plans, then limits and costs, each array moved into the snapshot, and the limits and
+ * costs attached to their plans. */
+static int read_plans(struct catalog *cat, struct build *b)
+{
+    struct snapshot *snap = b->snap;
+    bool changed;
+    int r = catalog_fleet_mark(cat, &snap->catalog_version, &changed);
+    if (r == 0)
+        r = catalog_plan_each(cat, on_plan, b);
+    if (r)
+        return r;
+    snap->plans = b->plans.items;
+    snap->n_plans = b->plans.n;
+    b->plans.items = NULL;
+    r = catalog_limit_each(cat, 0, on_limit, b);
+    if (r)
+        return r;
+    snap->limits = b->limits.items;
+    snap->n_limits = b->limits.n;
+    b->limits.items = NULL;
+    r = catalog_cost_each(cat, 0, on_cost, b);
+    if (r)
+        return r;
+    snap->costs = b->costs.items;
+    snap->n_costs = b->costs.n;
+    b->costs.items = NULL;
+    return attach_limits(b);
+}
+
+/* Users sorted by id, then their own limits attached; needs the plans in place. */
+static int read_users(struct catalog *cat, struct build *b)
+{
+    struct snapshot *snap = b->snap;
+    int r = catalog_user_each(cat, 0, on_user, b);
+    if (r)
+        return r;
+    snap->users = b->users.items;
+    snap->n_users = b->users.n;
+    b->users.items = NULL;
+    if (!b->users_sorted)
+        qsort(snap->users, snap->n_users, sizeof(struct tier_user), cmp_user);
+    r = catalog_user_limit_each(cat, NULL, on_own_limit, b);
+    if (r)
+        return r;
+    snap->own_limits = b->own.items;
+    snap->n_own_limits = b->own.n;
+    b->own.items = NULL;
+    return attach_own_limits(b);
+}
+
+/* Everything in one read transaction, so the snapshot is of one catalog version. */
+static int read_catalog(struct catalog *cat, struct build *b)
+{
+    int r = catalog_begin(cat, false);
+    if (r)
+        return r;
+    r = read_plans(cat, b);
+    if (r == 0)
+        r = read_users(cat, b);
+    if (r == 0)
+        r = catalog_key_each(cat, NULL, true, on_key, b);
+    catalog_rollback(cat);   /* a read transaction: nothing to commit */
+    return r;
+}
+
+/* Frees what the build still owns: whatever did not move into the snapshot, and the
+ * snapshot itself unless it was handed over. */
+static void build_free(struct build *b)
+{
+    free(b->plans.items);
+    free(b->limits.items);
+    free(b->plan_ids.items);
+    free(b->costs.items);
+    free(b->cost_plan_ids.items);
+    free(b->own.items);
+    free(b->own_user_ids.items);
+    free(b->users.items);
+    free(b->keys.items);
+    snapshot_free(b->snap);
+}
+
 int snapshot_build(struct catalog *cat, struct snapshot **psnap, char *err, size_t errlen)
 {
     struct build b = {
@@ -525,7 +606,6 @@ int snapshot_build(struct catalog *cat, struct snapshot **psnap, char *err, size
         .errlen = errlen,
     };
     err[0] = '\0';
-    bool in_txn = false;
     int r = 0;
     b.snap = calloc(1, sizeof(*b.snap));
     if (!b.snap) {
@@ -533,80 +613,22 @@ int snapshot_build(struct catalog *cat, struct snapshot **psnap, char *err, size
         goto out;
     }
     atomic_init(&b.snap->refs, 1);
-    r = catalog_begin(cat, false);
+    r = read_catalog(cat, &b);
     if (r)
         goto out;
-    in_txn = true;
-    bool changed;
-    r = catalog_fleet_mark(cat, &b.snap->catalog_version, &changed);
-    if (r == 0)
-        r = catalog_plan_each(cat, on_plan, &b);
-    if (r)
-        goto out;
-    b.snap->plans = b.plans.items;
-    b.snap->n_plans = b.plans.n;
-    b.plans.items = NULL;
-    r = catalog_limit_each(cat, 0, on_limit, &b);
-    if (r)
-        goto out;
-    b.snap->limits = b.limits.items;
-    b.snap->n_limits = b.limits.n;
-    b.limits.items = NULL;
-    r = catalog_cost_each(cat, 0, on_cost, &b);
-    if (r)
-        goto out;
-    b.snap->costs = b.costs.items;
-    b.snap->n_costs = b.costs.n;
-    b.costs.items = NULL;
-    r = attach_limits(&b);
-    if (r)
-        goto out;
-    r = catalog_user_each(cat, 0, on_user, &b);
-    if (r)
-        goto out;
-    b.snap->users = b.users.items;
-    b.snap->n_users = b.users.n;
-    b.users.items = NULL;
-    if (!b.users_sorted)
-        qsort(b.snap->users, b.snap->n_users, sizeof(struct tier_user), cmp_user);
-    r = catalog_user_limit_each(cat, NULL, on_own_limit, &b);
-    if (r)
-        goto out;
-    b.snap->own_limits = b.own.items;
-    b.snap->n_own_limits = b.own.n;
-    b.own.items = NULL;
-    r = attach_own_limits(&b);
-    if (r)
-        goto out;
-    r = catalog_key_each(cat, NULL, true, on_key, &b);
-    if (r)
-        goto out;
-    catalog_rollback(cat);   /* a read transaction: nothing to commit */
-    in_txn = false;
     r = build_key_table(&b);
     if (r)
         goto out;
     *psnap = b.snap;
     b.snap = NULL;
 out:
-    if (in_txn)
-        catalog_rollback(cat);
     if (r && !err[0]) {
         if (r == -ENOMEM)
             snprintf(err, errlen, "out of memory loading the catalog");
         else
             snprintf(err, errlen, "%s", catalog_errmsg(cat));
     }
-    free(b.plans.items);
-    free(b.limits.items);
-    free(b.plan_ids.items);
-    free(b.costs.items);
-    free(b.cost_plan_ids.items);
-    free(b.own.items);
-    free(b.own_user_ids.items);
-    free(b.users.items);
-    free(b.keys.items);
-    snapshot_free(b.snap);
+    build_free(&b);
     return r;
 }
 
