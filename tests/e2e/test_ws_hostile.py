@@ -90,10 +90,11 @@ def test_reset_before_the_101_gives_the_slot_back(catalog, proxies, ws_upstream,
         assert upstream_side_closed(ws_upstream, user), \
             "the upstream side of a handshake whose client reset stayed open (101 after %d ms)" % delay
     # a 101 that never reached its client is not logged as one: 499, as nginx logs a
-    # client gone before its answer (a handshake MHD dropped before asking us is not logged)
+    # client gone before its answer (a handshake MHD dropped before asking us is not logged;
+    # one the proxy reads only after the next probe took the slot is refused, and logged 429)
     lines = p.access_log_lines()
     statuses = [ln["status"] for ln in lines if "delay101" in ln["path"]]
-    assert all(st == 499 for st in statuses), \
+    assert all(st in (499, 429) for st in statuses), \
         "handshakes reset before their 101 were logged %s; the whole access log:\n%s" % (
             statuses, "\n".join(str(ln) for ln in lines))
 
