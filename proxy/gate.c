@@ -1,3 +1,8 @@
+/* The gate's decisions (gate.h says what it decides and why it is pure): it owns no state
+ * of its own; each call reads the request model and the configuration it is given and
+ * writes only the caller's out-parameters and sink. What the limiter is asked about and
+ * what the upstream receives come from the same parsed fields, so a header the gate judged
+ * is the header that is forwarded. */
 #include "proxy/gate.h"
 
 #include <errno.h>

@@ -1,3 +1,7 @@
+/* The screen of a request head (head_screen.h gives the rules): a single pass over the
+ * bytes with a small state machine (struct scan), no allocation and no I/O. A scan reads at
+ * most the head's size limit and stops at the first byte that decides: the head is
+ * accepted whole, refused with one status and error code, or not complete yet. */
 #include "proxy/head_screen.h"
 
 #include <errno.h>

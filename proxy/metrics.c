@@ -1,3 +1,7 @@
+/* A worker's metrics (metrics.h): fixed tables of series per (plan, code, hit kind), with
+ * "other" buckets once a table is full, so a metric never allocates on the request path.
+ * The worker updates its own under a mutex that only the admin thread's scrape ever
+ * contends; a scrape merges every worker's tables into one text. */
 #include "proxy/metrics.h"
 
 #include <pthread.h>

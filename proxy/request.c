@@ -1,3 +1,8 @@
+/* A request's life (request.h lists its stops): request.c owns struct request from the
+ * worker's pool until it goes back there, and each worker's request_context (its live
+ * requests, its pool). A suspended request is resumed by request_wake, which then kicks
+ * the worker to run libmicrohttpd on its loop's next turn, never from the waking callback;
+ * its slots go back at most once (request_slots.c). */
 #include "proxy/request.h"
 
 #include <errno.h>

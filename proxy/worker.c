@@ -1,3 +1,8 @@
+/* A worker's thread and everything on its loop (worker.h): the loop, its SO_REUSEPORT
+ * socket, the libmicrohttpd daemon in external epoll mode, the limiter and the contexts of
+ * the request path. Only this thread touches them, except the reload and stop requests,
+ * which reach it through the loop. libmicrohttpd is run from the loop's own turn
+ * (kick_mhd), never from inside a curl or hiredis callback. */
 #include "proxy/worker.h"
 
 #include <errno.h>

@@ -1,3 +1,7 @@
+/* The request target's parse and normalisation (request_target.h gives the rules): pure,
+ * writing only the caller's struct and buffers. The forwarded target keeps the client's
+ * percent-encodings byte for byte; only the form that is matched decodes the unreserved
+ * characters, so what is matched is what is forwarded. */
 #include "tiers/request_target.h"
 
 #include <string.h>
