@@ -10,7 +10,7 @@ import subprocess
 
 import pytest
 
-from conftest import (HERE, PYTHON, TIERPROXY_BIN, _clean_env, assert_json_error, require_program,
+from conftest import (HERE, PYTHON, SLOW, TIERPROXY_BIN, _clean_env, assert_json_error, require_program,
                       wait_until, write_ini)
 from fleet_helpers import OP_TEXT, ws_connect, ws_try
 
@@ -467,7 +467,10 @@ def test_reload_turns_verification_on_for_http_and_websocket(catalog, proxies, t
     import signal
     up = tls_servers(tls_cert, "ws_upstream.py")
     _, key = catalog.user_key("free")
-    p = proxies.start(catalog, upstream=up.url, proxy={"upstream_tls_verify": "no", "workers": 1})
+    # the connect timeout covers the TLS handshake, with a Python server on the other end: on
+    # a box that runs two suites at once, 2 s (the harness's) was seen to pass by
+    p = proxies.start(catalog, upstream=up.url,
+                      proxy={"upstream_tls_verify": "no", "workers": 1, "connect_timeout_ms": int(10000 * SLOW)})
     c = p.client()
     assert c.get("/a", key=key).status == 200
     w = ws_connect(p.port, "/echo", key=key)
