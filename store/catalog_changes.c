@@ -64,18 +64,6 @@ void catalog_changes_stop(struct catalog_changes *changes)
 
 /* ---- comparing ---- */
 
-static int exec_path(struct catalog *cat, const char *sql, const char *path)
-{
-    sqlite3_stmt *st = NULL;
-    int rc = sqlite3_prepare_v2(cat->db, sql, -1, &st, NULL);
-    if (rc == SQLITE_OK && path)
-        rc = sqlite3_bind_text(st, 1, path, -1, SQLITE_STATIC);
-    if (rc == SQLITE_OK && (rc = sqlite3_step(st)) == SQLITE_DONE)
-        rc = SQLITE_OK;
-    sqlite3_finalize(st);
-    return rc == SQLITE_OK ? 0 : catalog_sql_fail(cat, rc);
-}
-
 /* The difference, table by table, inside one read transaction so that it is one state. */
 static int diff_tables(struct catalog *cat, struct catalog_changes *ch)
 {
@@ -98,13 +86,13 @@ static int diff_tables(struct catalog *cat, struct catalog_changes *ch)
 int catalog_changes_diff(struct catalog *cat, const char *from_path, unsigned char **pbuf, size_t *plen)
 {
     struct catalog_changes *ch = NULL;
-    int r = exec_path(cat, "ATTACH ?1 AS fleet_from", from_path);
+    int r = catalog_stmt_run(cat, NULL, "ATTACH ?1 AS fleet_from", "t", from_path);
     if (r)
         return r;
     if ((r = catalog_changes_record(cat, &ch)) == 0 && (r = diff_tables(cat, ch)) == 0)
         r = catalog_changes_take(ch, pbuf, plen);
     catalog_changes_stop(ch);
-    int detached = exec_path(cat, "DETACH fleet_from", NULL);
+    int detached = catalog_stmt_run(cat, NULL, "DETACH fleet_from", "");
     if (r == 0 && detached) {
         catalog_changes_free(*pbuf);
         *pbuf = NULL;

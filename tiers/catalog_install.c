@@ -275,11 +275,6 @@ static int write_all(int fd, const unsigned char *data, size_t len)
     return 0;
 }
 
-static int write_durably(int fd, const unsigned char *data, size_t len)
-{
-    int r = write_all(fd, data, len);
-    return r ? r : fsync(fd) == 0 ? 0 : -errno;
-}
 
 /* A new catalog at tmp with the image's records copied in (an image of another schema). */
 static int build_by_copy(const char *tmp, const unsigned char *image, size_t len, struct catalog **pcat, char *err,
@@ -296,11 +291,28 @@ static int build_by_copy(const char *tmp, const unsigned char *image, size_t len
     return r;
 }
 
-static int make_temp(const char *db_path, char *tmp, size_t tmplen, int *pfd)
+/* image written to a new file beside db_path (0600), its name in tmp; fsync'd when
+ * durable (a file that replaces the cache, not a scratch one). Returns 0, or a negative
+ * errno with why in err and nothing left behind. */
+static int image_to_temp(const char *db_path, const unsigned char *image, size_t len, bool durable, char *tmp,
+                         size_t tmplen, char *err, size_t errlen)
 {
     snprintf(tmp, tmplen, "%s.fleet-XXXXXX", db_path);
-    *pfd = mkstemp(tmp);   /* 0600 */
-    return *pfd < 0 ? -errno : 0;
+    int fd = mkstemp(tmp);
+    if (fd < 0) {
+        int r = -errno;
+        snprintf(err, errlen, "cannot create a file beside %s: %s", db_path, strerror(-r));
+        return r;
+    }
+    int r = write_all(fd, image, len);
+    if (r == 0 && durable && fsync(fd) != 0)
+        r = -errno;
+    close(fd);
+    if (r) {
+        snprintf(err, errlen, "cannot write %s: %s", tmp, strerror(-r));
+        unlink(tmp);
+    }
+    return r;
 }
 
 static void sync_directory(const char *path)
@@ -339,19 +351,12 @@ int catalog_install_file(const char *db_path, const unsigned char *image, size_t
     if (sidecar_exists(db_path, "-wal") || sidecar_exists(db_path, "-journal"))
         return 1;
     char tmp[4096];
-    int fd = -1;
-    int r = make_temp(db_path, tmp, sizeof(tmp), &fd);
-    if (r) {
-        snprintf(err, errlen, "cannot create a file beside %s: %s", db_path, strerror(-r));
+    int r = image_to_temp(db_path, image, len, true, tmp, sizeof(tmp), err, errlen);
+    if (r)
         return r;
-    }
-    r = write_durably(fd, image, len);
-    close(fd);
     struct catalog *cat = NULL;
     bool copied = false;
-    if (r)
-        snprintf(err, errlen, "cannot write %s: %s", tmp, strerror(-r));
-    else if ((r = catalog_image_open_file(tmp, &cat, err, errlen)) == 1) {
+    if ((r = catalog_image_open_file(tmp, &cat, err, errlen)) == 1) {
         copied = true;
         r = build_by_copy(tmp, image, len, &cat, err, errlen);
     }
@@ -394,18 +399,11 @@ int catalog_scratch_file(const char *db_path, const unsigned char *image, size_t
                          char *path, size_t pathlen, char *err, size_t errlen)
 {
     err[0] = '\0';
-    int fd = -1;
-    int r = make_temp(db_path, path, pathlen, &fd);
-    if (r) {
-        snprintf(err, errlen, "cannot create a file beside %s: %s", db_path, strerror(-r));
-        return r;
-    }
-    r = write_all(fd, image, len);
-    close(fd);
-    struct catalog *cat = NULL;
+    int r = image_to_temp(db_path, image, len, false, path, pathlen, err, errlen);
     if (r)
-        snprintf(err, errlen, "cannot write %s: %s", path, strerror(-r));
-    else if ((r = catalog_image_open_file(path, &cat, err, errlen)) == 1)
+        return r;
+    struct catalog *cat = NULL;
+    if ((r = catalog_image_open_file(path, &cat, err, errlen)) == 1)
         snprintf(err, errlen, "the image is of another schema");
     else if (r == 0)
         r = apply_each(cat, rows, err, errlen);
