@@ -32,8 +32,8 @@
 #include "proxy/upstream_tls.h"
 #include "proxy/worker.h"
 #include "store/clock.h"
-#include "store/cluster_probe.h"
-#include "store/redis_probe.h"
+#include "store/cluster/cluster_probe.h"
+#include "store/redis/redis_probe.h"
 #include "store/limiter.h"
 #include "tiers/snapshot.h"
 

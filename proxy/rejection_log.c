@@ -16,7 +16,7 @@
 
 #include "proxy/log.h"
 #include "proxy/log_throttle.h"
-#include "store/catalog.h"
+#include "store/catalog/catalog.h"
 #include "store/clock.h"
 
 /* user (CATALOG_USER_ID_MAX), limit type and id, with room to spare */

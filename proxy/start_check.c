@@ -17,9 +17,9 @@
 #include "proxy/log.h"
 #include "proxy/netaddr.h"
 #include "proxy/upstream_tls.h"
-#include "store/cluster_probe.h"
+#include "store/cluster/cluster_probe.h"
 #include "store/limiter.h"
-#include "store/redis_probe.h"
+#include "store/redis/redis_probe.h"
 #include "tiers/snapshot.h"
 
 /* How long --check waits for Redis (each seed node of a cluster) and for each upstream. */

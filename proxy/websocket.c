@@ -35,7 +35,7 @@
 #include "proxy/ws_frame.h"
 #include "proxy/ws_tunnel.h"
 #include "store/clock.h"
-#include "store/local_limit.h"
+#include "store/memory/local_limit.h"
 
 #define MAX_HANDSHAKE_HEAD (16 * 1024)
 #define MAX_REFUSAL_BODY (1024 * 1024)

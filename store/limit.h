@@ -27,7 +27,7 @@
  * has an algorithm: sliding-log, sliding-window, token-bucket, fixed-window. A store rule's
  * kind (enum limit_kind, rule.kind) is one of those four, quota or concurrency, and picks
  * the state and arithmetic the store keeps (a ws-messages limit is a sliding-log rule the
- * proxy counts per connection, store/local_limit.h). What refused is a hit kind (enum
+ * proxy counts per connection, store/memory/local_limit.h). What refused is a hit kind (enum
  * limit_hit_kind), which the metrics, the access log and the rejection warning call
  * limit_type: http, concurrency, ws_connection, ws_message.
  *
@@ -43,11 +43,11 @@
 #include <stdint.h>
 
 /* A limit's kind: which state and arithmetic a store keeps for a rule. The catalog's
- * kinds (rate, concurrency, ws_messages: store/catalog.h) map onto it: a rate limit is
+ * kinds (rate, concurrency, ws_messages: store/catalog/catalog.h) map onto it: a rate limit is
  * the kind its algorithm names (tierctl --algorithm, the catalog's `algorithm` column:
  * sliding-log, sliding-window, token-bucket, fixed-window), a concurrency limit is
  * LIMIT_CONCURRENCY, and a ws-messages limit is counted by the proxy per connection as a
- * sliding log (store/local_limit.h). */
+ * sliding log (store/memory/local_limit.h). */
 enum limit_kind {
     LIMIT_SLIDING_LOG = 0,   /* exact: at most rate+burst admitted in any WINDOW */
     LIMIT_SLIDING_WINDOW,    /* two fixed windows, previous one weighted by overlap */

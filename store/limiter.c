@@ -88,8 +88,8 @@ int limiter_check_checked(struct limiter *limiter, const char *subject, size_t s
                           const struct limit_rule *rules, size_t n, int64_t now_ms, const char *lease_id,
                           size_t id_len, uint32_t concurrency, limiter_done_fn *done, void *arg)
 {
-    /* An explicit clock (tests) always asks the store; a composite's parts keep their own. */
-    struct denial_cache *denials = now_ms < 0 && subject_len <= DENIAL_CACHE_SUBJECT_MAX && !limiter->ops->composite
+    /* An explicit clock (tests) always asks the store; a wrapper's parts keep their own. */
+    struct denial_cache *denials = now_ms < 0 && subject_len <= DENIAL_CACHE_SUBJECT_MAX && limiter->inner == NULL
                                        ? denials_of(limiter) : NULL;
     if (denials == NULL)
         return limiter->ops->check(limiter, subject, subject_len, rules, n, now_ms, lease_id, id_len, done, arg);
@@ -130,18 +130,38 @@ void limiter_release(struct limiter *limiter, const char *subject, size_t subjec
     size_t id_len = strnlen(lease_id, LEASE_ID_MAX + 1);
     if (id_len == 0 || id_len > LEASE_ID_MAX)
         return;
-    if (limiter->ops->release_request != NULL) {
-        limiter->ops->release_request(limiter, subject, subject_len, rules, n, lease_id);
-        return;
-    }
+    limiter->ops->release(limiter, subject, subject_len, rules, n, lease_id, id_len);
+}
+
+void limiter_release_held(struct limiter *limiter, const char *subject, size_t subject_len,
+                          const struct limit_rule *rules, size_t n, const char *lease_id, size_t lease_id_len,
+                          void (*give_back)(struct limiter *limiter, struct lease *lease))
+{
     for (size_t i = 0; i < n; i++) {
         if (rules[i].kind != LIMIT_CONCURRENCY)
             continue;
         /* Only a lease this limiter holds is given back: a second release finds none. */
-        struct lease *l = lease_table_find(&limiter->leases, subject, subject_len, rules[i].id, lease_id, id_len);
+        struct lease *l = lease_table_find(&limiter->leases, subject, subject_len, rules[i].id, lease_id,
+                                           lease_id_len);
         if (l != NULL)
-            limiter->ops->release(limiter, l);
+            give_back(limiter, l);
     }
+}
+
+size_t limiter_leases_held(const struct limiter *limiter)
+{
+    return lease_table_count(&limiter->leases);
+}
+
+/* The shared store behind a limiter: its own, or its inner's for a wrapper; NULL for a
+ * store of this process. */
+static const struct limiter_shared_ops *shared_of(const struct limiter *limiter, struct limiter **owner)
+{
+    while (limiter != NULL && limiter->ops->shared == NULL)
+        limiter = limiter->inner;
+    if (owner != NULL)
+        *owner = (struct limiter *)limiter;
+    return limiter != NULL ? limiter->ops->shared : NULL;
 }
 
 static void no_done(void *arg)
@@ -155,11 +175,17 @@ void limiter_release_notify(struct limiter *limiter, const char *subject, size_t
     if (done == NULL)
         done = no_done;
     limiter_release(limiter, subject, subject_len, rules, n, lease_id);
-    if (limiter == NULL || limiter->ops->sync == NULL) {
+    limiter_sync(limiter, done, arg);
+}
+
+void limiter_sync(struct limiter *limiter, void (*done)(void *arg), void *arg)
+{
+    struct limiter *owner;
+    const struct limiter_shared_ops *shared = shared_of(limiter, &owner);
+    if (shared == NULL)
         done(arg);
-        return;
-    }
-    limiter->ops->sync(limiter, done, arg);
+    else
+        shared->sync(owner, done, arg);
 }
 
 void limiter_release_all(struct limiter *limiter, void (*done)(void *arg), void *arg)
@@ -175,11 +201,7 @@ void limiter_release_all(struct limiter *limiter, void (*done)(void *arg), void 
 
 size_t limiter_lease_count(const struct limiter *limiter)
 {
-    if (limiter == NULL)
-        return 0;
-    if (limiter->ops->lease_count != NULL)
-        return limiter->ops->lease_count(limiter);
-    return lease_table_count(&limiter->leases);
+    return limiter != NULL ? limiter->ops->lease_count(limiter) : 0;
 }
 
 void limiter_destroy(struct limiter *limiter)
@@ -196,41 +218,52 @@ void limiter_destroy(struct limiter *limiter)
 size_t limiter_nodes(const struct limiter *limiter, void (*fn)(void *arg, const struct limiter_node_info *node),
                      void *arg)
 {
-    if (limiter == NULL || fn == NULL || limiter->ops->nodes == NULL)
+    struct limiter *owner;
+    const struct limiter_shared_ops *shared = shared_of(limiter, &owner);
+    if (fn == NULL || shared == NULL || shared->nodes == NULL)
         return 0;
-    return limiter->ops->nodes(limiter, fn, arg);
+    return shared->nodes(owner, fn, arg);
 }
 
+/* A store of this process is always there and always OK. */
 bool limiter_available(const struct limiter *limiter)
 {
-    return limiter != NULL && limiter->ops->available(limiter);
+    struct limiter *owner;
+    const struct limiter_shared_ops *shared = shared_of(limiter, &owner);
+    return limiter != NULL && (shared == NULL || shared->available(owner));
 }
 
 enum limiter_health limiter_health(const struct limiter *limiter, char *reason, size_t reason_len)
 {
     if (reason_len > 0)
         reason[0] = '\0';
-    if (limiter == NULL || limiter->ops->health == NULL)
-        return LIMITER_HEALTH_OK;
-    return limiter->ops->health(limiter, reason, reason_len);
+    struct limiter *owner;
+    const struct limiter_shared_ops *shared = shared_of(limiter, &owner);
+    return shared != NULL ? shared->health(owner, reason, reason_len) : LIMITER_HEALTH_OK;
 }
 
 void limiter_set_event_hook(struct limiter *limiter, limiter_event_fn *fn, void *arg)
 {
-    if (limiter != NULL && limiter->ops->set_event_hook != NULL)
-        limiter->ops->set_event_hook(limiter, fn, arg);
+    struct limiter *owner;
+    const struct limiter_shared_ops *shared = shared_of(limiter, &owner);
+    if (shared != NULL)
+        shared->set_event_hook(owner, fn, arg);
 }
 
 int limiter_lease_adopt(struct limiter *limiter, const char *subject, size_t subject_len, int64_t rule_id,
                         int64_t ttl_ms, const char *id, size_t id_len)
 {
-    if (limiter->ops->adopt == NULL)
+    struct limiter *owner;
+    const struct limiter_shared_ops *shared = shared_of(limiter, &owner);
+    if (shared == NULL)
         return -ENOTSUP;
-    return limiter->ops->adopt(limiter, subject, subject_len, rule_id, ttl_ms, id, id_len);
+    return shared->adopt(owner, subject, subject_len, rule_id, ttl_ms, id, id_len);
 }
 
 void limiter_set_ready_hook(struct limiter *limiter, void (*fn)(void *arg), void *arg)
 {
-    if (limiter->ops->set_ready_hook != NULL)
-        limiter->ops->set_ready_hook(limiter, fn, arg);
+    struct limiter *owner;
+    const struct limiter_shared_ops *shared = shared_of(limiter, &owner);
+    if (shared != NULL)
+        shared->set_ready_hook(owner, fn, arg);
 }

@@ -1,8 +1,10 @@
 /* The limiter store interface: one atomic check of every rule (rate, quota and
- * concurrency) that applies to a request, each counting the request's cost (limit.h). Two implementations: memory (one process, shared by all
- * worker threads) and redis (a fleet of proxies; one async connection per worker thread,
- * one script call per check). In front of either, each limiter's denial cache answers a
- * repeat of a lasting rejection without the store (store/denial_cache.h). */
+ * concurrency) that applies to a request, each counting the request's cost (limit.h).
+ * Backends: memory (one process, shared by all worker threads: store/memory/), redis (a
+ * fleet of proxies; one async connection per worker thread, one script call per check:
+ * store/redis/) and Redis Cluster (store/cluster/); the local fallback (store/fallback/)
+ * wraps a shared one. In front of each, the limiter's denial cache answers a repeat of a
+ * lasting rejection without the store (store/denial_cache.h). */
 #pragma once
 #include <stdbool.h>
 #include <stddef.h>
@@ -168,9 +170,9 @@ enum limiter_health {
 
 /* The store's health as this limiter last met it, and when not OK the reason in reason
  * ("127.0.0.1:6379: check: OOM command not allowed ...": where, the step, what Redis or
- * the connection said; never a password). A composite reports its primary's; a Redis
- * Cluster limiter ERROR when a master answers with errors, UNREACHABLE when it has no
- * master connected, else OK. Back to OK once the store answers a check. May be called
+ * the connection said; never a password). The local fallback reports its primary's; a
+ * Redis Cluster limiter ERROR when a master answers with errors, UNREACHABLE when it has
+ * no master connected, else OK. Back to OK once the store answers a check. May be called
  * from any thread. */
 enum limiter_health limiter_health(const struct limiter *limiter, char *reason, size_t reason_len);
 
@@ -179,7 +181,7 @@ enum limiter_health limiter_health(const struct limiter *limiter, char *reason, 
  * (LIMITER_HEALTH_OK, reason ""). reason is valid during the call only. */
 typedef void limiter_event_fn(void *arg, enum limiter_health health, const char *reason);
 
-/* Sets the hook (NULL: none) before the limiter is used; a composite passes it to its
+/* Sets the hook (NULL: none) before the limiter is used; a wrapper passes it to its
  * primary, a cluster limiter to every master's connection. A memory limiter never calls
  * it. */
 void limiter_set_event_hook(struct limiter *limiter, limiter_event_fn *fn, void *arg);

@@ -1,9 +1,16 @@
-/* What the two limiter stores share behind store/limiter.h. Private to store/ (and its
- * unit tests).
+/* The interface every limiter backend fills behind store/limiter.h: memory, redis and
+ * cluster are backends; the local fallback is a wrapper round one of them. Private to
+ * store/ (and its unit tests).
  *
- * Includes run one way: limiter.h <- limiter_impl.h <- limiter.c, limiter_memory.c,
- * limiter_redis.c; and limiter.h <- denial_cache.h <- limiter.c (struct denial_cache is
- * only declared here). */
+ * A backend fills every slot of struct limiter_ops: decide a request (check), read its
+ * state (peek), give leases back (release, release_all), count them, and end. A store
+ * that other processes share adds struct limiter_shared_ops: its connection, its health,
+ * its hooks and the leases it can take over. A wrapper (limiter.inner set) fills
+ * limiter_ops too; every shared call on it reaches its inner, and it keeps no denial cache
+ * of its own (its parts keep theirs).
+ *
+ * Includes run one way: limiter.h <- limiter_impl.h <- limiter.c and each backend; and
+ * limiter.h <- denial_cache.h <- limiter.c (struct denial_cache is only declared here). */
 #pragma once
 #include <stdbool.h>
 #include <stddef.h>
@@ -24,29 +31,33 @@ struct limiter_ops {
     /* limiter_peek, arguments validated. */
     int (*peek)(struct limiter *limiter, const char *subject, size_t subject_len, const struct limit_rule *rules,
                 size_t n, int64_t now_ms, limiter_done_fn *done, void *arg);
-    void (*destroy)(struct limiter *limiter);
-    bool (*available)(const struct limiter *limiter);
-    /* Gives back one tracked lease: the store's count, then lease_table_remove. */
-    void (*release)(struct limiter *limiter, struct lease *lease);
-    /* Gives back every tracked lease (the table is empty when this returns) and calls
-     * done exactly once. */
+    /* Gives back the leases of one request (lease_id under each concurrency rule of rules)
+     * that this limiter holds; a second release finds none. Arguments validated. */
+    void (*release)(struct limiter *limiter, const char *subject, size_t subject_len, const struct limit_rule *rules,
+                    size_t n, const char *lease_id, size_t lease_id_len);
+    /* Gives back every lease it holds (none are left when this returns) and calls done
+     * exactly once. */
     void (*release_all)(struct limiter *limiter, void (*done)(void *arg), void *arg);
-    /* Calls done once every release sent so far is applied in the store (exactly once). */
-    void (*sync)(struct limiter *limiter, void (*done)(void *arg), void *arg);
-    /* A limiter made of others (limiter_local_fallback_create): no denial cache of its own
-     * (its parts keep theirs), releases and the lease count are its parts'. */
-    bool composite;
-    void (*release_request)(struct limiter *limiter, const char *subject, size_t subject_len,
-                            const struct limit_rule *rules, size_t n, const char *lease_id);
     size_t (*lease_count)(const struct limiter *limiter);
-    /* limiter_health and limiter_set_event_hook (NULL: a store that is always OK). */
+    void (*destroy)(struct limiter *limiter);
+    /* NULL: a store of this process only (memory), or a wrapper (its inner's). */
+    const struct limiter_shared_ops *shared;
+};
+
+/* What a store shared by the fleet adds; every slot filled but nodes. */
+struct limiter_shared_ops {
+    /* limiter_available: connected and ready for checks. */
+    bool (*available)(const struct limiter *limiter);
+    /* limiter_health and limiter_set_event_hook. */
     enum limiter_health (*health)(const struct limiter *limiter, char *reason, size_t reason_len);
     void (*set_event_hook)(struct limiter *limiter, limiter_event_fn *fn, void *arg);
-    /* limiter_lease_adopt and limiter_set_ready_hook (NULL: not a shared store). */
+    /* Calls done once every release sent so far is applied in the store (exactly once). */
+    void (*sync)(struct limiter *limiter, void (*done)(void *arg), void *arg);
+    /* limiter_lease_adopt and limiter_set_ready_hook. */
     int (*adopt)(struct limiter *limiter, const char *subject, size_t subject_len, int64_t rule_id,
                  int64_t ttl_ms, const char *id, size_t id_len);
     void (*set_ready_hook)(struct limiter *limiter, void (*fn)(void *arg), void *arg);
-    /* limiter_nodes (NULL: no nodes). */
+    /* limiter_nodes (NULL: no nodes of its own). */
     size_t (*nodes)(const struct limiter *limiter, void (*fn)(void *arg, const struct limiter_node_info *node),
                     void *arg);
 };
@@ -58,7 +69,19 @@ struct limiter {
     struct lease_table leases;     /* the concurrency leases this limiter holds */
     struct denial_cache *denials;  /* remembered rejections (store/denial_cache.h); made by
                                     * limiter.c when first needed, NULL until then */
+    struct limiter *inner;         /* a wrapper's: the limiter it wraps; NULL for a backend */
 };
+
+/* For a backend whose leases are its lease table's: release through give_back, one
+ * lease at a time, and their count. */
+void limiter_release_held(struct limiter *limiter, const char *subject, size_t subject_len,
+                          const struct limit_rule *rules, size_t n, const char *lease_id, size_t lease_id_len,
+                          void (*give_back)(struct limiter *limiter, struct lease *lease));
+size_t limiter_leases_held(const struct limiter *limiter);
+
+/* Calls done once every release sent so far is applied in the store behind limiter (at
+ * once for a store of this process). */
+void limiter_sync(struct limiter *limiter, void (*done)(void *arg), void *arg);
 
 /* limiter_check_leased once its arguments are checked (concurrency: bit i set when
  * rules[i] is a concurrency rule; lease_id NULL exactly when it is 0): the denial cache,

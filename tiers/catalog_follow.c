@@ -16,9 +16,9 @@
 #include <sys/stat.h>
 #include <time.h>
 
-#include "store/catalog.h"
-#include "store/catalog_changes.h"
-#include "store/catalog_image.h"
+#include "store/catalog/catalog.h"
+#include "store/catalog/catalog_changes.h"
+#include "store/catalog/catalog_image.h"
 #include "tiers/catalog_install.h"
 
 struct catalog_follow {

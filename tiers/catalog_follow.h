@@ -33,7 +33,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "store/fleet_redis.h"
+#include "store/redis/fleet_redis.h"
 
 /* DEBUG: each poll's answer (the version published and the one held) */
 enum catalog_follow_level { CATALOG_FOLLOW_DEBUG, CATALOG_FOLLOW_INFO, CATALOG_FOLLOW_WARN, CATALOG_FOLLOW_ERROR };

@@ -12,8 +12,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "store/catalog_changes.h"
-#include "store/catalog_image.h"
+#include "store/catalog/catalog_changes.h"
+#include "store/catalog/catalog_image.h"
 #include "tiers/limit_bounds.h"
 
 struct check {

@@ -1,6 +1,6 @@
 /* Installing the fleet's catalog in this file: what a following proxy does with each new
  * version, and what `tierctl pull` does. The published image is refused unless it passes
- * every check an import makes (store/catalog_image.h for the image's own checks; the
+ * every check an import makes (store/catalog/catalog_image.h for the image's own checks; the
  * records' values, routes, users of active keys, id ranges and the limit bounds here);
  * when it passes, its records become the catalog's and the fleet mark its version, in one
  * transaction, so a reader sees the old catalog or the new one whole.
@@ -24,7 +24,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "store/catalog.h"
+#include "store/catalog/catalog.h"
 
 /* cat is open read-write (or create) with no transaction. Returns 0; CATALOG_INVALID with
  * why in err, the catalog untouched; or another non-zero catalog code (-EBUSY: locked by
@@ -34,7 +34,7 @@ int catalog_install_image(struct catalog *cat, const unsigned char *image, size_
 
 struct catalog_changes_summary;
 
-/* The rows of a chain of versions, each what one change wrote (store/catalog_changes.h). */
+/* The rows of a chain of versions, each what one change wrote (store/catalog/catalog_changes.h). */
 struct catalog_rows {
     unsigned char *const *bufs;
     const size_t *lens;

@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "store/utf8.h"
+#include "store/catalog/utf8.h"
 #include "tiers/apikey.h"
 #include "tiers/limit_bounds.h"
 

@@ -24,7 +24,7 @@
  *
  * Ids end at 2^53 (CATALOG_ID_MAX), what a JSON number carries exactly: import refuses a
  * larger id or last_ids value, naming the field, and the catalog refuses a row whose id
- * would pass it (catalog_inserted_id). A key's label must be UTF-8 (store/utf8.h); a label
+ * would pass it (catalog_inserted_id). A key's label must be UTF-8 (store/catalog/utf8.h); a label
  * an older tierctl took that is not is written with each such byte as "?"
  * (catalog_json_text: the length kept, so it still fits its 200 bytes and the export
  * imports whole), and export names the first such field on stderr.
@@ -34,7 +34,7 @@
 
 #include <jansson.h>
 
-#include "store/catalog.h"
+#include "store/catalog/catalog.h"
 
 #define CATALOG_JSON_FORMAT "tierproxy-catalog"
 #define CATALOG_JSON_VERSION 2   /* 2: priority, quotas, costs, users' own limits; 1 still imports */

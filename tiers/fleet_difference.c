@@ -6,9 +6,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "store/catalog.h"
-#include "store/catalog_changes.h"
-#include "store/fleet_redis.h"
+#include "store/catalog/catalog.h"
+#include "store/catalog/catalog_changes.h"
+#include "store/redis/fleet_redis.h"
 #include "tiers/catalog_install.h"
 
 /* The fleet's catalog at base, whole (image and rows since), written to scratch. */

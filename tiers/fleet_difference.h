@@ -1,7 +1,7 @@
 /* `tierctl publish` of a catalog changed apart from the fleet (a change made without
  * `follow = redis`, an import of an edited export): what it sends is the rows in which the
  * file differs from the catalog the fleet holds, so that each follower applies them
- * (store/catalog_changes.h) instead of fetching, checking and loading the whole catalog.
+ * (store/catalog/catalog_changes.h) instead of fetching, checking and loading the whole catalog.
  * The fleet's catalog is fetched once, by tierctl, and compared with the file.
  *
  * It is used when the fleet is at the version the file last published or pulled: tierctl

@@ -8,7 +8,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "store/catalog.h"
+#include "store/catalog/catalog.h"
 
 /* 0 when some request target, as request_target.h normalises it, can start with prefix (a
  * route prefix catalog_check_route accepted); else -1 with a one-line reason in err: a

@@ -19,8 +19,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "store/catalog.h"
-#include "store/catalog_image.h"
+#include "store/catalog/catalog.h"
+#include "store/catalog/catalog_image.h"
 #include "store/limiter.h"
 #include "tiers/apikey.h"
 #include "tiers/limit_bounds.h"

@@ -132,7 +132,7 @@ const struct tier_plan *snapshot_plan_at(const struct snapshot *snap, size_t i);
 void snapshot_watch_last_error(struct snapshot_watch *watch, char *buf, size_t buflen);
 
 /* The fleet's version of the catalog the snapshot was built from (0: never published or
- * pulled; store/catalog_image.h). */
+ * pulled; store/catalog/catalog_image.h). */
 int64_t snapshot_catalog_version(const struct snapshot *snap);
 
 /* A key a change created (user_id: its user's) or stopped (user_id NULL: revoked, deleted). */

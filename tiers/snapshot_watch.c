@@ -30,9 +30,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "store/catalog.h"
-#include "store/catalog_changes.h"
-#include "store/catalog_image.h"
+#include "store/catalog/catalog.h"
+#include "store/catalog/catalog_changes.h"
+#include "store/catalog/catalog_image.h"
 #include "tiers/catalog_follow.h"
 
 /* A poll waits at most this long for a lock, so stop stays prompt. */

@@ -27,7 +27,7 @@
 
 #include <jansson.h>
 
-#include "store/catalog.h"
+#include "store/catalog/catalog.h"
 #include "store/limit.h"
 #include "tiers/tierctl_args.h"
 #include "tiers/tierctl_fleet.h"

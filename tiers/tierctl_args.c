@@ -15,7 +15,7 @@
 #include <string.h>
 #include <strings.h>
 
-#include "store/utf8.h"
+#include "store/catalog/utf8.h"
 
 #define COMMAND_WIDTH 36
 #define FLAG_WIDTH 24

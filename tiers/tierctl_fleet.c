@@ -11,9 +11,9 @@
 
 #include <jansson.h>
 
-#include "store/catalog_changes.h"
-#include "store/catalog_image.h"
-#include "store/fleet_redis.h"
+#include "store/catalog/catalog_changes.h"
+#include "store/catalog/catalog_image.h"
+#include "store/redis/fleet_redis.h"
 #include "tiers/catalog_install.h"
 #include "tiers/fleet_difference.h"
 

@@ -18,7 +18,7 @@
 #include <stddef.h>
 #include <stdio.h>
 
-#include "store/catalog.h"
+#include "store/catalog/catalog.h"
 #include "tiers/proxy_settings.h"
 
 /* Reads the settings. config_flag: --config, or NULL. A file named by --config or the

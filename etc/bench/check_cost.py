@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """etc/bench/check_cost.py - what one check.lua call costs redis-server, in instructions.
 
-Starts redis-server under valgrind's callgrind (instrumentation off), loads store/check.lua
+Starts redis-server under valgrind's callgrind (instrumentation off), loads store/redis/check.lua
 (with check_general.lua, as the proxy does),
 makes warm-up calls, then counts the instructions redis-server executes (reading the
 command, the script, every command inside it, the reply) over N calls of one rule set,
@@ -9,7 +9,7 @@ and prints instructions per call. Deterministic to about 1 %, so an A/B of two s
 two rule sets needs no quiet machine (etc/bench.sh's Redis CPU per request does).
 
 The calls are the proxy's: EVALSHA with the keys "<prefix>{u:<n>}:<rule id>" of 300
-subjects in turn, the server's clock, and the rules packed as store/limiter_redis.c packs
+subjects in turn, the server's clock, and the rules packed as store/redis/limiter_redis.c packs
 them (put_rules), a quota's period included. Rule sets (every rule admits every call):
   sl              sliding log 3000/min (the default plan's rule)
   sl_cost2        the same, each call costing 2
@@ -99,7 +99,7 @@ def month_period(now_ms):
 
 
 def packed_rules(rules, now_ms):
-    """As put_rules in store/limiter_redis.c: a kind byte, then six 7-byte big-endian fields."""
+    """As put_rules in store/redis/limiter_redis.c: a kind byte, then six 7-byte big-endian fields."""
     out = b""
     for kind, rate, burst, window, cost in rules:
         period = month_period(now_ms) if kind == QUOTA else (0, 0)
@@ -179,7 +179,7 @@ def instructions_per_call(script, rules, calls, release=False):
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--script", action="append",
-                    help="the script's files, joined in order (default store/check.lua, store/check_general.lua)")
+                    help="the script's files, joined in order (default store/redis/check.lua, store/redis/check_general.lua)")
     ap.add_argument("--calls", type=int, default=2000)
     ap.add_argument("sets", nargs="*", default=list(RULE_SETS))
     args = ap.parse_args()

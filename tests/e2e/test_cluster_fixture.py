@@ -35,7 +35,7 @@ def test_keys_with_different_hash_tags_land_on_all_three_masters(redis_cluster):
 
 def test_keyslot_follows_the_hash_tag(redis_cluster):
     # the values Redis computes (CRC16/XMODEM of the tag, mod 16384); the unit tests of
-    # store/cluster_slot.c use the same ones
+    # store/redis/cluster_slot.c use the same ones
     assert redis_cluster.keyslot("foo") == 12182
     assert redis_cluster.keyslot("{user1000}.following") == redis_cluster.keyslot("user1000")
     assert redis_cluster.keyslot("tp:{u:42}:7") == redis_cluster.keyslot("u:42")

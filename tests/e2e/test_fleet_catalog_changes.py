@@ -17,7 +17,7 @@ from test_fleet_catalog import (BOUND_S, PATIENCE_S, Fleet, assert_published_cha
                                 seconds_until_each, served_version, wait_serving)
 
 N_USERS = 3000
-CHAIN_MAX = 64           # versions of rows after an image (store/fleet_redis.h)
+CHAIN_MAX = 64           # versions of rows after an image (store/redis/fleet_redis.h)
 
 
 def large_catalog(catalog, tmp_path, n=N_USERS):

@@ -21,7 +21,7 @@
 
 #include <jansson.h>
 
-#include "store/catalog.h"
+#include "store/catalog/catalog.h"
 #include "tiers/catalog_json.h"
 
 #include "tests/fuzz/fuzz_check.h"

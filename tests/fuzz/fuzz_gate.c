@@ -25,7 +25,7 @@
 #include "proxy/http1.h"
 #include "proxy/netaddr.h"
 #include "proxy/ws_auth.h"
-#include "store/catalog.h"
+#include "store/catalog/catalog.h"
 #include "tiers/apikey.h"
 #include "tiers/snapshot.h"
 

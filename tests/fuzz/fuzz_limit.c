@@ -12,7 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "store/catalog.h"
+#include "store/catalog/catalog.h"
 #include "store/limit.h"
 
 #include "tests/fuzz/fuzz_check.h"

@@ -1,7 +1,10 @@
 #!/usr/bin/env python3
 """Checks the include graph of the C sources: no two modules of one folder include each
 other, directly or in a longer circle, and folders depend one way only: proxy/ may use
-tiers/ and store/, tiers/ may use store/, store/ uses nothing of the others.
+tiers/ and store/, tiers/ may use store/, store/ uses nothing of the others. Inside
+store/, its rooms depend one way too: the root (the limiter interface and what backends
+share) uses none of them; catalog/, memory/, redis/ and fallback/ use only the root;
+cluster/ may use redis/ as well.
 
 A module is a .c/.h pair (proxy/forward.c and proxy/forward.h are module proxy/forward),
 with its private header X_impl.h if it has one (store/limiter_impl.h is store/limiter's);
@@ -16,6 +19,9 @@ import sys
 
 FOLDERS = ("proxy", "tiers", "store")
 MAY_USE = {"proxy": {"proxy", "tiers", "store"}, "tiers": {"tiers", "store"}, "store": {"store"}}
+ROOM_MAY_USE = {"store": {"store"}, "store/catalog": {"store"}, "store/memory": {"store"},
+                "store/redis": {"store"}, "store/fallback": {"store"},
+                "store/cluster": {"store", "store/redis"}}
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
 
 
@@ -26,8 +32,8 @@ def module_name(stem):
 def module_graph(root):
     graph = {}
     for folder in FOLDERS:
-        for path in sorted((root / folder).glob("*.[ch]")):
-            module = f"{folder}/{module_name(path.stem)}"
+        for path in sorted((root / folder).rglob("*.[ch]")):
+            module = str(path.relative_to(root).parent / module_name(path.stem))
             edges = graph.setdefault(module, set())
             for target in INCLUDE.findall(path.read_text(errors="replace")):
                 target_path = pathlib.PurePosixPath(target)
@@ -67,13 +73,19 @@ def main():
         for target in sorted(edges):
             if target.split("/")[0] not in MAY_USE[folder]:
                 problems.append(f"{module} includes {target}.h: {folder}/ must not use {target.split('/')[0]}/")
+        room = module.rsplit("/", 1)[0]
+        for target in sorted(edges):
+            target_room = target.rsplit("/", 1)[0]
+            if room in ROOM_MAY_USE and target_room.startswith("store") and target_room != room \
+                    and target_room not in ROOM_MAY_USE[room]:
+                problems.append(f"{module} includes {target}.h: {room}/ must not use {target_room}/")
     for circle in circles(graph):
         problems.append("include circle: " + " -> ".join(circle))
     if problems:
         print("\n".join(problems))
         return 1
     edges = sum(len(e) for e in graph.values())
-    print(f"include graph: {len(graph)} modules, {edges} edges, no circle, proxy -> tiers -> store only")
+    print(f"include graph: {len(graph)} modules, {edges} edges, no circle, proxy -> tiers -> store only, store's rooms one way")
     return 0
 
 

@@ -19,9 +19,9 @@
 #include <event2/event.h>
 #include <hiredis/hiredis.h>
 
-#include "store/cluster_slot.h"
+#include "store/redis/cluster_slot.h"
 #include "store/limiter.h"
-#include "store/redis_url.h"
+#include "store/redis/redis_url.h"
 
 #define MAX_MASTERS 16
 #define MAX_REPLICAS_PER_MASTER 4

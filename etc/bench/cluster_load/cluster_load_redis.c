@@ -228,7 +228,7 @@ out:
     return rc;
 }
 
-/* The key limiter_redis builds for a subject's rule (put_key in store/limiter_redis.c). */
+/* The key limiter_redis builds for a subject's rule (put_key in store/redis/limiter_redis.c). */
 static size_t build_key(const char *prefix, const char *subject, int64_t rule_id, char *key, size_t keymax)
 {
     int n = snprintf(key, keymax, "%s{%s}:%" PRId64, prefix, subject, rule_id);

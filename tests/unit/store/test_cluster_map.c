@@ -1,4 +1,4 @@
-/* Unit tests for store/cluster_map.c. Replies are RESP text read by hiredis' own reader,
+/* Unit tests for store/cluster/cluster_map.c. Replies are RESP text read by hiredis' own reader,
  * so the map sees the redisReply tree a node's answer becomes; the first is the
  * CLUSTER SLOTS answer of the e2e fixture's cluster (redis 7.0.15, 3 masters + 3 replicas). */
 #include <errno.h>
@@ -11,7 +11,7 @@
 
 #include <cmocka.h>
 
-#include "store/cluster_map.h"
+#include "store/cluster/cluster_map.h"
 
 static const char FIXTURE_SLOTS[] =
     "*3\r\n*4\r\n:0\r\n:5460\r\n*4\r\n$9\r\n127.0.0.1\r\n:29583\r\n$40\r\nb3207b57da59a0cb0959cf44bc7d786cb648b020\r\n*0\r\n"

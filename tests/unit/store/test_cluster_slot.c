@@ -1,4 +1,4 @@
-/* Unit tests for store/cluster_slot.c. The expected slots are CLUSTER KEYSLOT answers of
+/* Unit tests for store/redis/cluster_slot.c. The expected slots are CLUSTER KEYSLOT answers of
  * redis-server 7.0.15 (written down from redis-cli on a cluster-enabled node). */
 #include <errno.h>
 #include <setjmp.h>
@@ -10,7 +10,7 @@
 
 #include <cmocka.h>
 
-#include "store/cluster_slot.h"
+#include "store/redis/cluster_slot.h"
 
 static unsigned slot_of(const char *key)
 {

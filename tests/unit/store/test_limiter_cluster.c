@@ -1,4 +1,4 @@
-/* Unit tests for store/limiter_cluster.c against fake cluster nodes: two tiny RESP servers on
+/* Unit tests for store/cluster/limiter_cluster.c against fake cluster nodes: two tiny RESP servers on
  * the test's own event loop that answer CLUSTER SLOTS (A serves slots 0-8191, B the rest),
  * SCRIPT LOAD (the script's SHA1), PING, ASKING, and EVALSHA as they are told: a check
  * reply (allowed), MOVED or ASK to the other node. What is seen: a check goes to its slot's
@@ -27,7 +27,7 @@
 #include <openssl/evp.h>
 
 #include "store/clock.h"
-#include "store/cluster_slot.h"
+#include "store/redis/cluster_slot.h"
 #include "store/limiter_impl.h"
 
 enum fake_mode { ANSWER, MOVED_TO_PEER, ASK_TO_PEER, SAY_TRYAGAIN };

@@ -1,4 +1,4 @@
-/* Unit tests for store/limiter_fallback.c (on_store_error = local): with Redis unreachable
+/* Unit tests for store/fallback/limiter_fallback.c (on_store_error = local): with Redis unreachable
  * (a Redis limiter pointed at a closed port: it answers LIMITER_UNAVAILABLE at once), the
  * rules of the kinds set to local are decided by the memory store on limits scaled by
  * local_share; closed passes the failure on; open leaves the rule out; leases taken

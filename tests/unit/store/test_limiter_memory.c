@@ -1,4 +1,4 @@
-/* Unit tests for store/algorithms.c and store/limiter_memory.c: the algorithms' verdict
+/* Unit tests for store/memory/algorithms.c and store/memory/limiter_memory.c: the algorithms' verdict
  * numbers checked against brute force, the memory store's atomicity, eviction, argument
  * checks and thread safety. (The same answers from Redis: test_limiter_redis.c.) */
 #include <errno.h>
@@ -13,7 +13,7 @@
 
 #include <cmocka.h>
 
-#include "store/algorithms.h"
+#include "store/memory/algorithms.h"
 #include "store/limiter_impl.h"
 
 /* ---- brute force over the pure functions ---- */

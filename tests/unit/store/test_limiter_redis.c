@@ -1,4 +1,4 @@
-/* Unit tests for store/limiter_redis.c and store/check.lua, against a real redis-server
+/* Unit tests for store/redis/limiter_redis.c and store/redis/check.lua, against a real redis-server
  * started here (in the foreground, as a child, on a port picked by binding port 0; killed
  * and waited for by PID). The memory store is run side by side on the same sequences and
  * must give identical decisions and identical verdict numbers.

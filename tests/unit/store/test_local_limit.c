@@ -1,4 +1,4 @@
-/* Unit tests for store/local_limit.c: one rule of one connection, which must count exactly
+/* Unit tests for store/memory/local_limit.c: one rule of one connection, which must count exactly
  * as the memory store counts the same rule for one subject. */
 #include <errno.h>
 #include <setjmp.h>
@@ -12,7 +12,7 @@
 #include <cmocka.h>
 
 #include "store/limiter_impl.h"
-#include "store/local_limit.h"
+#include "store/memory/local_limit.h"
 
 static void on_done(void *arg, const struct limiter_result *result)
 {

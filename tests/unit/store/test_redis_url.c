@@ -1,4 +1,4 @@
-/* Unit tests for store/redis_url.c. */
+/* Unit tests for store/redis/redis_url.c. */
 #include <errno.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -9,7 +9,7 @@
 
 #include <cmocka.h>
 
-#include "store/redis_url.h"
+#include "store/redis/redis_url.h"
 
 static struct redis_url parse_ok(const char *text)
 {

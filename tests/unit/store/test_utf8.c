@@ -7,7 +7,7 @@
 
 #include <cmocka.h>
 
-#include "store/utf8.h"
+#include "store/catalog/utf8.h"
 
 static bool valid(const char *s)
 {

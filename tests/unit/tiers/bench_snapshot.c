@@ -10,7 +10,7 @@
 
 #include <sqlite3.h>
 
-#include "store/catalog.h"
+#include "store/catalog/catalog.h"
 #include "tiers/apikey.h"
 #include "tiers/snapshot.h"
 

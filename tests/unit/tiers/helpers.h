@@ -12,7 +12,7 @@
 #include <cmocka.h>
 #include <sqlite3.h>
 
-#include "store/catalog.h"
+#include "store/catalog/catalog.h"
 #include "tiers/apikey.h"
 
 struct tmpdb {

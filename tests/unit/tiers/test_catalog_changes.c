@@ -1,5 +1,5 @@
 /* A change's rows installed on a follower's copy (catalog_install_rows over
- * store/catalog_changes.h): they make exactly the admin's catalog from the version they
+ * store/catalog/catalog_changes.h): they make exactly the admin's catalog from the version they
  * start from, and so do the rows in which the admin's file differs from the copy; a copy
  * that is not that version, rows that do not apply and bytes that are not rows all leave
  * the copy as it was. */
@@ -9,8 +9,8 @@
 
 #include <sqlite3.h>
 
-#include "store/catalog_changes.h"
-#include "store/catalog_image.h"
+#include "store/catalog/catalog_changes.h"
+#include "store/catalog/catalog_image.h"
 #include "tiers/catalog_install.h"
 
 struct pair {
