@@ -124,12 +124,60 @@ static bool same_string(const char *a, const char *b)
     return strcmp(a != NULL ? a : "", b != NULL ? b : "") == 0;
 }
 
-#define SWAP(type, a, b)                                                                       \
-    do {                                                                                       \
-        type swap_tmp = *(type *)(a);                                                          \
-        *(type *)(a) = *(type *)(b);                                                           \
-        *(type *)(b) = swap_tmp;                                                               \
-    } while (0)
+/* Swaps size bytes of a and b; whether they differed. */
+static bool swap_bytes(void *a, void *b, size_t size)
+{
+    unsigned char tmp[sizeof(struct config_origin) > 16 ? sizeof(struct config_origin) : 16];
+    bool differs = memcmp(a, b, size) != 0;
+    memcpy(tmp, a, size);
+    memcpy(a, b, size);
+    memcpy(b, tmp, size);
+    return differs;
+}
+
+/* The width of a directive's value held in place (0: a string or a list). */
+static size_t scalar_size(enum dtype type)
+{
+    switch (type) {
+    case D_INT:
+    case D_ENUM:
+        return sizeof(int);
+    case D_INT64:
+        return sizeof(int64_t);
+    case D_BOOL:
+        return sizeof(bool);
+    case D_SHARE:
+        return sizeof(double);
+    default:
+        return 0;
+    }
+}
+
+/* Swaps d's value between running and fresh: whether it differed; -1 for a list (lists
+ * are all reloadable). */
+static int swap_value(const struct directive *d, struct proxy_config *running, struct proxy_config *fresh)
+{
+    char *a = (char *)running + d->offset, *b = (char *)fresh + d->offset;
+    size_t size = scalar_size(d->type);
+    if (size > 0)
+        return swap_bytes(a, b, size);
+    switch (d->type) {
+    case D_HOSTPORT:
+    case D_STRING:
+    case D_TOKEN:
+    case D_WORD:
+    case D_REDIS_URL:
+    case D_ACCESS_LOG: {
+        bool differs = !same_string(*(char **)a, *(char **)b);
+        swap_bytes(a, b, sizeof(char *));
+        if (d->type == D_HOSTPORT)
+            differs |= swap_bytes((char *)running + d->offset2, (char *)fresh + d->offset2, sizeof(uint16_t));
+        return differs;
+    }
+    default:
+        return -1;
+    }
+}
 
 void config_keep_restart_only(struct proxy_config *running, struct proxy_config *fresh, char *changed,
                               size_t changed_len)
@@ -141,46 +189,9 @@ void config_keep_restart_only(struct proxy_config *running, struct proxy_config 
         const struct directive *d = &config_directives[i];
         if (!(d->flags & F_RESTART))
             continue;
-        char *a = (char *)running + d->offset, *b = (char *)fresh + d->offset;
-        bool differs;
         if (running->origins != NULL && fresh->origins != NULL)
-            SWAP(struct config_origin, &running->origins[i], &fresh->origins[i]);
-        switch (d->type) {
-        case D_HOSTPORT:
-            differs = !same_string(*(char **)a, *(char **)b) ||
-                      *(uint16_t *)((char *)running + d->offset2) != *(uint16_t *)((char *)fresh + d->offset2);
-            SWAP(char *, a, b);
-            SWAP(uint16_t, (char *)running + d->offset2, (char *)fresh + d->offset2);
-            break;
-        case D_STRING:
-        case D_TOKEN:
-        case D_WORD:
-        case D_REDIS_URL:
-        case D_ACCESS_LOG:
-            differs = !same_string(*(char **)a, *(char **)b);
-            SWAP(char *, a, b);
-            break;
-        case D_INT:
-        case D_ENUM:
-            differs = *(int *)a != *(int *)b;
-            SWAP(int, a, b);
-            break;
-        case D_INT64:
-            differs = *(int64_t *)a != *(int64_t *)b;
-            SWAP(int64_t, a, b);
-            break;
-        case D_BOOL:
-            differs = *(bool *)a != *(bool *)b;
-            SWAP(bool, a, b);
-            break;
-        case D_SHARE:
-            differs = *(double *)a != *(double *)b;
-            SWAP(double, a, b);
-            break;
-        default: /* lists are all reloadable */
-            continue;
-        }
-        if (differs && used < changed_len) {
+            swap_bytes(&running->origins[i], &fresh->origins[i], sizeof(struct config_origin));
+        if (swap_value(d, running, fresh) == 1 && used < changed_len) {
             int n = snprintf(changed + used, changed_len - used, "%s[%s] %s", used ? ", " : "", d->section, d->key);
             if (n > 0)
                 used += (size_t)n < changed_len - used ? (size_t)n : changed_len - used - 1;
@@ -188,39 +199,15 @@ void config_keep_restart_only(struct proxy_config *running, struct proxy_config 
     }
 }
 
-const char *config_origin(const struct proxy_config *cfg, const char *section, const char *key, char *buf,
-                          size_t buflen)
+static struct config_origin origin_of(const struct proxy_config *cfg, const struct directive *d)
 {
-    const struct directive *d = config_find_directive(section, key);
-    if (buflen == 0)
-        return buf;
-    if (d == NULL) {
-        snprintf(buf, buflen, "[%s] %s", section, key);
-        return buf;
-    }
-    struct config_origin o = cfg->origins != NULL ? cfg->origins[d - config_directives] : (struct config_origin){0};
-    switch (o.kind) {
-    case ORIGIN_FILE:
-        snprintf(buf, buflen, "%s:%d: [%s] %s", cfg->config_path != NULL ? cfg->config_path : "?", o.line,
-                 d->section, d->key);
-        break;
-    case ORIGIN_FLAG:
-        snprintf(buf, buflen, "%s", o.flag);
-        break;
-    case ORIGIN_ENV:
-        config_env_name(d, buf, buflen);
-        break;
-    case ORIGIN_DEFAULT:
-        snprintf(buf, buflen, "[%s] %s (default)", d->section, d->key);
-        break;
-    }
-    return buf;
+    return cfg->origins != NULL ? cfg->origins[d - config_directives] : (struct config_origin){0};
 }
 
 /* Where a value came from, short: "FILE:LINE", "--flag", "TIERPROXY_...", "the default". */
 static const char *source_of(const struct proxy_config *cfg, const struct directive *d, char *buf, size_t buflen)
 {
-    struct config_origin o = cfg->origins != NULL ? cfg->origins[d - config_directives] : (struct config_origin){0};
+    struct config_origin o = origin_of(cfg, d);
     switch (o.kind) {
     case ORIGIN_FILE:
         snprintf(buf, buflen, "%s:%d", cfg->config_path != NULL ? cfg->config_path : "?", o.line);
@@ -234,6 +221,28 @@ static const char *source_of(const struct proxy_config *cfg, const struct direct
     case ORIGIN_DEFAULT:
         snprintf(buf, buflen, "the default");
         break;
+    }
+    return buf;
+}
+
+const char *config_origin(const struct proxy_config *cfg, const char *section, const char *key, char *buf,
+                          size_t buflen)
+{
+    const struct directive *d = config_find_directive(section, key);
+    if (buflen == 0)
+        return buf;
+    if (d == NULL) {
+        snprintf(buf, buflen, "[%s] %s", section, key);
+        return buf;
+    }
+    if (origin_of(cfg, d).kind == ORIGIN_DEFAULT) {
+        snprintf(buf, buflen, "[%s] %s (default)", d->section, d->key);
+        return buf;
+    }
+    source_of(cfg, d, buf, buflen);
+    if (origin_of(cfg, d).kind == ORIGIN_FILE) {
+        size_t used = strlen(buf);
+        snprintf(buf + used, buflen - used, ": [%s] %s", d->section, d->key);
     }
     return buf;
 }

@@ -45,14 +45,15 @@ static const struct word level_words[] = {
  * command-line flag, and what an error message says it expected. */
 #define HOSTPORT_IN(host, port) .type = D_HOSTPORT, .set = config_set_hostport, .offset = OFF(host), .offset2 = OFF(port)
 #define LIST_IN(t, setter, list, count) .type = t, .set = setter, .offset = OFF(list), .offset2 = OFF(count)
-#define INT_IN(field, lo, hi) .type = D_INT, .set = config_set_int, .offset = OFF(field), .min = (lo), .max = (hi)
-#define INT64_IN(field, lo, hi) .type = D_INT64, .set = config_set_int64, .offset = OFF(field), .min = (lo), .max = (hi)
+#define NUMBER_IN(t, field, lo, hi) .type = t, .set = config_set_number, .offset = OFF(field), .min = (lo), .max = (hi)
+#define INT_IN(field, lo, hi) NUMBER_IN(D_INT, field, lo, hi)
+#define INT64_IN(field, lo, hi) NUMBER_IN(D_INT64, field, lo, hi)
 #define WORDS_IN(t, setter, field, w) .type = t, .set = setter, .offset = OFF(field), .words = (w)
 #define VALUE_IN(t, setter, field) .type = t, .set = setter, .offset = OFF(field)
 #define STRING_IN(field) VALUE_IN(D_STRING, config_set_string, field)
 #define TOKEN_IN(field) VALUE_IN(D_TOKEN, config_set_token, field)
-#define FLAG_IN(field, w) WORDS_IN(D_BOOL, config_set_flag, field, w)
-#define ENUM_IN(field, w) WORDS_IN(D_ENUM, config_set_enum, field, w)
+#define FLAG_IN(field, w) WORDS_IN(D_BOOL, config_set_number, field, w)
+#define ENUM_IN(field, w) WORDS_IN(D_ENUM, config_set_number, field, w)
 #define A_FILE "a PEM file of CA certificates, or empty for the system's"
 
 const struct directive config_directives[] = {

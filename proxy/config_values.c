@@ -428,22 +428,16 @@ static int whole_number(const struct directive *d, const char *v, int64_t *pn, c
     return -EINVAL;
 }
 
-int config_set_int(const struct directive *d, struct proxy_config *cfg, char *v, char *why, size_t whylen)
+/* n into d's field, as wide as d's type keeps it (n is within its bounds or words). */
+static void put_number(const struct directive *d, struct proxy_config *cfg, int64_t n)
 {
-    int64_t n;
-    int r = whole_number(d, v, &n, why, whylen);
-    if (r == 0)
-        *(int *)FIELD(cfg, d->offset) = (int)n;
-    return r;
-}
-
-int config_set_int64(const struct directive *d, struct proxy_config *cfg, char *v, char *why, size_t whylen)
-{
-    int64_t n;
-    int r = whole_number(d, v, &n, why, whylen);
-    if (r == 0)
-        *(int64_t *)FIELD(cfg, d->offset) = n;
-    return r;
+    void *field = FIELD(cfg, d->offset);
+    if (d->type == D_INT64)
+        *(int64_t *)field = n;
+    else if (d->type == D_BOOL)
+        *(bool *)field = n != 0;
+    else
+        *(int *)field = (int)n;   /* D_INT, D_ENUM */
 }
 
 int config_set_string(const struct directive *d, struct proxy_config *cfg, char *v, char *why, size_t whylen)
@@ -482,21 +476,14 @@ static int one_of_words(const struct directive *d, const char *v, int *pw, char 
     return -EINVAL;
 }
 
-int config_set_flag(const struct directive *d, struct proxy_config *cfg, char *v, char *why, size_t whylen)
+/* A number within d's bounds, or one of d's words. */
+int config_set_number(const struct directive *d, struct proxy_config *cfg, char *v, char *why, size_t whylen)
 {
-    int w;
-    int r = one_of_words(d, v, &w, why, whylen);
+    int64_t n = 0;
+    int w = 0;
+    int r = d->words != NULL ? one_of_words(d, v, &w, why, whylen) : whole_number(d, v, &n, why, whylen);
     if (r == 0)
-        *(bool *)FIELD(cfg, d->offset) = w != 0;
-    return r;
-}
-
-int config_set_enum(const struct directive *d, struct proxy_config *cfg, char *v, char *why, size_t whylen)
-{
-    int w;
-    int r = one_of_words(d, v, &w, why, whylen);
-    if (r == 0)
-        *(int *)FIELD(cfg, d->offset) = w;
+        put_number(d, cfg, d->words != NULL ? w : n);
     return r;
 }
 

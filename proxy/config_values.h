@@ -15,12 +15,9 @@ config_setter config_set_hostport;     /* D_HOSTPORT */
 config_setter config_set_urls;         /* D_URLS: http:// or https:// upstreams */
 config_setter config_set_cidrs;        /* D_CIDRS */
 config_setter config_set_paths;        /* D_PATHS: "/prefix" */
-config_setter config_set_int;          /* D_INT, within min..max */
-config_setter config_set_int64;        /* D_INT64, within min..max */
+config_setter config_set_number;       /* D_INT, D_INT64 within min..max; D_BOOL, D_ENUM from words */
 config_setter config_set_string;       /* D_STRING, per F_EMPTY_NULL, F_EMPTY_OK, F_READABLE */
 config_setter config_set_token;        /* D_TOKEN: an HTTP header or parameter name */
-config_setter config_set_flag;         /* D_BOOL, from words */
-config_setter config_set_enum;         /* D_ENUM, from words */
 config_setter config_set_word;         /* D_WORD, from words, stored as the word */
 config_setter config_set_redis_url;    /* D_REDIS_URL */
 config_setter config_set_access_log;   /* D_ACCESS_LOG */

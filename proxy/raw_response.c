@@ -45,21 +45,16 @@ struct raw_response *raw_response_create(struct event_base *base, int fd, struct
                                          int64_t write_timeout_ms, const struct raw_response_hooks *hooks,
                                          void *owner)
 {
-    struct raw_response *rr = calloc(1, sizeof(*rr));
+    struct raw_response *rr = malloc(sizeof(*rr));
     if (rr == NULL)
         return NULL;
+    *rr = (struct raw_response){.fd = fd, .u = u, .hooks = hooks, .owner = owner,
+                                .write_timeout_ms = write_timeout_ms, .status = status, .content_length = -1};
     rr->writable = event_new(base, fd, EV_WRITE, on_writable, rr);
     if (rr->writable == NULL) {
         free(rr);
         return NULL;
     }
-    rr->fd = fd;
-    rr->u = u;
-    rr->hooks = hooks;
-    rr->owner = owner;
-    rr->write_timeout_ms = write_timeout_ms;
-    rr->content_length = -1;
-    rr->status = status;
     char line[160];
     int n = snprintf(line, sizeof(line), "HTTP/1.1 %u %s\r\n", status, MHD_get_reason_phrase_for(status));
     if (n < 0 || (size_t)n >= sizeof(line))

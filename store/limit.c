@@ -230,20 +230,12 @@ char *limit_quota_format(int64_t count, enum limit_period period, char *buf, siz
 
 #define DAY_MS 86400000
 
-static int64_t floor_div(int64_t a, int64_t b)
-{
-    int64_t q = a / b;
-    if ((a % b != 0) && ((a < 0) != (b < 0)))
-        q--;
-    return q;
-}
-
 /* Days since 1970-01-01 of a proleptic Gregorian date, and back (H. Hinnant's
  * days_from_civil / civil_from_days; check.lua has the same). */
 static int64_t days_from_civil(int64_t y, int64_t m, int64_t d)
 {
     y -= m <= 2;
-    int64_t era = floor_div(y, 400);
+    int64_t era = limit_floor_div(y, 400);
     int64_t yoe = y - era * 400;
     int64_t doy = (153 * (m > 2 ? m - 3 : m + 9) + 2) / 5 + d - 1;
     int64_t doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
@@ -253,7 +245,7 @@ static int64_t days_from_civil(int64_t y, int64_t m, int64_t d)
 static void civil_from_days(int64_t z, int64_t *py, int64_t *pm)
 {
     z += 719468;
-    int64_t era = floor_div(z, 146097);
+    int64_t era = limit_floor_div(z, 146097);
     int64_t doe = z - era * 146097;
     int64_t yoe = (doe - doe / 1460 + doe / 36524 - doe / 146096) / 365;
     int64_t doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
@@ -265,13 +257,13 @@ static void civil_from_days(int64_t z, int64_t *py, int64_t *pm)
 
 int64_t limit_period_start_ms(enum limit_period period, int64_t unix_ms)
 {
-    int64_t day = floor_div(unix_ms, DAY_MS);
+    int64_t day = limit_floor_div(unix_ms, DAY_MS);
     switch (period) {
     case LIMIT_PERIOD_DAY:
         return day * DAY_MS;
     case LIMIT_PERIOD_WEEK:
         /* 1970-01-01 was a Thursday: Monday is 3 days before it. */
-        return (day - (day + 3 - floor_div(day + 3, 7) * 7)) * DAY_MS;
+        return (day - (day + 3 - limit_floor_div(day + 3, 7) * 7)) * DAY_MS;
     case LIMIT_PERIOD_MONTH: {
         int64_t y, m;
         civil_from_days(day, &y, &m);
@@ -292,7 +284,7 @@ int64_t limit_period_end_ms(enum limit_period period, int64_t unix_ms)
         return start + 7 * (int64_t)DAY_MS;
     case LIMIT_PERIOD_MONTH: {
         int64_t y, m;
-        civil_from_days(floor_div(start, DAY_MS), &y, &m);
+        civil_from_days(limit_floor_div(start, DAY_MS), &y, &m);
         return days_from_civil(m == 12 ? y + 1 : y, m == 12 ? 1 : m + 1, 1) * DAY_MS;
     }
     default:

@@ -163,3 +163,12 @@ const char *limit_period_name(enum limit_period period);
  * check.lua computes the same for the Redis store. */
 int64_t limit_period_start_ms(enum limit_period period, int64_t unix_ms);
 int64_t limit_period_end_ms(enum limit_period period, int64_t unix_ms);
+
+/* a / b rounded towards minus infinity (b != 0): the window a time falls in. */
+static inline int64_t limit_floor_div(int64_t a, int64_t b)
+{
+    int64_t q = a / b;
+    if ((a % b != 0) && ((a < 0) != (b < 0)))
+        q--;
+    return q;
+}

@@ -62,6 +62,21 @@ struct limiter_shared_ops {
                     void *arg);
 };
 
+/* A backend's table, its functions named after it (memory_check, memory_peek, ...). */
+#define LIMITER_OPS(name, lease_count_fn, shared_ops)                                                          \
+    {                                                                                                          \
+        .check = name##_check, .peek = name##_peek, .release = name##_release,                                 \
+        .release_all = name##_release_all, .lease_count = (lease_count_fn), .destroy = name##_destroy,         \
+        .shared = (shared_ops)                                                                                 \
+    }
+
+/* A shared store's table, named the same way. */
+#define LIMITER_SHARED_OPS(name, adopt_fn, nodes_fn)                                                           \
+    {                                                                                                          \
+        .available = name##_available, .health = name##_health, .set_event_hook = name##_set_event_hook,       \
+        .sync = name##_sync, .adopt = (adopt_fn), .set_ready_hook = name##_set_ready_hook, .nodes = (nodes_fn) \
+    }
+
 struct denial_cache;
 
 struct limiter {

@@ -105,14 +105,8 @@ static int cached_bound(struct catalog *cat, const char *sql, const char *fmt, v
     return rc == SQLITE_OK ? bind_va(*pst, fmt, ap) : rc;
 }
 
-/* Runs a statement that returns no rows. *pchanges (if not NULL) gets the rows changed. */
-int catalog_stmt_run(struct catalog *cat, int64_t *pchanges, const char *sql, const char *fmt, ...)
+static int run_bound(struct catalog *cat, int64_t *pchanges, sqlite3_stmt *st, int rc)
 {
-    sqlite3_stmt *st = NULL;
-    va_list ap;
-    va_start(ap, fmt);
-    int rc = cached_bound(cat, sql, fmt, ap, &st);
-    va_end(ap);
     if (rc == SQLITE_OK) {
         while ((rc = sqlite3_step(st)) == SQLITE_ROW)
             ;
@@ -126,29 +120,42 @@ int catalog_stmt_run(struct catalog *cat, int64_t *pchanges, const char *sql, co
     return r;
 }
 
-/* Runs a query for one integer (first column of the first row). Returns 0 with *pvalue
- * set, CATALOG_NOT_FOUND when there is no row, or a negative errno. */
-int catalog_query_int(struct catalog *cat, int64_t *pvalue, const char *sql, const char *fmt, ...)
+/* Runs a statement that returns no rows. *pchanges (if not NULL) gets the rows changed. */
+int catalog_stmt_run(struct catalog *cat, int64_t *pchanges, const char *sql, const char *fmt, ...)
 {
     sqlite3_stmt *st = NULL;
     va_list ap;
     va_start(ap, fmt);
     int rc = cached_bound(cat, sql, fmt, ap, &st);
     va_end(ap);
+    return run_bound(cat, pchanges, st, rc);
+}
+
+static int first_int(struct catalog *cat, int64_t *pvalue, sqlite3_stmt *st, int rc)
+{
     int r = 0;
-    if (rc == SQLITE_OK) {
+    if (rc == SQLITE_OK)
         rc = sqlite3_step(st);
-        if (rc == SQLITE_ROW)
-            *pvalue = sqlite3_column_int64(st, 0);
-        else if (rc == SQLITE_DONE)
-            r = CATALOG_NOT_FOUND;
-        else
-            r = catalog_sql_fail(cat, rc);
-    } else {
+    if (rc == SQLITE_ROW)
+        *pvalue = sqlite3_column_int64(st, 0);
+    else if (rc == SQLITE_DONE)
+        r = CATALOG_NOT_FOUND;
+    else
         r = catalog_sql_fail(cat, rc);
-    }
     stmt_cache_done(st);
     return r;
+}
+
+/* Runs a query for one integer (first column of the first row). Returns 0 with *pvalue
+ * set, CATALOG_NOT_FOUND when there is no row, or a negative errno. */
+int catalog_query_int(struct catalog *cat, int64_t *pvalue, const char *sql, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    sqlite3_stmt *st = NULL;
+    int rc = cached_bound(cat, sql, fmt, ap, &st);
+    va_end(ap);
+    return first_int(cat, pvalue, st, rc);
 }
 
 const char *catalog_column_text(sqlite3_stmt *st, int col)

@@ -484,27 +484,10 @@ static void cluster_destroy(struct limiter *limiter)
     free(cl);
 }
 
-static const struct limiter_shared_ops cluster_shared_ops = {
-    .available = cluster_available,
-    .health = cluster_health,
-    .set_event_hook = cluster_set_event_hook,
-    .sync = cluster_sync,
-    .adopt = cluster_adopt,
-    .set_ready_hook = cluster_set_ready_hook,
-    .nodes = cluster_nodes,
-};
-
+static const struct limiter_shared_ops cluster_shared_ops = LIMITER_SHARED_OPS(cluster, cluster_adopt, cluster_nodes);
 /* A backend, not a wrapper: the denial cache is the cluster limiter's (its nodes are
  * called without theirs), as a single Redis limiter's. */
-static const struct limiter_ops cluster_ops = {
-    .check = cluster_check,
-    .peek = cluster_peek,
-    .release = cluster_release,
-    .release_all = cluster_release_all,
-    .lease_count = cluster_lease_count,
-    .destroy = cluster_destroy,
-    .shared = &cluster_shared_ops,
-};
+static const struct limiter_ops cluster_ops = LIMITER_OPS(cluster, cluster_lease_count, &cluster_shared_ops);
 
 int limiter_redis_cluster_prefix_check(const char *key_prefix, char *err, size_t errlen)
 {

@@ -268,16 +268,13 @@ static void probe_next(struct cluster_limiter *cl)
         const struct redis_url *cred = candidate(cl, (cl->probe_start + cl->probe_tried) % total, &host, &port);
         cl->probe_tried++;
         snprintf(cl->probe_host, sizeof(cl->probe_host), "%s", host);
-        redisAsyncContext *ac = redisAsyncConnect(host, port);
-        if (ac == NULL || ac->err || redis_async_attach(ac, cl->evbase, cl->tls, host) != REDIS_OK) {
-            cluster_note_error(cl, host, ac ? ac->errstr : "out of memory");
-            if (ac != NULL)
-                redisAsyncFree(ac);
+        char why[128];
+        redisAsyncContext *ac = redis_async_open(cl->evbase, cl->tls, host, port, NULL, cl, on_probe_connect,
+                                                 on_probe_disconnect, why, sizeof(why));
+        if (ac == NULL) {
+            cluster_note_error(cl, host, why);
             continue;
         }
-        ac->data = cl;
-        redisAsyncSetConnectCallback(ac, on_probe_connect);
-        redisAsyncSetDisconnectCallback(ac, on_probe_disconnect);
         cl->probe = ac;
         /* pipelined: a rejected AUTH makes CLUSTER SLOTS fail (NOAUTH), the next is tried */
         if (cred->has_password) {

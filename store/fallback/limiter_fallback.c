@@ -318,14 +318,7 @@ static int fallback_peek(struct limiter *limiter, const char *subject, size_t su
 }
 
 /* A wrapper: no shared slots of its own; limiter.c sends those calls to primary (inner). */
-static const struct limiter_ops fallback_ops = {
-    .check = fallback_check,
-    .peek = fallback_peek,
-    .release = fallback_release,
-    .release_all = fallback_release_all,
-    .lease_count = fallback_lease_count,
-    .destroy = fallback_destroy,
-};
+static const struct limiter_ops fallback_ops = LIMITER_OPS(fallback, fallback_lease_count, NULL);
 
 static bool options_valid(const struct local_fallback_options *o)
 {

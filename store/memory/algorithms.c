@@ -22,12 +22,20 @@
 #include <stdlib.h>
 #include <string.h>
 
-static int64_t floor_div(int64_t a, int64_t b)
+/* A fixed window's or a quota period's commit: the window decided (ev->a) and its count,
+ * k more (ev->b). */
+static void count_in_window(int64_t *window, int64_t *used, struct algo_eval *ev, int64_t k)
 {
-    int64_t q = a / b;
-    if ((a % b != 0) && ((a < 0) != (b < 0)))
-        q--;
-    return q;
+    ev->b += k;
+    *window = ev->a;
+    *used = ev->b;
+}
+
+/* now, or the start of window number `window` (of w ms) when that is later: a clock that
+ * went back is clamped to the state's window. */
+static int64_t clamp_to_window(int64_t now, int64_t window, int64_t w)
+{
+    return now < window * w ? window * w : now;
 }
 
 /* a >= 0, b > 0 */
@@ -227,10 +235,8 @@ static void sw_decide(const struct algo_state *s, const struct limit_rule *rule,
 {
     bool have = !ev->stale && s->kind >= 0;
     int64_t w = rule->window_ms;
-    int64_t te = now;
-    if (have && te < s->u.sw.w * w)
-        te = s->u.sw.w * w;
-    int64_t idx = floor_div(te, w);
+    int64_t te = have ? clamp_to_window(now, s->u.sw.w, w) : now;
+    int64_t idx = limit_floor_div(te, w);
     int64_t cur = 0, prev = 0;
     if (have && idx == s->u.sw.w) {
         cur = s->u.sw.cur;
@@ -324,10 +330,8 @@ static void fw_decide(const struct algo_state *s, const struct limit_rule *rule,
 {
     bool have = !ev->stale && s->kind >= 0;
     int64_t w = rule->window_ms;
-    int64_t te = now;
-    if (have && te < s->u.fw.w * w)
-        te = s->u.fw.w * w;
-    int64_t idx = floor_div(te, w);
+    int64_t te = have ? clamp_to_window(now, s->u.fw.w, w) : now;
+    int64_t idx = limit_floor_div(te, w);
     ev->te = te;
     ev->a = idx;
     ev->b = have && idx == s->u.fw.w ? s->u.fw.n : 0;
@@ -440,18 +444,14 @@ void algo_commit(struct algo_state *s, const struct limit_rule *rule, struct alg
         s->u.tb.t = ev->te;
         break;
     case LIMIT_FIXED_WINDOW:
-        ev->b += k;
-        s->u.fw.w = ev->a;
-        s->u.fw.n = ev->b;
+        count_in_window(&s->u.fw.w, &s->u.fw.n, ev, k);
         break;
     case LIMIT_CONCURRENCY:   /* one slot whatever the cost */
         ev->a++;
         s->u.cc.held = ev->a;
         break;
     case LIMIT_QUOTA:
-        ev->b += k;
-        s->u.q.start = ev->a;
-        s->u.q.used = ev->b;
+        count_in_window(&s->u.q.start, &s->u.q.used, ev, k);
         break;
     }
 }

@@ -480,36 +480,50 @@ static void untrack(struct limiter *limiter, const char *subject, size_t subject
     }
 }
 
+/* Where a check (or a peek) of one subject starts: its clock, its stripe, and a result
+ * of n verdicts to fill. */
+struct mem_check {
+    int64_t now;
+    uint64_t hash;
+    struct mem_stripe *st;
+    struct limiter_result result;
+};
+
+static void mem_check_begin(struct mem_check *c, struct memory_limiter *ml, const char *subject, size_t subject_len,
+                            int64_t now_ms, size_t n)
+{
+    c->now = now_ms >= 0 ? now_ms : store_realtime_ms();
+    c->hash = hash_subject(subject, subject_len);
+    c->st = &ml->store->stripes[c->hash & (STRIPES - 1)];
+    memset(&c->result, 0, sizeof(c->result));
+    c->result.status = LIMITER_DECIDED;
+    c->result.now_ms = c->now;
+    c->result.n = n;
+}
+
 /* A peek: every rule decided and answered as memory_check would, nothing recorded. */
 static int memory_peek(struct limiter *limiter, const char *subject, size_t subject_len,
                        const struct limit_rule *rules, size_t n, int64_t now_ms, limiter_done_fn *done, void *arg)
 {
-    struct memory_limiter *ml = (struct memory_limiter *)limiter;
-    int64_t now = now_ms >= 0 ? now_ms : store_realtime_ms();
-    uint64_t hash = hash_subject(subject, subject_len);
-    struct mem_stripe *st = &ml->store->stripes[hash & (STRIPES - 1)];
-    struct limiter_result result;
-    memset(&result, 0, sizeof(result));
-    result.status = LIMITER_DECIDED;
-    result.now_ms = now;
-    result.n = n;
+    struct mem_check c;
+    mem_check_begin(&c, (struct memory_limiter *)limiter, subject, subject_len, now_ms, n);
     struct algo_state empty;
     algo_state_init(&empty);
     bool all = true;
-    pthread_mutex_lock(&st->lock);
-    struct mem_entry *e = find_entry(st, bucket_of(st, hash), hash, subject, subject_len);
+    pthread_mutex_lock(&c.st->lock);
+    struct mem_entry *e = find_entry(c.st, bucket_of(c.st, c.hash), c.hash, subject, subject_len);
     for (size_t i = 0; i < n; i++) {
         struct mem_slot *slot = find_slot(e, rules[i].id);
         /* a slot past its eviction time is equivalent to none (it waits for a sweep) */
-        const struct algo_state *s = slot != NULL && slot->evict_ms > now ? &slot->st : &empty;
+        const struct algo_state *s = slot != NULL && slot->evict_ms > c.now ? &slot->st : &empty;
         struct algo_eval ev;
-        algo_decide(s, &rules[i], now, &ev);
-        algo_verdict(s, &rules[i], &ev, &result.verdicts[i]);
+        algo_decide(s, &rules[i], c.now, &ev);
+        algo_verdict(s, &rules[i], &ev, &c.result.verdicts[i]);
         all = all && ev.allowed;
     }
-    pthread_mutex_unlock(&st->lock);
-    result.allowed = all;
-    done(arg, &result);
+    pthread_mutex_unlock(&c.st->lock);
+    c.result.allowed = all;
+    done(arg, &c.result);
     return 0;
 }
 
@@ -624,44 +638,35 @@ static int memory_check(struct limiter *limiter, const char *subject, size_t sub
                         size_t lease_id_len, limiter_done_fn *done, void *arg)
 {
     struct memory_limiter *ml = (struct memory_limiter *)limiter;
-    int64_t now = now_ms >= 0 ? now_ms : store_realtime_ms();
-    uint64_t hash = hash_subject(subject, subject_len);
-    struct mem_stripe *st = &ml->store->stripes[hash & (STRIPES - 1)];
-
-    struct limiter_result result;
-    memset(&result, 0, sizeof(result));
-    result.status = LIMITER_DECIDED;
-    result.now_ms = now;
-    result.n = n;
-    struct algo_eval ev[LIMITER_MAX_RULES];
-
     if (lease_id != NULL) {
         int r = track_leases(limiter, subject, subject_len, rules, n, lease_id, lease_id_len);
         if (r != 0)
             return r;
     }
-    pthread_mutex_lock(&st->lock);
-    struct mem_entry *e = sweep_and_find(ml->store, st, hash, subject, subject_len, now);
-    bool all = decide_all(e, rules, n, now, ev);
+    struct mem_check c;
+    mem_check_begin(&c, ml, subject, subject_len, now_ms, n);
+    struct algo_eval ev[LIMITER_MAX_RULES];
+    pthread_mutex_lock(&c.st->lock);
+    struct mem_entry *e = sweep_and_find(ml->store, c.st, c.hash, subject, subject_len, c.now);
+    bool all = decide_all(e, rules, n, c.now, ev);
     if (all) {
-        e = reserve_all(ml->store, st, e, hash, subject, subject_len, rules, n, ev, now);
+        e = reserve_all(ml->store, c.st, e, c.hash, subject, subject_len, rules, n, ev, c.now);
         if (e == NULL) {
-            pthread_mutex_unlock(&st->lock);
+            pthread_mutex_unlock(&c.st->lock);
             if (lease_id != NULL)
                 untrack(limiter, subject, subject_len, rules, n, lease_id, lease_id_len);
             return -ENOMEM;
         }
-        commit_all(e, rules, n, ev, result.verdicts);
+        commit_all(e, rules, n, ev, c.result.verdicts);
     } else {
-        answer_refused(e, rules, n, ev, result.verdicts);
+        answer_refused(e, rules, n, ev, c.result.verdicts);
     }
-    pthread_mutex_unlock(&st->lock);
+    pthread_mutex_unlock(&c.st->lock);
     if (!all && lease_id != NULL)
         untrack(limiter, subject, subject_len, rules, n, lease_id, lease_id_len);
-    evict_over_cap(ml->store, now);
-
-    result.allowed = all;
-    done(arg, &result);
+    evict_over_cap(ml->store, c.now);
+    c.result.allowed = all;
+    done(arg, &c.result);
     return 0;
 }
 
@@ -720,14 +725,7 @@ static void memory_release(struct limiter *limiter, const char *subject, size_t 
     limiter_release_held(limiter, subject, subject_len, rules, n, lease_id, lease_id_len, memory_give_back);
 }
 
-static const struct limiter_ops memory_ops = {
-    .check = memory_check,
-    .peek = memory_peek,
-    .release = memory_release,
-    .release_all = memory_release_all,
-    .lease_count = limiter_leases_held,
-    .destroy = memory_destroy,
-};
+static const struct limiter_ops memory_ops = LIMITER_OPS(memory, limiter_leases_held, NULL);
 
 struct limiter *limiter_memory_create(struct memory_store *store)
 {

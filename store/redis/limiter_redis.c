@@ -124,24 +124,8 @@ static void redis_release(struct limiter *limiter, const char *subject, size_t s
     limiter_release_held(limiter, subject, subject_len, rules, n, lease_id, lease_id_len, redis_give_back);
 }
 
-static const struct limiter_shared_ops redis_shared_ops = {
-    .available = redis_available,
-    .health = redis_health,
-    .set_event_hook = redis_set_event_hook,
-    .sync = redis_sync,
-    .adopt = limiter_redis_node_adopt,
-    .set_ready_hook = redis_set_ready_hook,
-};
-
-static const struct limiter_ops redis_ops = {
-    .check = redis_check,
-    .peek = redis_peek,
-    .release = redis_release,
-    .release_all = redis_release_all,
-    .lease_count = limiter_leases_held,
-    .destroy = redis_destroy,
-    .shared = &redis_shared_ops,
-};
+static const struct limiter_shared_ops redis_shared_ops = LIMITER_SHARED_OPS(redis, limiter_redis_node_adopt, NULL);
+static const struct limiter_ops redis_ops = LIMITER_OPS(redis, limiter_leases_held, &redis_shared_ops);
 
 static int script_init(struct script *s, const char *text)
 {

@@ -89,12 +89,11 @@ static int parse_reply(const redisReply *reply, size_t n, struct limiter_result 
 
 void redis_on_check_reply(redisAsyncContext *ac, void *r, void *privdata)
 {
-    struct pending *p = privdata;
-    struct redis_limiter *rl = p->rl;
     redisReply *reply = r;
-    redis_inflight_remove(rl, p);
-    if (redis_retry_noscript(rl, ac, p, reply))
+    struct pending *p = privdata;
+    if (redis_script_sent_again(ac, p, reply))
         return;
+    struct redis_limiter *rl = p->rl;
     struct cluster_redirect redirect;
     if (p->redirected != NULL && reply != NULL && reply->type == REDIS_REPLY_ERROR) {
         /* nothing was recorded: the cluster limiter sends the call where it is told, or

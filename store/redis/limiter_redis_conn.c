@@ -282,18 +282,15 @@ static void on_disconnect(const redisAsyncContext *cac, int status)
 
 void redis_conn_start(struct redis_limiter *rl)
 {
-    redisAsyncContext *ac = rl->url.is_unix ? redisAsyncConnectUnix(rl->url.path)
-                                            : redisAsyncConnect(rl->url.host, rl->url.port);
-    if (ac == NULL || ac->err || redis_async_attach(ac, rl->evbase, rl->tls, rl->url.host) != REDIS_OK) {
-        note_down(rl, "connect", ac ? ac->errstr : "out of memory");
-        if (ac != NULL)
-            redisAsyncFree(ac);
+    char why[128];
+    redisAsyncContext *ac = redis_async_open(rl->evbase, rl->tls, rl->url.host, rl->url.port,
+                                             rl->url.is_unix ? rl->url.path : NULL, rl, on_connect, on_disconnect,
+                                             why, sizeof(why));
+    if (ac == NULL) {
+        note_down(rl, "connect", why);
         schedule_reconnect(rl);
         return;
     }
-    ac->data = rl;
-    redisAsyncSetConnectCallback(ac, on_connect);
-    redisAsyncSetDisconnectCallback(ac, on_disconnect);
     rl->ac = ac;
     rl->state = CONN_CONNECTING;
     rl->attempt_ms = store_mono_ms();
@@ -357,11 +354,10 @@ int redis_send_pending(struct redis_limiter *rl, struct pending *p)
     return r;
 }
 
-/* The script cache was flushed (or a failover): send the script itself, once. Returns
- * true when p was sent again (its callback will run again). */
-bool redis_retry_noscript(struct redis_limiter *rl, redisAsyncContext *ac, struct pending *p,
-                           const redisReply *reply)
+bool redis_script_sent_again(redisAsyncContext *ac, struct pending *p, const redisReply *reply)
 {
+    struct redis_limiter *rl = p->rl;
+    redis_inflight_remove(rl, p);
     if (reply == NULL || reply->type != REDIS_REPLY_ERROR)
         return false;
     if (p->script == NULL || p->retried || strncmp(reply->str, "NOSCRIPT", 8) != 0 || rl->ac != ac ||

@@ -156,11 +156,10 @@ void redis_on_renew_timer(evutil_socket_t fd, short what, void *arg)
 void redis_on_lease_reply(redisAsyncContext *ac, void *r, void *privdata)
 {
     struct pending *p = privdata;
+    if (redis_script_sent_again(ac, p, r))
+        return;
     struct redis_limiter *rl = p->rl;
     redisReply *reply = r;
-    redis_inflight_remove(rl, p);
-    if (redis_retry_noscript(rl, ac, p, reply))
-        return;
     bool failed = reply == NULL || reply->type == REDIS_REPLY_ERROR;
     if (reply != NULL && reply->type == REDIS_REPLY_ERROR)
         redis_note_error(rl, p->kind == P_RELEASE_ALL ? "release all" : "renew", reply->str);

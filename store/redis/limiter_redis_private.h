@@ -149,10 +149,10 @@ void redis_pending_free(struct pending *p);
 int redis_send_pending(struct redis_limiter *rl, struct pending *p);
 /* Takes a command whose reply came out of the in-flight list. */
 void redis_inflight_remove(struct redis_limiter *rl, struct pending *p);
-/* The script cache was flushed (or a failover): send the script itself, once. Returns true
- * when p was sent again (its callback will run again). */
-bool redis_retry_noscript(struct redis_limiter *rl, redisAsyncContext *ac, struct pending *p,
-                          const redisReply *reply);
+/* A script call's reply is in: takes p off the in-flight list and, when the script cache
+ * was flushed (or a failover), sends the script itself, once. Returns true when p was sent
+ * again (its callback will run again), false when the reply is the caller's to handle. */
+bool redis_script_sent_again(redisAsyncContext *ac, struct pending *p, const redisReply *reply);
 /* Appends one argument to p's buffer (and its length); the next ones follow it. */
 void redis_put_arg(struct pending *p, size_t *off, const char *s, size_t len);
 void redis_put_arg_length(struct pending *p, size_t *off, size_t len);

@@ -288,3 +288,20 @@ int redis_async_attach(redisAsyncContext *ac, struct event_base *base, SSL_CTX *
     event_add(l->wev, NULL);   /* writable: the TCP connection is up (or failed) */
     return REDIS_OK;
 }
+
+redisAsyncContext *redis_async_open(struct event_base *base, SSL_CTX *tls, const char *host, int port,
+                                    const char *unix_path, void *data, redisConnectCallback *on_connect,
+                                    redisDisconnectCallback *on_disconnect, char *why, size_t why_len)
+{
+    redisAsyncContext *ac = unix_path != NULL ? redisAsyncConnectUnix(unix_path) : redisAsyncConnect(host, port);
+    if (ac == NULL || ac->err || redis_async_attach(ac, base, tls, host) != REDIS_OK) {
+        snprintf(why, why_len, "%s", ac != NULL ? ac->errstr : "out of memory");
+        if (ac != NULL)
+            redisAsyncFree(ac);
+        return NULL;
+    }
+    ac->data = data;
+    redisAsyncSetConnectCallback(ac, on_connect);
+    redisAsyncSetDisconnectCallback(ac, on_disconnect);
+    return ac;
+}

@@ -37,3 +37,10 @@ struct event_base;
  * for a certificate that is not trusted), commands, replies, disconnect callback,
  * redisAsyncFree. Returns REDIS_OK, or REDIS_ERR (nothing attached; free ac). */
 int redis_async_attach(redisAsyncContext *ac, struct event_base *base, SSL_CTX *tls, const char *host);
+
+/* Starts a connection to host:port, or to unix_path when that is not NULL, attached to
+ * base as redis_async_attach does, with ac->data and both callbacks set. NULL (nothing
+ * left to free) when it cannot start, with hiredis' reason copied to why. */
+redisAsyncContext *redis_async_open(struct event_base *base, SSL_CTX *tls, const char *host, int port,
+                                    const char *unix_path, void *data, redisConnectCallback *on_connect,
+                                    redisDisconnectCallback *on_disconnect, char *why, size_t why_len);
