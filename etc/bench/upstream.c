@@ -122,6 +122,56 @@ static int flush(int ep, struct conn *c)
     return 0;
 }
 
+static void accept_all(int ep, int ls)
+{
+    int fd, one = 1;
+    while ((fd = accept4(ls, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC)) >= 0) {
+        setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+        struct conn *nc = calloc(1, sizeof *nc);
+        if (!nc) {
+            close(fd);
+            continue;
+        }
+        nc->fd = fd;
+        struct epoll_event ev = {.events = EPOLLIN, .data.ptr = nc};
+        epoll_ctl(ep, EPOLL_CTL_ADD, fd, &ev);
+    }
+}
+
+/* One connection's events: write what waits, read and answer what came. */
+static void serve(int ep, struct conn *c, uint32_t events)
+{
+    if ((events & EPOLLOUT) && flush(ep, c) < 0) {
+        conn_close(ep, c);
+        return;
+    }
+    if (!(events & (EPOLLIN | EPOLLHUP | EPOLLERR)))
+        return;
+    ssize_t r = recv(c->fd, c->in + c->len, BUF - c->len, 0);
+    if (r <= 0) {
+        if (!(r < 0 && (errno == EAGAIN || errno == EINTR)))
+            conn_close(ep, c);
+        return;
+    }
+    c->len += (size_t)r;
+    if (parse(c) < 0 || flush(ep, c) < 0)
+        conn_close(ep, c);
+}
+
+static int listen_on(const char *port)
+{
+    int ls = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    int one = 1;
+    setsockopt(ls, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)atoi(port))};
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (bind(ls, (struct sockaddr *)&sa, sizeof sa) < 0 || listen(ls, 4096) < 0) {
+        perror("bind/listen");
+        return -1;
+    }
+    return ls;
+}
+
 int main(int argc, char **argv)
 {
     if (argc != 3) {
@@ -136,63 +186,24 @@ int main(int argc, char **argv)
     if (hl < 0 || (size_t)hl >= sizeof resp)
         return 2;
     resp_len = (size_t)hl;
-
-    int ls = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-    int one = 1;
-    setsockopt(ls, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)atoi(argv[1]))};
-    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    if (bind(ls, (struct sockaddr *)&sa, sizeof sa) < 0 || listen(ls, 4096) < 0) {
-        perror("bind/listen");
+    int ls = listen_on(argv[1]);
+    if (ls < 0)
         return 1;
-    }
     int ep = epoll_create1(EPOLL_CLOEXEC);
     struct epoll_event lev = {.events = EPOLLIN, .data.ptr = NULL};
     epoll_ctl(ep, EPOLL_CTL_ADD, ls, &lev);
     struct epoll_event evs[256];
     for (;;) {
         int n = epoll_wait(ep, evs, 256, -1);
-        if (n < 0) {
-            if (errno == EINTR)
-                continue;
+        if (n < 0 && errno != EINTR) {
             perror("epoll_wait");
             return 1;
         }
         for (int i = 0; i < n; i++) {
-            struct conn *c = evs[i].data.ptr;
-            if (!c) {
-                int fd;
-                while ((fd = accept4(ls, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC)) >= 0) {
-                    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-                    struct conn *nc = calloc(1, sizeof *nc);
-                    if (!nc) {
-                        close(fd);
-                        continue;
-                    }
-                    nc->fd = fd;
-                    struct epoll_event ev = {.events = EPOLLIN, .data.ptr = nc};
-                    epoll_ctl(ep, EPOLL_CTL_ADD, fd, &ev);
-                }
-                continue;
-            }
-            if (evs[i].events & EPOLLOUT) {
-                if (flush(ep, c) < 0) {
-                    conn_close(ep, c);
-                    continue;
-                }
-            }
-            if (evs[i].events & (EPOLLIN | EPOLLHUP | EPOLLERR)) {
-                ssize_t r = recv(c->fd, c->in + c->len, BUF - c->len, 0);
-                if (r <= 0) {
-                    if (r < 0 && (errno == EAGAIN || errno == EINTR))
-                        continue;
-                    conn_close(ep, c);
-                    continue;
-                }
-                c->len += (size_t)r;
-                if (parse(c) < 0 || flush(ep, c) < 0)
-                    conn_close(ep, c);
-            }
+            if (evs[i].data.ptr == NULL)
+                accept_all(ep, ls);
+            else
+                serve(ep, evs[i].data.ptr, evs[i].events);
         }
     }
 }

@@ -282,83 +282,100 @@ static double replica_cpu_s(const struct master *m)
     return s;
 }
 
-static void report(const struct load *load)
+struct totals {
+    uint64_t checks, unavail, rejected, failed, evalsha;
+    double cpu, usec, replica_cpu;
+    bool stats_ok;
+};
+
+/* One master's row and RESULT line, added to t. */
+static void report_master(const struct master *m, double wall, struct totals *t)
 {
-    double wall = ts_diff_s(&load->measure_start, &load->measure_end);
-    double gen_cpu = rusage_cpu_s(&load->ru_end) - rusage_cpu_s(&load->ru_start);
-    uint64_t total_checks = 0, total_unavail = 0, total_rejected = 0, total_failed = 0, total_evalsha = 0;
-    double total_cpu = 0, total_usec = 0, total_replica_cpu = 0;
-    bool stats_ok = true;
-    printf("# plan: %s; %d checks in flight per master, %d subjects per master, warm-up %d s, measured %.2f s\n",
-           PLAN_TEXT, load->opt.inflight, load->opt.subjects, load->opt.warmup_s, wall);
-    printf("%-22s %6s %10s %9s %8s %8s %8s %8s %11s %12s %11s\n", "master", "slots", "checks/s", "rejected",
-           "errors", "p50_us", "p99_us", "evalsha", "cpu_us/chk", "script_us/ck", "repl_us/chk");
-    for (int i = 0; i < load->master_count; i++) {
-        const struct master *m = &load->masters[i];
-        uint64_t checks = m->at_end.allowed + m->at_end.rejected - m->at_start.allowed - m->at_start.rejected;
-        uint64_t unavail = m->at_end.unavailable - m->at_start.unavailable;
-        uint64_t failed = m->at_end.send_failed - m->at_start.send_failed;
-        uint64_t rejected = m->at_end.rejected - m->at_start.rejected;
-        bool ok = m->before.ok && m->after.ok;
-        stats_ok &= ok;
-        long long calls = ok ? m->after.evalsha_calls - m->before.evalsha_calls : 0;
-        long long usec = ok ? m->after.evalsha_usec - m->before.evalsha_usec : 0;
-        long long evals = ok ? m->after.eval_calls - m->before.eval_calls : 0;
-        double cpu = ok ? m->after.cpu_s - m->before.cpu_s : 0;
-        double rcpu = replica_cpu_s(m);
-        double per = checks > 0 ? 1e6 / (double)checks : 0;
-        printf("%-22s %6" PRIu32 " %10.0f %9" PRIu64 " %8" PRIu64 " %8.0f %8.0f %8lld %11.2f %12.2f %11.2f\n",
-               m->name, m->slots_owned, (double)checks / wall, rejected, unavail + failed, percentile_us(m, 0.5),
-               percentile_us(m, 0.99), calls, cpu * per, calls > 0 ? (double)usec / (double)calls : 0,
-               rcpu * per);
-        printf("RESULT master=%s slots=%" PRIu32 " checks=%" PRIu64 " wall_s=%.3f checks_per_s=%.1f rejected=%" PRIu64
-               " unavailable=%" PRIu64 " send_failed=%" PRIu64 " p50_us=%.0f p90_us=%.0f p99_us=%.0f"
-               " evalsha_calls=%lld eval_calls=%lld evalsha_usec=%lld redis_cpu_s=%.3f redis_cpu_us_per_check=%.3f"
-               " evalsha_us_per_call=%.3f replicas=%d replica_cpu_s=%.3f replica_cpu_us_per_check=%.3f"
-               " redis_cpu_pct=%.1f stats_ok=%d\n",
-               m->name, m->slots_owned, checks, wall, (double)checks / wall, rejected, unavail, failed,
-               percentile_us(m, 0.5), percentile_us(m, 0.9), percentile_us(m, 0.99), calls, evals, usec, cpu,
-               cpu * per, calls > 0 ? (double)usec / (double)calls : 0, m->replica_count, rcpu, rcpu * per,
-               100 * cpu / wall, ok ? 1 : 0);
-        total_checks += checks;
-        total_unavail += unavail;
-        total_failed += failed;
-        total_rejected += rejected;
-        total_evalsha += (uint64_t)(calls > 0 ? calls : 0);
-        total_cpu += cpu;
-        total_usec += (double)usec;
-        total_replica_cpu += rcpu;
-    }
-    double per = total_checks > 0 ? 1e6 / (double)total_checks : 0;
+    uint64_t checks = m->at_end.allowed + m->at_end.rejected - m->at_start.allowed - m->at_start.rejected;
+    uint64_t unavail = m->at_end.unavailable - m->at_start.unavailable;
+    uint64_t failed = m->at_end.send_failed - m->at_start.send_failed;
+    uint64_t rejected = m->at_end.rejected - m->at_start.rejected;
+    bool ok = m->before.ok && m->after.ok;
+    long long calls = ok ? m->after.evalsha_calls - m->before.evalsha_calls : 0;
+    long long usec = ok ? m->after.evalsha_usec - m->before.evalsha_usec : 0;
+    long long evals = ok ? m->after.eval_calls - m->before.eval_calls : 0;
+    double cpu = ok ? m->after.cpu_s - m->before.cpu_s : 0;
+    double rcpu = replica_cpu_s(m);
+    double per = checks > 0 ? 1e6 / (double)checks : 0;
+    printf("%-22s %6" PRIu32 " %10.0f %9" PRIu64 " %8" PRIu64 " %8.0f %8.0f %8lld %11.2f %12.2f %11.2f\n",
+           m->name, m->slots_owned, (double)checks / wall, rejected, unavail + failed, percentile_us(m, 0.5),
+           percentile_us(m, 0.99), calls, cpu * per, calls > 0 ? (double)usec / (double)calls : 0, rcpu * per);
+    printf("RESULT master=%s slots=%" PRIu32 " checks=%" PRIu64 " wall_s=%.3f checks_per_s=%.1f rejected=%" PRIu64
+           " unavailable=%" PRIu64 " send_failed=%" PRIu64 " p50_us=%.0f p90_us=%.0f p99_us=%.0f"
+           " evalsha_calls=%lld eval_calls=%lld evalsha_usec=%lld redis_cpu_s=%.3f redis_cpu_us_per_check=%.3f"
+           " evalsha_us_per_call=%.3f replicas=%d replica_cpu_s=%.3f replica_cpu_us_per_check=%.3f"
+           " redis_cpu_pct=%.1f stats_ok=%d\n",
+           m->name, m->slots_owned, checks, wall, (double)checks / wall, rejected, unavail, failed,
+           percentile_us(m, 0.5), percentile_us(m, 0.9), percentile_us(m, 0.99), calls, evals, usec, cpu, cpu * per,
+           calls > 0 ? (double)usec / (double)calls : 0, m->replica_count, rcpu, rcpu * per, 100 * cpu / wall,
+           ok ? 1 : 0);
+    t->stats_ok &= ok;
+    t->checks += checks;
+    t->unavail += unavail;
+    t->failed += failed;
+    t->rejected += rejected;
+    t->evalsha += (uint64_t)(calls > 0 ? calls : 0);
+    t->cpu += cpu;
+    t->usec += (double)usec;
+    t->replica_cpu += rcpu;
+}
+
+/* The box's busy CPU over the window, in % of one core (-1: not read). */
+static double box_busy_pct(const struct load *load)
+{
+    if (!load->box_ok || load->box_total[1] <= load->box_total[0] || load->ncpu <= 0)
+        return -1;
+    return 100.0 * (double)load->ncpu * (double)(load->box_busy[1] - load->box_busy[0]) /
+           (double)(load->box_total[1] - load->box_total[0]);
+}
+
+/* The total row and RESULT line, and where the box's CPU went: the Redis servers measured
+ * here, this program, and everything else (other processes, or the idle masters of the
+ * cluster that take no load in this run). */
+static void report_totals(const struct load *load, const struct totals *t, double wall, double gen_cpu)
+{
+    double per = t->checks > 0 ? 1e6 / (double)t->checks : 0;
+    double us_per_call = t->evalsha > 0 ? t->usec / (double)t->evalsha : 0;
     printf("%-22s %6s %10.0f %9" PRIu64 " %8" PRIu64 " %8s %8s %8" PRIu64 " %11.2f %12.2f %11.2f\n", "total", "",
-           (double)total_checks / wall, total_rejected, total_unavail + total_failed, "", "", total_evalsha,
-           total_cpu * per, total_evalsha > 0 ? total_usec / (double)total_evalsha : 0, total_replica_cpu * per);
-    /* the box's busy CPU over the window, in % of one core, and what of it was neither the
-       Redis servers measured here nor this program: other processes (or the idle masters
-       of the cluster that take no load in this run) */
-    double box_pct = -1, other_pct = -1;
-    if (load->box_ok && load->box_total[1] > load->box_total[0] && load->ncpu > 0) {
-        box_pct = 100.0 * (double)load->ncpu * (double)(load->box_busy[1] - load->box_busy[0]) /
-                  (double)(load->box_total[1] - load->box_total[0]);
-        other_pct = box_pct - 100 * (total_cpu + total_replica_cpu + gen_cpu) / wall;
-    }
+           (double)t->checks / wall, t->rejected, t->unavail + t->failed, "", "", t->evalsha, t->cpu * per,
+           us_per_call, t->replica_cpu * per);
+    double box_pct = box_busy_pct(load);
+    double other_pct = box_pct < 0 ? -1 : box_pct - 100 * (t->cpu + t->replica_cpu + gen_cpu) / wall;
     printf("# this generator: %.1f%% of a core, %.2f us CPU per check\n", 100 * gen_cpu / wall, gen_cpu * per);
     printf("# box: %.0f%% busy of %ld00%%; Redis servers measured %.0f%% (masters %.0f%%, replicas %.0f%%), "
            "this generator %.0f%%, everything else %.0f%%\n",
-           box_pct, load->ncpu, 100 * (total_cpu + total_replica_cpu) / wall, 100 * total_cpu / wall,
-           100 * total_replica_cpu / wall, 100 * gen_cpu / wall, other_pct);
+           box_pct, load->ncpu, 100 * (t->cpu + t->replica_cpu) / wall, 100 * t->cpu / wall,
+           100 * t->replica_cpu / wall, 100 * gen_cpu / wall, other_pct);
     printf("RESULT master=total masters=%d checks=%" PRIu64 " wall_s=%.3f checks_per_s=%.1f rejected=%" PRIu64
            " unavailable=%" PRIu64 " send_failed=%" PRIu64 " evalsha_calls=%" PRIu64
            " redis_cpu_s=%.3f redis_cpu_us_per_check=%.3f evalsha_us_per_call=%.3f replica_cpu_s=%.3f"
            " replica_cpu_us_per_check=%.3f gen_cpu_s=%.3f gen_cpu_us_per_check=%.3f gen_cpu_pct=%.1f"
            " inflight_per_master=%d subjects_per_master=%d box_busy_pct=%.1f other_cpu_pct=%.1f ncpu=%ld stats_ok=%d\n",
-           load->master_count, total_checks, wall, (double)total_checks / wall, total_rejected, total_unavail,
-           total_failed, total_evalsha, total_cpu, total_cpu * per,
-           total_evalsha > 0 ? total_usec / (double)total_evalsha : 0, total_replica_cpu, total_replica_cpu * per,
-           gen_cpu, gen_cpu * per, 100 * gen_cpu / wall, load->opt.inflight, load->opt.subjects, box_pct, other_pct,
-           load->ncpu, stats_ok ? 1 : 0);
-    if (!stats_ok)
+           load->master_count, t->checks, wall, (double)t->checks / wall, t->rejected, t->unavail, t->failed,
+           t->evalsha, t->cpu, t->cpu * per, us_per_call, t->replica_cpu, t->replica_cpu * per, gen_cpu,
+           gen_cpu * per, 100 * gen_cpu / wall, load->opt.inflight, load->opt.subjects, box_pct, other_pct,
+           load->ncpu, t->stats_ok ? 1 : 0);
+    if (!t->stats_ok)
         printf("# some INFO reads failed: their Redis CPU columns are 0\n");
+}
+
+static void report(const struct load *load)
+{
+    double wall = ts_diff_s(&load->measure_start, &load->measure_end);
+    double gen_cpu = rusage_cpu_s(&load->ru_end) - rusage_cpu_s(&load->ru_start);
+    printf("# plan: %s; %d checks in flight per master, %d subjects per master, warm-up %d s, measured %.2f s\n",
+           PLAN_TEXT, load->opt.inflight, load->opt.subjects, load->opt.warmup_s, wall);
+    printf("%-22s %6s %10s %9s %8s %8s %8s %8s %11s %12s %11s\n", "master", "slots", "checks/s", "rejected",
+           "errors", "p50_us", "p99_us", "evalsha", "cpu_us/chk", "script_us/ck", "repl_us/chk");
+    struct totals t = {.stats_ok = true};
+    for (int i = 0; i < load->master_count; i++)
+        report_master(&load->masters[i], wall, &t);
+    report_totals(load, &t, wall, gen_cpu);
 }
 
 /* ---- main ---- */
@@ -376,6 +393,31 @@ static void usage(FILE *out)
             "  -p, --prefix P       key prefix, as [limits] key_prefix (default tierproxy:)\n"
             "  Plan: %s (rate rules only).\n",
             PLAN_TEXT);
+}
+
+/* The master of URL url (the n-th given), named "host:port". */
+static int add_master(struct load *load, const char *url, int n)
+{
+    struct master *m = &load->masters[load->master_count];
+    char err[256];
+    if (redis_url_parse(url, &m->url, err, sizeof(err)) != 0) {
+        fprintf(stderr, "cluster_load: master %d: %s\n", n, err);
+        return -1;
+    }
+    if (m->url.is_unix || m->url.db != 0) {
+        fprintf(stderr, "cluster_load: master %d: a redis://host:port URL of database 0, please\n", n);
+        return -1;
+    }
+    m->index = load->master_count++;
+    char name[sizeof(m->name)];   /* not m->url into m->name directly: gcc's -Wrestrict */
+    snprintf(name, sizeof(name), "%s:%d", m->url.host, m->url.port);
+    memcpy(m->name, name, sizeof(name));
+    for (int j = 0; j < m->index; j++)
+        if (same_node(m->url.host, m->url.port, &load->masters[j])) {
+            fprintf(stderr, "cluster_load: %s given twice\n", m->name);
+            return -1;
+        }
+    return 0;
 }
 
 static int parse_options(int argc, char **argv, struct load *load)
@@ -421,29 +463,61 @@ static int parse_options(int argc, char **argv, struct load *load)
         fprintf(stderr, "cluster_load: at most %d masters\n", MAX_MASTERS);
         return -1;
     }
-    for (int i = optind; i < argc; i++) {
-        struct master *m = &load->masters[load->master_count];
-        char err[256];
-        if (redis_url_parse(argv[i], &m->url, err, sizeof(err)) != 0) {
-            fprintf(stderr, "cluster_load: master %d: %s\n", i - optind + 1, err);
+    for (int i = optind; i < argc; i++)
+        if (add_master(load, argv[i], i - optind + 1) != 0)
+            return -1;
+    return 0;
+}
+
+/* Master i's limiter (from the URL as given, credentials included: limiter_redis parses
+ * it as the proxy does) and its checks in flight. */
+static int start_master(struct load *load, int i, const char *url)
+{
+    struct master *m = &load->masters[i];
+    char err[256];
+    struct redis_store_options ro = {.url = url, .key_prefix = load->opt.prefix,
+                                     .command_timeout_ms = load->opt.timeout_ms, .lease_ttl_ms = 0};
+    m->limiter = limiter_redis_create(load->base, &ro, err, sizeof(err));
+    m->latency_us = calloc(LATENCY_BUCKETS, sizeof(*m->latency_us));
+    if (m->limiter == NULL || m->latency_us == NULL) {
+        fprintf(stderr, "cluster_load: %s: %s\n", m->name, m->limiter ? "out of memory" : err);
+        return -1;
+    }
+    fprintf(stderr, "cluster_load: %s: %s, %" PRIu32 " slots, %zu subjects, %d replicas\n", m->name,
+            m->cluster ? "cluster master" : "plain redis", m->slots_owned, m->subject_count, m->replica_count);
+    for (int k = 0; k < load->opt.inflight; k++) {
+        struct flight *f = &load->flights[i * load->opt.inflight + k];
+        f->m = m;
+        f->load = load;
+        f->retry = evtimer_new(load->base, on_retry, f);
+        if (f->retry == NULL) {
+            fprintf(stderr, "cluster_load: out of memory\n");
             return -1;
         }
-        if (m->url.is_unix || m->url.db != 0) {
-            fprintf(stderr, "cluster_load: master %d: a redis://host:port URL of database 0, please\n",
-                    i - optind + 1);
-            return -1;
-        }
-        m->index = load->master_count++;
-        char name[sizeof(m->name)];   /* not m->url into m->name directly: gcc's -Wrestrict */
-        snprintf(name, sizeof(name), "%s:%d", m->url.host, m->url.port);
-        memcpy(m->name, name, sizeof(name));
-        for (int j = 0; j < m->index; j++)
-            if (same_node(m->url.host, m->url.port, &load->masters[j])) {
-                fprintf(stderr, "cluster_load: %s given twice\n", m->name);
-                return -1;
-            }
     }
     return 0;
+}
+
+static void load_free(struct load *load)
+{
+    for (int i = 0; i < load->master_count; i++) {
+        struct master *m = &load->masters[i];
+        if (m->limiter)
+            limiter_destroy(m->limiter);
+        free(m->subjects);
+        free(m->latency_us);
+        explicit_bzero(&m->url, sizeof(m->url));   /* the password, if any */
+    }
+    if (load->flights) {
+        for (int i = 0; i < load->master_count * load->opt.inflight; i++)
+            if (load->flights[i].retry)
+                event_free(load->flights[i].retry);
+        free(load->flights);
+    }
+    if (load->phase_timer)
+        event_free(load->phase_timer);
+    if (load->base)
+        event_base_free(load->base);
 }
 
 int main(int argc, char **argv)
@@ -464,31 +538,9 @@ int main(int argc, char **argv)
         fprintf(stderr, "cluster_load: out of memory\n");
         goto out;
     }
-    for (int i = 0; i < load.master_count; i++) {
-        struct master *m = &load.masters[i];
-        char err[256];
-        /* the URL as given (credentials included): limiter_redis parses it as the proxy does */
-        struct redis_store_options ro = {.url = argv[optind + i], .key_prefix = load.opt.prefix,
-                                         .command_timeout_ms = load.opt.timeout_ms, .lease_ttl_ms = 0};
-        m->limiter = limiter_redis_create(load.base, &ro, err, sizeof(err));
-        m->latency_us = calloc(LATENCY_BUCKETS, sizeof(*m->latency_us));
-        if (m->limiter == NULL || m->latency_us == NULL) {
-            fprintf(stderr, "cluster_load: %s: %s\n", m->name, m->limiter ? "out of memory" : err);
+    for (int i = 0; i < load.master_count; i++)
+        if (start_master(&load, i, argv[optind + i]) != 0)
             goto out;
-        }
-        fprintf(stderr, "cluster_load: %s: %s, %" PRIu32 " slots, %zu subjects, %d replicas\n", m->name,
-                m->cluster ? "cluster master" : "plain redis", m->slots_owned, m->subject_count, m->replica_count);
-        for (int k = 0; k < load.opt.inflight; k++) {
-            struct flight *f = &load.flights[i * load.opt.inflight + k];
-            f->m = m;
-            f->load = &load;
-            f->retry = evtimer_new(load.base, on_retry, f);
-            if (f->retry == NULL) {
-                fprintf(stderr, "cluster_load: out of memory\n");
-                goto out;
-            }
-        }
-    }
     phase_in(&load, PHASE_CONNECT, 10);
     event_base_dispatch(load.base);
     if (!load.failed) {
@@ -496,23 +548,6 @@ int main(int argc, char **argv)
         rc = 0;
     }
 out:
-    for (int i = 0; i < load.master_count; i++) {
-        struct master *m = &load.masters[i];
-        if (m->limiter)
-            limiter_destroy(m->limiter);
-        free(m->subjects);
-        free(m->latency_us);
-        explicit_bzero(&m->url, sizeof(m->url));   /* the password, if any */
-    }
-    if (load.flights) {
-        for (int i = 0; i < load.master_count * load.opt.inflight; i++)
-            if (load.flights[i].retry)
-                event_free(load.flights[i].retry);
-        free(load.flights);
-    }
-    if (load.phase_timer)
-        event_free(load.phase_timer);
-    if (load.base)
-        event_base_free(load.base);
+    load_free(&load);
     return rc;
 }

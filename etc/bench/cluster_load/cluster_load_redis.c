@@ -146,6 +146,82 @@ static int slots_node(const redisReply *e, const char *asked_host, struct node_a
     return 0;
 }
 
+/* Adds the replicas listed after a range's master (range->element[3..]) to m. */
+static void add_replicas(struct master *m, const redisReply *range, const char *asked_host)
+{
+    for (size_t k = 3; k < range->elements; k++) {
+        struct node_addr replica;
+        if (slots_node(range->element[k], asked_host, &replica) != 0)
+            continue;
+        bool known = false;
+        for (int q = 0; q < m->replica_count; q++)
+            known |= m->replicas[q].port == replica.port && strcmp(m->replicas[q].host, replica.host) == 0;
+        if (!known && m->replica_count < MAX_REPLICAS_PER_MASTER)
+            m->replicas[m->replica_count++] = replica;
+    }
+}
+
+/* One range of CLUSTER SLOTS given to the master it names, if it is one of ours. */
+static int take_range(struct load *load, int8_t *owner, const redisReply *range, const char *asked_host)
+{
+    struct node_addr node;
+    if (range->type != REDIS_REPLY_ARRAY || range->elements < 3 || range->element[0]->type != REDIS_REPLY_INTEGER ||
+        range->element[1]->type != REDIS_REPLY_INTEGER || range->element[0]->integer < 0 ||
+        range->element[1]->integer >= CLUSTER_SLOT_COUNT || range->element[0]->integer > range->element[1]->integer ||
+        slots_node(range->element[2], asked_host, &node) != 0)
+        return -1;
+    for (int j = 0; j < load->master_count; j++) {
+        struct master *m = &load->masters[j];
+        if (!same_node(node.host, node.port, m))
+            continue;
+        m->cluster = true;
+        for (long long s = range->element[0]->integer; s <= range->element[1]->integer; s++) {
+            owner[s] = (int8_t)j;
+            m->slots_owned++;
+        }
+        add_replicas(m, range, asked_host);
+    }
+    return 0;
+}
+
+/* A reply of plain Redis: every master owns every slot (each a separate plain Redis). */
+static void no_cluster(struct load *load, int8_t *owner)
+{
+    for (int i = 0; i < load->master_count; i++) {
+        load->masters[i].cluster = false;
+        load->masters[i].slots_owned = CLUSTER_SLOT_COUNT;
+    }
+    memset(owner, -1, CLUSTER_SLOT_COUNT);   /* unused: every subject goes */
+    fprintf(stderr, "cluster_load: %s is not a cluster node: every master takes any subject\n",
+            load->masters[0].name);
+}
+
+/* Sets the owners from a CLUSTER SLOTS reply r of the first master. */
+static int take_slots(struct load *load, int8_t *owner, const redisReply *r)
+{
+    const struct master *first = &load->masters[0];
+    if (r->type != REDIS_REPLY_ARRAY) {
+        fprintf(stderr, "cluster_load: CLUSTER SLOTS of %s: %s\n", first->name,
+                r->type == REDIS_REPLY_ERROR ? r->str : "not an array");
+        return -1;
+    }
+    memset(owner, -1, CLUSTER_SLOT_COUNT);
+    for (size_t i = 0; i < r->elements; i++)
+        if (take_range(load, owner, r->element[i], first->url.host) != 0) {
+            fprintf(stderr, "cluster_load: CLUSTER SLOTS of %s: malformed range %zu\n", first->name, i);
+            return -1;
+        }
+    int rc = 0;
+    for (int j = 0; j < load->master_count; j++) {
+        if (load->masters[j].slots_owned == 0) {
+            fprintf(stderr, "cluster_load: %s owns no slot in the CLUSTER SLOTS of %s (a replica? another cluster?)\n",
+                    load->masters[j].name, first->name);
+            rc = -1;
+        }
+    }
+    return rc;
+}
+
 /* Asks the first master for CLUSTER SLOTS and sets which slots each master owns (owner:
  * slot -> master index, -1 none) and the replicas of each. A node with cluster support
  * disabled makes every master own every slot (each a separate plain Redis). Returns 0, or
@@ -163,65 +239,12 @@ int learn_slots(struct load *load, int8_t *owner)
     int rc = -1;
     if (r == NULL) {
         fprintf(stderr, "cluster_load: CLUSTER SLOTS of %s: %s\n", first->name, c->errstr);
-        goto out;
-    }
-    if (r->type == REDIS_REPLY_ERROR && strstr(r->str, "cluster support disabled") != NULL) {
-        for (int i = 0; i < load->master_count; i++) {
-            load->masters[i].cluster = false;
-            load->masters[i].slots_owned = CLUSTER_SLOT_COUNT;
-        }
-        memset(owner, -1, CLUSTER_SLOT_COUNT);   /* unused: every subject goes */
-        fprintf(stderr, "cluster_load: %s is not a cluster node: every master takes any subject\n", first->name);
+    } else if (r->type == REDIS_REPLY_ERROR && strstr(r->str, "cluster support disabled") != NULL) {
+        no_cluster(load, owner);
         rc = 0;
-        goto out;
+    } else {
+        rc = take_slots(load, owner, r);
     }
-    if (r->type != REDIS_REPLY_ARRAY) {
-        fprintf(stderr, "cluster_load: CLUSTER SLOTS of %s: %s\n", first->name,
-                r->type == REDIS_REPLY_ERROR ? r->str : "not an array");
-        goto out;
-    }
-    memset(owner, -1, CLUSTER_SLOT_COUNT);
-    for (size_t i = 0; i < r->elements; i++) {
-        const redisReply *range = r->element[i];
-        struct node_addr node;
-        if (range->type != REDIS_REPLY_ARRAY || range->elements < 3 ||
-            range->element[0]->type != REDIS_REPLY_INTEGER || range->element[1]->type != REDIS_REPLY_INTEGER ||
-            range->element[0]->integer < 0 || range->element[1]->integer >= CLUSTER_SLOT_COUNT ||
-            range->element[0]->integer > range->element[1]->integer ||
-            slots_node(range->element[2], first->url.host, &node) != 0) {
-            fprintf(stderr, "cluster_load: CLUSTER SLOTS of %s: malformed range %zu\n", first->name, i);
-            goto out;
-        }
-        for (int j = 0; j < load->master_count; j++) {
-            struct master *m = &load->masters[j];
-            if (!same_node(node.host, node.port, m))
-                continue;
-            m->cluster = true;
-            for (long long s = range->element[0]->integer; s <= range->element[1]->integer; s++) {
-                owner[s] = (int8_t)j;
-                m->slots_owned++;
-            }
-            for (size_t k = 3; k < range->elements; k++) {
-                struct node_addr replica;
-                if (slots_node(range->element[k], first->url.host, &replica) != 0)
-                    continue;
-                bool known = false;
-                for (int q = 0; q < m->replica_count; q++)
-                    known |= m->replicas[q].port == replica.port && strcmp(m->replicas[q].host, replica.host) == 0;
-                if (!known && m->replica_count < MAX_REPLICAS_PER_MASTER)
-                    m->replicas[m->replica_count++] = replica;
-            }
-        }
-    }
-    rc = 0;
-    for (int j = 0; j < load->master_count; j++) {
-        if (load->masters[j].slots_owned == 0) {
-            fprintf(stderr, "cluster_load: %s owns no slot in the CLUSTER SLOTS of %s (a replica? another cluster?)\n",
-                    load->masters[j].name, first->name);
-            rc = -1;
-        }
-    }
-out:
     if (r)
         freeReplyObject(r);
     redisFree(c);
