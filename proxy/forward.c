@@ -24,6 +24,7 @@
 #include "proxy/metrics.h"
 #include "proxy/upstream_error.h"
 #include "proxy/upstream_tls.h"
+#include "proxy/upstream_urls.h"
 #include "store/clock.h"
 
 /* Reset easy handles kept for reuse: no per-request setup. */
@@ -41,6 +42,7 @@ struct forwarder {
     CURL *easy_pool[EASY_POOL_MAX];
     size_t n_easy_pool;
     unsigned next;                      /* round robin over cfg->upstreams */
+    struct upstream_urls urls;          /* cfg->upstreams parsed for curl */
 };
 
 /* Upstream bytes held per request before curl is paused until the client reads. */
@@ -178,6 +180,7 @@ struct forwarder *forwarder_create(struct event_base *base, const struct proxy_c
     f->base = base;
     f->cfg = cfg;
     f->metrics = metrics;
+    upstream_urls_use(&f->urls, cfg);
     f->multi = curl_multi_init();
     f->timer = evtimer_new(base, on_curl_timer, f);
     f->share = curl_share_init();
@@ -198,6 +201,7 @@ struct forwarder *forwarder_create(struct event_base *base, const struct proxy_c
 void forwarder_set_config(struct forwarder *f, const struct proxy_config *cfg)
 {
     f->cfg = cfg;
+    upstream_urls_use(&f->urls, cfg);
 }
 
 void forwarder_close(struct forwarder *f)
@@ -212,6 +216,7 @@ void forwarder_destroy(struct forwarder *f)
         return;
     while (f->n_easy_pool > 0)
         curl_easy_cleanup(f->easy_pool[--f->n_easy_pool]);
+    upstream_urls_clear(&f->urls);
     if (f->multi != NULL)
         curl_multi_cleanup(f->multi);
     if (f->share != NULL)
@@ -567,17 +572,32 @@ static void *scratch_for_headers(void *ctx, size_t n)
     return scratch_alloc(c->u->scratch, n);
 }
 
+/* Whether the transfer sends a body (curl's POSTFIELDS): POST, PUT and PATCH always (an
+ * empty one has Content-Length: 0), another method when the client sent body bytes; never
+ * HEAD. */
+static bool request_sends_body(const struct upstream_request *req)
+{
+    const char *m = req->model->method;
+    if (strcmp(m, "HEAD") == 0)
+        return false;
+    return req->body_len > 0 || strcmp(m, "POST") == 0 || strcmp(m, "PUT") == 0 || strcmp(m, "PATCH") == 0;
+}
+
 /* The upstream's header lines: what gate_upstream_headers says it receives, and "Name:"
- * lines that keep curl from adding headers the client did not send. */
+ * lines that keep curl from adding headers the client did not send. curl adds Accept to
+ * every request, Expect and Content-Type only to one that sends a body: each line costs
+ * curl a scan per transfer, so the last two go only where curl would add its own. */
 static int build_lines(struct upstream *u, const struct upstream_request *req)
 {
     struct curl_lines lines = { .u = u };
     struct gate_header_sink sink = { .emit = append_header, .alloc = scratch_for_headers, .ctx = &lines };
     int rc = gate_upstream_headers(req->model, req->check, &sink);
-    if (rc == 0)
-        rc = append_line(u, (char *)"Expect:");
     if (rc == 0 && !lines.saw_accept)
         rc = append_line(u, (char *)"Accept:");
+    if (!request_sends_body(req))
+        return rc;
+    if (rc == 0)
+        rc = append_line(u, (char *)"Expect:");
     if (rc == 0 && !lines.saw_content_type)
         rc = append_line(u, (char *)"Content-Type:");
     return rc;
@@ -609,11 +629,12 @@ static CURL *new_easy(struct forwarder *f)
 
 /* Sets what differs between transfers, every one of them, over what the handle's last
  * transfer left. */
-static void set_transfer_options(struct upstream *u, const struct upstream_request *req, const char *upstream)
+static void set_transfer_options(struct upstream *u, const struct upstream_request *req, size_t index,
+                                 const char *upstream)
 {
     CURL *e = u->easy;
     const struct proxy_config *cfg = u->f->cfg;
-    curl_easy_setopt(e, CURLOPT_URL, upstream);
+    u->url_set = upstream_urls_name(&u->f->urls, e, index, upstream);
     curl_easy_setopt(e, CURLOPT_REQUEST_TARGET, req->model->target->forward);
     curl_easy_setopt(e, CURLOPT_PRIVATE, u);
     curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, (long)cfg->connect_timeout_ms);
@@ -626,8 +647,7 @@ static void set_transfer_options(struct upstream *u, const struct upstream_reque
 
     const char *m = req->model->method;
     bool head = strcmp(m, "HEAD") == 0;
-    bool has_body = !head && (req->body_len > 0 || strcmp(m, "POST") == 0 || strcmp(m, "PUT") == 0 ||
-                              strcmp(m, "PATCH") == 0);
+    bool has_body = request_sends_body(req);
     /* HTTPGET starts from a plain GET: no body, no upload, NOBODY off. */
     curl_easy_setopt(e, CURLOPT_POSTFIELDS, NULL);
     curl_easy_setopt(e, CURLOPT_HTTPGET, 1L);
@@ -668,12 +688,13 @@ int upstream_start(struct upstream *u, const struct upstream_request *req)
 {
     struct forwarder *f = u->f;
     const struct proxy_config *cfg = f->cfg;
-    const char *upstream = cfg->upstreams[f->next++ % cfg->n_upstreams];
+    size_t index = f->next++ % cfg->n_upstreams;
+    const char *upstream = cfg->upstreams[index];
     evtimer_assign(&u->timer, f->base, on_upstream_timeout, u);
     u->easy = f->n_easy_pool > 0 ? f->easy_pool[--f->n_easy_pool] : new_easy(f);
     if (u->easy == NULL || build_lines(u, req) < 0)
         return -ENOMEM;
-    set_transfer_options(u, req, upstream);
+    set_transfer_options(u, req, index, upstream);
     arm_upstream_timer(u);
     u->started_ns = store_mono_ns();
     if (curl_multi_add_handle(f->multi, u->easy) != CURLM_OK) {
@@ -710,6 +731,8 @@ void upstream_release(struct upstream *u)
         }
     }
     u->easy = NULL;
+    upstream_urls_done(u->url_set);
+    u->url_set = NULL;
     /* The header lines are in the owner's scratch, which goes with it. */
     bytebuf_free(&u->body);
     if (event_initialized(&u->timer))

@@ -88,6 +88,8 @@ struct upstream_request {
     size_t body_len;
 };
 
+struct upstream_url_set;
+
 struct upstream {
     /* set by upstream_init */
     struct forwarder *f;
@@ -97,6 +99,7 @@ struct upstream {
     uint64_t *bytes_sent;               /* the owner's count of body bytes sent to the client */
 
     CURL *easy;
+    struct upstream_url_set *url_set;   /* the parsed URL the transfer names (upstream_urls.h) */
     struct curl_slist *lines;           /* nodes and lines in scratch: never curl_slist_free_all */
     struct curl_slist *lines_last;
     struct event timer;                 /* upstream_timeout_ms without progress */

@@ -300,3 +300,26 @@ def test_expect_100_continue_upload(catalog, start_proxy):
     e = r.json()
     assert e["length"] == len(body)
     assert e["body_sha256"] == hashlib.sha256(body).hexdigest()
+
+
+# curl adds Accept to every request it sends, and Expect (over 1 MiB) and Content-Type to
+# one with a body, unless told not to: the upstream must see only what the client sent.
+@pytest.mark.parametrize("method,body", [
+    ("GET", None),
+    ("POST", BIG + BIG),                         # over curl's 1 MiB threshold for Expect
+    ("POST", b"small"),
+    ("POST", b""),
+    ("PUT", b"x"),
+    ("PATCH", b"{}"),
+    ("DELETE", b"gone"),
+    ("OPTIONS", None),
+], ids=["GET", "POST-2MiB", "POST", "POST-empty", "PUT", "PATCH", "DELETE-with-body", "OPTIONS"])
+def test_the_upstream_sees_no_header_that_curl_would_add(catalog, start_proxy, method, body):
+    _, key = catalog.user_key("free")
+    p = start_proxy(catalog)
+    r = p.request(method, "/plain", key=key, body=body)
+    assert r.status == 200, r
+    e = r.echo
+    assert e["body"] == (body or b""), e["length"]
+    for name in ("Accept", "Expect", "Content-Type"):
+        assert echo_header(e, name) == [], (name, e["headers"])

@@ -8,7 +8,10 @@
  * says CURL_POLL_REMOVE ("parked", fd-indexed table, freed from CURLOPT_CLOSESOCKETFUNCTION),
  * so a reused connection costs no epoll_ctl; (2) resumes are not followed by an immediate
  * MHD_run: a zero timer is armed instead (MHD 0.9.75's MHD_get_timeout() does not report a
- * pending resume), so one MHD_run serves every connection resumed in a loop pass. */
+ * pending resume), so one MHD_run serves every connection resumed in a loop pass; (3) the
+ * library knobs: a 4 KiB MHD pool (floor_common.h), the upstream URL parsed once into a
+ * CURLU handle every transfer names (CURLOPT_CURLU: curl parses no URL per transfer), and
+ * CURLOPT_NOPROXY "*" (no getenv for proxy variables per transfer). */
 #include "floor_common.h"
 #include <curl/curl.h>
 #include <unistd.h>
@@ -17,6 +20,9 @@
 static CURLM *g_multi;
 static struct event *g_curl_timer;
 static char g_upstream[64];
+#ifdef OPT
+static CURLU *g_upstream_url;
+#endif
 static CURL *g_pool[4096];
 static int g_npool;
 
@@ -54,7 +60,12 @@ static CURL *easy_get(void)
 {
     if (g_npool) return g_pool[--g_npool];
     CURL *e = curl_easy_init();
+#ifdef OPT
+    curl_easy_setopt(e, CURLOPT_CURLU, g_upstream_url);
+    curl_easy_setopt(e, CURLOPT_NOPROXY, "*");
+#else
     curl_easy_setopt(e, CURLOPT_URL, g_upstream);
+#endif
     curl_easy_setopt(e, CURLOPT_HTTP_VERSION, (long)CURL_HTTP_VERSION_1_1);
     curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
     curl_easy_setopt(e, CURLOPT_PATH_AS_IS, 1L);
@@ -248,6 +259,13 @@ int main(int argc, char **argv)
     unsigned port = argc > 1 ? (unsigned)atoi(argv[1]) : 19020;
     snprintf(g_upstream, sizeof g_upstream, "http://127.0.0.1:%s", argc > 2 ? argv[2] : "19001");
     curl_global_init(CURL_GLOBAL_DEFAULT);
+#ifdef OPT
+    g_upstream_url = curl_url();
+    if (!g_upstream_url || curl_url_set(g_upstream_url, CURLUPART_URL, g_upstream, 0) != CURLUE_OK) {
+        fprintf(stderr, "bad upstream %s\n", g_upstream);
+        return 1;
+    }
+#endif
     g_base = event_base_new();
     g_multi = curl_multi_init();
     g_curl_timer = evtimer_new(g_base, on_curl_timeout, NULL);
