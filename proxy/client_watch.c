@@ -10,12 +10,19 @@
 
 #include <event2/event.h>
 
-#include "store/clock.h"
 
-void client_watch_init(struct client_watch *cw, struct event_base *base, int fd, void (*gone)(void *owner),
-                       void *owner)
+static const struct timeval plain_delay = { .tv_sec = 0, .tv_usec = CLIENT_WATCH_DELAY_MS * 1000 };
+
+const struct timeval *client_watch_delay_for(struct event_base *base)
 {
-    *cw = (struct client_watch){ .base = base, .fd = fd, .gone = gone, .owner = owner };
+    const struct timeval *common = event_base_init_common_timeout(base, &plain_delay);
+    return common != NULL ? common : &plain_delay;
+}
+
+void client_watch_init(struct client_watch *cw, struct event_base *base, const struct timeval *delay, int fd,
+                       void (*gone)(void *owner), void *owner)
+{
+    *cw = (struct client_watch){ .base = base, .delay = delay, .fd = fd, .gone = gone, .owner = owner };
 }
 
 /* True when the client has closed its sending side or reset the connection, whatever it
@@ -63,9 +70,8 @@ void client_watch_start(struct client_watch *cw, enum client_wait wait)
 {
     client_watch_stop(cw);
     cw->wait = wait;
-    struct timeval delay = store_ms_to_timeval(CLIENT_WATCH_DELAY_MS);
     evtimer_assign(&cw->ev, cw->base, on_delay, cw);
-    cw->pending = evtimer_add(&cw->ev, &delay) == 0;
+    cw->pending = evtimer_add(&cw->ev, cw->delay) == 0;
 }
 
 void client_watch_stop(struct client_watch *cw)

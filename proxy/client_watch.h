@@ -41,6 +41,7 @@ enum client_wait {
 
 struct client_watch {
     struct event_base *base;
+    const struct timeval *delay; /* client_watch_delay_for(base) */
     int fd;                      /* the client's socket (libmicrohttpd's) */
     void (*gone)(void *owner);
     void *owner;
@@ -50,10 +51,15 @@ struct client_watch {
                                     (a request lives as long as its WebSocket tunnel) */
 };
 
+/* The delay for every watch on base's loop, once per worker: a libevent common timeout, so
+ * that each wait joins a queue rather than the loop's timer heap (every watch waits as
+ * long). A plain CLIENT_WATCH_DELAY_MS when libevent is out of memory. */
+const struct timeval *client_watch_delay_for(struct event_base *base);
+
 /* Readies cw for fd; gone(owner) is called once when the client has closed or reset its
- * side during a wait. Nothing is watched yet. */
-void client_watch_init(struct client_watch *cw, struct event_base *base, int fd, void (*gone)(void *owner),
-                       void *owner);
+ * side during a wait. Nothing is watched yet. delay: client_watch_delay_for(base). */
+void client_watch_init(struct client_watch *cw, struct event_base *base, const struct timeval *delay, int fd,
+                       void (*gone)(void *owner), void *owner);
 
 /* Starts watching for a wait of the given kind (the socket from CLIENT_WATCH_DELAY_MS on),
  * replacing the watch of an earlier wait. */

@@ -144,7 +144,7 @@ void *request_begin(void *cls, const char *uri, struct MHD_Connection *conn)
     r->conn = conn;
     r->refs = 1;
     const union MHD_ConnectionInfo *ci = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
-    client_watch_init(&r->watch, ctx->base, ci != NULL ? ci->connect_fd : -1, on_client_gone, r);
+    client_watch_init(&r->watch, ctx->base, ctx->watch_delay, ci != NULL ? ci->connect_fd : -1, on_client_gone, r);
     r->started_ms = store_mono_ms();
     ctx->active++;
     LIST_INSERT_HEAD(&ctx->live, r, live);

@@ -11,6 +11,7 @@
 #include <sys/queue.h>
 
 struct event_base;
+struct timeval;
 struct proxy_config;
 struct limiter;
 struct upstream_cap;
@@ -37,6 +38,7 @@ struct request_context {
     struct access_log *access_log;     /* NULL when off */
     struct rejection_log *rejection_warnings;
     struct pool_trim *pool_trim;       /* told of each head and each end (pool_trim.h) */
+    const struct timeval *watch_delay; /* client_watch_delay_for(base) */
     const char *instance_id;           /* names this process's concurrency leases */
     int worker_index;
     void (*kick_mhd)(void *ctx);       /* gets libmicrohttpd to run soon: the way to move it

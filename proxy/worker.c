@@ -18,6 +18,7 @@
 #include <event2/event.h>
 #include <microhttpd.h>
 
+#include "proxy/client_watch.h"
 #include "proxy/config.h"
 #include "proxy/forward.h"
 #include "proxy/intake.h"
@@ -520,6 +521,7 @@ static void wire_requests(struct worker *w)
     rc->access_log = shared->access_log;
     rc->rejection_warnings = w->rejections;
     rc->pool_trim = w->pool_trim;
+    rc->watch_delay = client_watch_delay_for(w->base);
     rc->instance_id = shared->instance_id;
     rc->worker_index = w->index;
     rc->kick_mhd = kick_mhd;
