@@ -587,14 +587,14 @@ static bool request_sends_body(const struct upstream_request *req)
  * lines that keep curl from adding headers the client did not send. curl adds Accept to
  * every request, Expect and Content-Type only to one that sends a body: each line costs
  * curl a scan per transfer, so the last two go only where curl would add its own. */
-static int build_lines(struct upstream *u, const struct upstream_request *req)
+static int build_lines(struct upstream *u, const struct upstream_request *req, bool sends_body)
 {
     struct curl_lines lines = { .u = u };
     struct gate_header_sink sink = { .emit = append_header, .alloc = scratch_for_headers, .ctx = &lines };
     int rc = gate_upstream_headers(req->model, req->check, &sink);
     if (rc == 0 && !lines.saw_accept)
         rc = append_line(u, (char *)"Accept:");
-    if (!request_sends_body(req))
+    if (!sends_body)
         return rc;
     if (rc == 0)
         rc = append_line(u, (char *)"Expect:");
@@ -629,8 +629,8 @@ static CURL *new_easy(struct forwarder *f)
 
 /* Sets what differs between transfers, every one of them, over what the handle's last
  * transfer left. */
-static void set_transfer_options(struct upstream *u, const struct upstream_request *req, size_t index,
-                                 const char *upstream)
+static void set_transfer_options(struct upstream *u, const struct upstream_request *req, bool has_body,
+                                 size_t index, const char *upstream)
 {
     CURL *e = u->easy;
     const struct proxy_config *cfg = u->f->cfg;
@@ -647,7 +647,6 @@ static void set_transfer_options(struct upstream *u, const struct upstream_reque
 
     const char *m = req->model->method;
     bool head = strcmp(m, "HEAD") == 0;
-    bool has_body = request_sends_body(req);
     /* HTTPGET starts from a plain GET: no body, no upload, NOBODY off. */
     curl_easy_setopt(e, CURLOPT_POSTFIELDS, NULL);
     curl_easy_setopt(e, CURLOPT_HTTPGET, 1L);
@@ -692,9 +691,10 @@ int upstream_start(struct upstream *u, const struct upstream_request *req)
     const char *upstream = cfg->upstreams[index];
     evtimer_assign(&u->timer, f->base, on_upstream_timeout, u);
     u->easy = f->n_easy_pool > 0 ? f->easy_pool[--f->n_easy_pool] : new_easy(f);
-    if (u->easy == NULL || build_lines(u, req) < 0)
+    bool sends_body = request_sends_body(req);
+    if (u->easy == NULL || build_lines(u, req, sends_body) < 0)
         return -ENOMEM;
-    set_transfer_options(u, req, index, upstream);
+    set_transfer_options(u, req, sends_body, index, upstream);
     arm_upstream_timer(u);
     u->started_ns = store_mono_ns();
     if (curl_multi_add_handle(f->multi, u->easy) != CURLM_OK) {

@@ -1,7 +1,6 @@
 /* The configured upstreams, each parsed once into a CURLU handle that transfers name with
- * CURLOPT_CURLU. With CURLOPT_URL, curl parsed the URL string and built it again on every
- * transfer (about 11k instructions); with a handle it builds the string only. One per
- * forwarder, used on its thread.
+ * CURLOPT_CURLU: given a URL string, curl parses it and builds it again on every transfer;
+ * given a handle, it only builds the string. One per forwarder, used on its thread.
  *
  * A set is the parsed list of one configuration. A reload makes a new set current; the
  * set it replaces is freed when the last transfer that named one of its handles has ended:

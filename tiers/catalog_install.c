@@ -275,7 +275,6 @@ static int write_all(int fd, const unsigned char *data, size_t len)
     return 0;
 }
 
-
 /* A new catalog at tmp with the image's records copied in (an image of another schema). */
 static int build_by_copy(const char *tmp, const unsigned char *image, size_t len, struct catalog **pcat, char *err,
                          size_t errlen)

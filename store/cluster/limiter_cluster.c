@@ -305,7 +305,6 @@ static void join_one(void *arg)
 static void cluster_release(struct limiter *limiter, const char *subject, size_t subject_len,
                             const struct limit_rule *rules, size_t n, const char *lease_id, size_t lease_id_len)
 {
-    (void)lease_id_len;   /* limiter_release measures it again for each node */
     struct cluster_limiter *cl = (struct cluster_limiter *)limiter;
     /* only the node limiter holding the lease finds it */
     for (size_t i = 0; i < cl->n_nodes; i++) {
@@ -313,7 +312,7 @@ static void cluster_release(struct limiter *limiter, const char *subject, size_t
         size_t held = lease_table_count(&node->redis->leases);
         if (held == 0)
             continue;
-        limiter_release(node->redis, subject, subject_len, rules, n, lease_id);
+        node->redis->ops->release(node->redis, subject, subject_len, rules, n, lease_id, lease_id_len);
         if (lease_table_count(&node->redis->leases) < held)
             node->released = true;
     }

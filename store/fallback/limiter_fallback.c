@@ -262,11 +262,10 @@ static int fallback_check(struct limiter *limiter, const char *subject, size_t s
 static void fallback_release(struct limiter *limiter, const char *subject, size_t subject_len,
                              const struct limit_rule *rules, size_t n, const char *lease_id, size_t lease_id_len)
 {
-    (void)lease_id_len;
     struct fallback_limiter *fl = (struct fallback_limiter *)limiter;
-    limiter_release(fl->primary, subject, subject_len, rules, n, lease_id);
+    fl->primary->ops->release(fl->primary, subject, subject_len, rules, n, lease_id, lease_id_len);
     if (limiter_lease_count(fl->local) > 0)
-        limiter_release(fl->local, subject, subject_len, rules, n, lease_id);
+        fl->local->ops->release(fl->local, subject, subject_len, rules, n, lease_id, lease_id_len);
 }
 
 static void fallback_release_all(struct limiter *limiter, void (*done)(void *arg), void *arg)
