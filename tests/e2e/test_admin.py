@@ -6,6 +6,9 @@ from conftest import wait_until
 
 def test_health_ok(catalog, start_proxy):
     p = start_proxy(catalog)
+    # a worker serves after STORE_WAIT_MS even if its Redis connection is not up yet: on a
+    # loaded box the first /health may come before it
+    wait_until(lambda: p.admin("/health").json().get("store") == "ok", 10)
     r = p.admin("/health")
     assert r.status == 200, r
     assert r.json() == {"status": "ok", "store": "ok", "plans": "ok", "catalog_version": 0}, r
