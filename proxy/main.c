@@ -34,6 +34,7 @@
 #include "store/clock.h"
 #include "store/cluster/cluster_probe.h"
 #include "store/redis/redis_probe.h"
+#include "store/redis/redis_sigpipe.h"
 #include "store/limiter.h"
 #include "tiers/snapshot.h"
 
@@ -431,9 +432,12 @@ int main(int argc, char **argv, char **envp)
     case CONFIG_CHECK: {
         struct start_addresses addrs;
         apply_log_level(&cfg, true);
+        struct redis_sigpipe sigpipe;
+        redis_sigpipe_ignore(&sigpipe);
         curl_global_init(CURL_GLOBAL_DEFAULT);
         status = start_check(&cfg, true, &addrs, NULL);
         curl_global_cleanup();
+        redis_sigpipe_restore(&sigpipe);
         break;
     }
     case CONFIG_RUN:

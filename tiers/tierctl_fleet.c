@@ -14,6 +14,7 @@
 #include "store/catalog/catalog_changes.h"
 #include "store/catalog/catalog_image.h"
 #include "store/redis/fleet_redis.h"
+#include "store/redis/redis_sigpipe.h"
 #include "tiers/catalog_install.h"
 #include "tiers/fleet_difference.h"
 
@@ -27,8 +28,11 @@ int fleet_config_read(const char *config_flag, struct proxy_settings *fc, char *
     return proxy_settings_read(file, file != (const char *)PROXY_SETTINGS_DEFAULT_FILE, fc, err, errlen);
 }
 
-static int open_redis(const struct proxy_settings *fc, struct fleet_redis **pfr, char *msg, size_t msglen)
+/* SIGPIPE is ignored from open_redis to close_redis (store/redis/redis_sigpipe.h). */
+static int open_redis(const struct proxy_settings *fc, struct fleet_redis **pfr, struct redis_sigpipe *sigpipe,
+                      char *msg, size_t msglen)
 {
+    redis_sigpipe_ignore(sigpipe);
     struct fleet_redis_options o = {
         .redis = fc->redis, .tls_ca_file = fc->redis_ca_file, .cluster = proxy_settings_cluster(fc), .key_prefix = fc->key_prefix,
         .timeout_ms = FLEET_TIMEOUT_MS,
@@ -36,9 +40,16 @@ static int open_redis(const struct proxy_settings *fc, struct fleet_redis **pfr,
     char err[512];
     if (fleet_redis_create(&o, pfr, err, sizeof(err)) != 0) {
         snprintf(msg, msglen, "%s: [limits] redis: %s", fc->file, err);
+        redis_sigpipe_restore(sigpipe);
         return -1;
     }
     return 0;
+}
+
+static void close_redis(struct fleet_redis *fr, struct redis_sigpipe *sigpipe)
+{
+    fleet_redis_destroy(fr);
+    redis_sigpipe_restore(sigpipe);
 }
 
 static void publisher_name(char *by, size_t len)
@@ -173,7 +184,8 @@ int fleet_publish(struct catalog *cat, const char *db_path, const struct proxy_s
     if (!force)
         take_rows(cat, rows, p.base, &changes, &changes_len);
     publisher_name(p.by, sizeof(p.by));
-    int r = open_redis(fc, &p.fr, msg, msglen);
+    struct redis_sigpipe sigpipe;
+    int r = open_redis(fc, &p.fr, &sigpipe, msg, msglen);
     if (r == 0)
         r = changes ? publish_rows(&p, changes, changes_len, "the change wrote")
                     : force ? 2 : publish_difference(&p);
@@ -185,7 +197,7 @@ int fleet_publish(struct catalog *cat, const char *db_path, const struct proxy_s
         r = -1;
     }
     catalog_changes_free(changes);
-    fleet_redis_destroy(p.fr);
+    close_redis(p.fr, &sigpipe);
     return r;
 }
 
@@ -215,7 +227,8 @@ static int pull_install(struct catalog *cat, struct fleet_redis *fr, const struc
 int fleet_pull(struct catalog *cat, const char *db_path, const struct proxy_settings *fc, char *msg, size_t msglen)
 {
     struct fleet_redis *fr = NULL;
-    if (open_redis(fc, &fr, msg, msglen) != 0)
+    struct redis_sigpipe sigpipe;
+    if (open_redis(fc, &fr, &sigpipe, msg, msglen) != 0)
         return -1;
     struct fleet_redis_head head;
     unsigned char *image = NULL;
@@ -239,7 +252,7 @@ int fleet_pull(struct catalog *cat, const char *db_path, const struct proxy_sett
         status = snprintf(msg, msglen, "catalog %s replaced by version %" PRId64 " from %s", db_path, head.version,
                           fleet_redis_where(fr)) < 0 ? -1 : 0;
     free(image);
-    fleet_redis_destroy(fr);
+    close_redis(fr, &sigpipe);
     return status;
 }
 
@@ -267,7 +280,8 @@ static void iso_time(int64_t unix_s, char *out, size_t len)
 static int fleet_side(const struct proxy_settings *fc, json_t *doc, char *err, size_t errlen)
 {
     struct fleet_redis *fr = NULL;
-    if (open_redis(fc, &fr, err, errlen) != 0)
+    struct redis_sigpipe sigpipe;
+    if (open_redis(fc, &fr, &sigpipe, err, errlen) != 0)
         return -1;
     json_object_set_new(doc, "redis", json_string(fleet_redis_where(fr)));
     struct fleet_redis_head head;
@@ -293,7 +307,7 @@ static int fleet_side(const struct proxy_settings *fc, json_t *doc, char *err, s
         json_decref(followers);
     if (r)
         snprintf(err, errlen, "cannot ask %s: %s", fleet_redis_where(fr), why);
-    fleet_redis_destroy(fr);
+    close_redis(fr, &sigpipe);
     return r ? -1 : 0;
 }
 

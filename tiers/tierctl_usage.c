@@ -11,6 +11,7 @@
 #include <event2/event.h>
 
 #include "store/limiter.h"
+#include "store/redis/redis_sigpipe.h"
 #include "tiers/catalog_json.h"
 #include "tiers/proxy_settings.h"
 #include "tiers/snapshot.h"
@@ -157,6 +158,8 @@ static int ask_store(const struct proxy_settings *sc, const char *where, const c
                      size_t n)
 {
     char err[512];
+    struct redis_sigpipe sigpipe;
+    redis_sigpipe_ignore(&sigpipe);
     struct event_base *base = event_base_new();
     struct redis_store_options opts = {
         .url = sc->redis, .tls_ca_file = sc->redis_ca_file, .key_prefix = sc->key_prefix, .command_timeout_ms = 2000,
@@ -185,6 +188,7 @@ out:
         limiter_destroy(limiter);
     if (base)
         event_base_free(base);
+    redis_sigpipe_restore(&sigpipe);
     return r;
 }
 
