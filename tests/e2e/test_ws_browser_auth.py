@@ -286,7 +286,9 @@ def test_ws_refusal_close_codes(catalog, proxies, ws_upstream):
     # logged as the refusals they stand for
     assert wait_until(lambda: len(p.access_log_lines()) >= 4, 5 * SLOW)
     got = [(ln["status"], ln["decision"]) for ln in access_lines(p)]
-    assert got == [(401, "missing_key"), (401, "invalid_key"), (101, "allowed"), (429, "rejected")], got
+    # a line is written when its connection ends, and two workers end them in either order
+    assert sorted(got[:3]) == [(101, "allowed"), (401, "invalid_key"), (401, "missing_key")], got
+    assert got[3:] == [(429, "rejected")], got
 
 
 def test_ws_refusal_close_4503_when_the_store_fails_closed(catalog, proxies, ws_upstream):
