@@ -36,7 +36,9 @@
 # the host within a cycle falls on both sides; no P7 runs for them. They read the same catalog
 # unless BASELINE_TIERCTL_BIN is given, which makes them a catalog (and keys) of their own
 # with that tierctl, for an older proxy that cannot read the newer catalog (the sanity checks
-# fail on a catalog a proxy cannot read). The report compares each pair's proxy CPU µs per
+# fail on a catalog a proxy cannot read). BASELINE_FLOOR_BIN=/path/to/older/floor_proxy_opt
+# (an older etc/bench/floor built with its build.sh) adds floor_proxy_opt_baseline beside
+# floor_proxy_opt the same way. The report compares each pair's proxy CPU µs per
 # request: after/before is the median of per-cycle ratios (both rows from the same cycle), and
 # the run's noise is the min-max of those ratios: "within noise" when that range holds 1.00,
 # "worse" ("better") when every cycle is above (below) 1.00; 3 cycles at least to judge.
@@ -65,7 +67,7 @@
 #   UPSTREAM=auto|nginx|builtin   BUILD_DIR=build NO_BUILD=0   TIERPROXY_BIN TIERCTL_BIN
 #   BENCH_PLAN_FLAGS="--quota 1000000000/month" (more LIMIT-FLAGS for plan bench)
 #   BENCH_COST=N (plan bench's requests cost N: tierctl cost set bench "* /" N)
-#   BASELINE_TIERPROXY_BIN BASELINE_TIERCTL_BIN   RESULTS_DIR
+#   BASELINE_TIERPROXY_BIN BASELINE_TIERCTL_BIN BASELINE_FLOOR_BIN   RESULTS_DIR
 set -euo pipefail
 export LC_ALL=C
 
@@ -81,7 +83,7 @@ esac
 
 # the exact command, as typed: the knobs given in the environment, then the script
 KNOBS=(DURATION WARMUP CYCLES CONNS P7_CONNS THREADS ROWS P7 S5 S5_CONNS WS_IDLE BUSY_PCT MAX_RETRY RETRY_PAUSE QUIET_MAX
-       UPSTREAM BUILD_DIR NO_BUILD TIERPROXY_BIN TIERCTL_BIN BASELINE_TIERPROXY_BIN BASELINE_TIERCTL_BIN RESULTS_DIR)
+       UPSTREAM BUILD_DIR NO_BUILD TIERPROXY_BIN TIERCTL_BIN BASELINE_TIERPROXY_BIN BASELINE_TIERCTL_BIN BASELINE_FLOOR_BIN RESULTS_DIR)
 COMMAND=""
 for v in "${KNOBS[@]}"; do
   [[ -n ${!v+x} ]] && COMMAND+="$v=$(printf '%q' "${!v}") "
@@ -123,6 +125,9 @@ for r in $ROWS; do
     tierproxy_memory_baseline|tierproxy_redis_baseline)
       [[ -n ${BASELINE_TIERPROXY_BIN:-} ]] || die "row $r needs BASELINE_TIERPROXY_BIN"
       [[ " $ROWS " == *" ${r%_baseline} "* ]] || die "row $r needs its pair ${r%_baseline} in ROWS" ;;
+    floor_proxy_opt_baseline)
+      [[ -n ${BASELINE_FLOOR_BIN:-} ]] || die "row $r needs BASELINE_FLOOR_BIN"
+      [[ " $ROWS " == *" floor_proxy_opt "* ]] || die "row $r needs its pair floor_proxy_opt in ROWS" ;;
     *) die "unknown row in ROWS: $r" ;;
   esac
 done
@@ -130,6 +135,9 @@ if [[ -n ${BASELINE_TIERPROXY_BIN:-} ]]; then   # given a baseline, compare ever
   for r in tierproxy_memory tierproxy_redis; do
     [[ " $ROWS " == *" $r "* && " $ROWS " != *" ${r}_baseline "* ]] && ROWS+=" ${r}_baseline"
   done
+fi
+if [[ -n ${BASELINE_FLOOR_BIN:-} && " $ROWS " == *" floor_proxy_opt "* && " $ROWS " != *" floor_proxy_opt_baseline "* ]]; then
+  ROWS=${ROWS/floor_proxy_opt/floor_proxy_opt floor_proxy_opt_baseline}
 fi
 for tool in wrk redis-server redis-cli curl ss awk setsid timeout getconf cc; do
   command -v "$tool" >/dev/null 2>&1 || die "missing tool: $tool (etc/setup.sh --bench installs what the benchmark needs)"
@@ -198,6 +206,10 @@ fi
 if [[ -n ${BASELINE_TIERCTL_BIN:-} ]]; then
   BASELINE_TIERCTL_BIN=$(realpath "$BASELINE_TIERCTL_BIN")
   [[ -x $BASELINE_TIERCTL_BIN ]] || die "BASELINE_TIERCTL_BIN is not an executable: $BASELINE_TIERCTL_BIN"
+fi
+if [[ -n ${BASELINE_FLOOR_BIN:-} ]]; then
+  BASELINE_FLOOR_BIN=$(realpath "$BASELINE_FLOOR_BIN")
+  [[ -x $BASELINE_FLOOR_BIN ]] || die "BASELINE_FLOOR_BIN is not an executable: $BASELINE_FLOOR_BIN"
 fi
 FLOOR_BIN="" FLOOR_LIBS=""
 if [[ " $ROWS " == *" floor_proxy_opt "* ]]; then
@@ -460,6 +472,14 @@ if want floor_proxy_opt; then
   wait_http floor_proxy_opt "$port" "$KEY1" 15
   ACTIVE+=(floor_proxy_opt)
   DESC_OF[floor_proxy_opt]="etc/bench/floor floor_proxy_opt: libmicrohttpd (external epoll on libevent) + libcurl multi-socket with pooled handles, forwarding to the same upstream and nothing else (no auth, no limits, no header rewriting): the floor of tierproxy's design"
+fi
+if want floor_proxy_opt_baseline; then
+  free_port port
+  start_bg floor_proxy_opt_baseline "$BASELINE_FLOOR_BIN" "$port" "$UP_PORT"
+  PORT_OF[floor_proxy_opt_baseline]=$port
+  wait_http floor_proxy_opt_baseline "$port" "$KEY1" 15
+  ACTIVE+=(floor_proxy_opt_baseline)
+  DESC_OF[floor_proxy_opt_baseline]="the same with BASELINE_FLOOR_BIN $BASELINE_FLOOR_BIN"
 fi
 
 SHIM=$RUNDIR/sqlite_count.so

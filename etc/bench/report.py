@@ -165,12 +165,12 @@ def main():
     w("")
 
     # ---------------------------------------------------------------- after / before
-    pairs = [(t, t + "_baseline") for t in ("tierproxy_memory", "tierproxy_redis")
+    pairs = [(t, t + "_baseline") for t in ("floor_proxy_opt", "tierproxy_memory", "tierproxy_redis")
              if R.has(t) and R.has(t + "_baseline")]
     if pairs:
-        w("## This build against BASELINE_TIERPROXY_BIN (proxy CPU per request)")
+        w("## This build against the baseline binaries (proxy CPU per request)")
         w("")
-        w("| store | proxy µs/req after (min–max) | proxy µs/req before (min–max) | after/before | per-cycle ratios "
+        w("| row | proxy µs/req after (min–max) | proxy µs/req before (min–max) | after/before | per-cycle ratios "
           "| verdict | req/s after/before | redis-server µs/req after/before |")
         w("|---|---:|---:|---:|---|---|---:|---:|")
         for after, before in pairs:
@@ -187,14 +187,14 @@ def main():
                 verdict_text = "within noise (the per-cycle range holds 1.00)"
             av, bv = list(a.values()), list(b.values())
             redis = "redis" in after
-            w(f"| {after[10:]} | {f(R.med(after, 'us_proxy'), '{:.2f}')} ({min(av):.2f}–{max(av):.2f}) "
+            w(f"| {after} | {f(R.med(after, 'us_proxy'), '{:.2f}')} ({min(av):.2f}–{max(av):.2f}) "
               f"| {f(R.med(before, 'us_proxy'), '{:.2f}')} ({min(bv):.2f}–{max(bv):.2f}) "
               f"| {f(R.ratio(after, before, 'us_proxy'), '{:.3f}')} | {' / '.join(f'{x:.3f}' for x in q)} "
               f"| {verdict_text} | {f(R.ratio(after, before), '{:.3f}')} "
               f"| {f(R.ratio(after, before, 'us_redis'), '{:.3f}') if redis else '-'} |")
         w("")
-        w("after = the rows above without a suffix (TIERPROXY_BIN), before = the *_baseline rows "
-          "(BASELINE_TIERPROXY_BIN); each pair ran back to back in every cycle (the baseline second in odd "
+        w("after = the rows above without a suffix (TIERPROXY_BIN, and the floor built here), before = the "
+          "*_baseline rows (BASELINE_TIERPROXY_BIN, BASELINE_FLOOR_BIN); each pair ran back to back in every cycle (the baseline second in odd "
           "cycles, first in even ones). after/before = median of per-cycle ratios of proxy CPU µs per request; "
           "the run's noise is the min–max of those per-cycle ratios: within noise when that range holds 1.00, "
           "worse (better) when every cycle is above (below) 1.00, which 3 or more cycles are needed to judge. "
