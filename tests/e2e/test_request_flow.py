@@ -452,6 +452,24 @@ def test_upstream_head_of_64k_passes_after_the_largest_request_head(catalog, pro
         assert_whole_head_passed(exchange_on(s, head), 65536, 100)
 
 
+@pytest.mark.parametrize("cookie_bytes", [8000, 14000])
+def test_a_head_near_16_kib_with_a_big_cookie_passes(catalog, proxies, cookie_bytes):
+    """libmicrohttpd copies a Cookie value into the connection's pool beside the head, so
+    the pool holds a near-16 KiB head twice over when most of it is a cookie: forwarded, as
+    a connection's first request and as a kept-alive one's second (a 21 KiB pool answered
+    both with libmicrohttpd's HTML 431)."""
+    key = wide(catalog)
+    p = proxies.start(catalog)
+    head = request_head("/cookie", key, [("Cookie", "s=" + "c" * cookie_bytes)]
+                        + padding_fields(15500 - cookie_bytes, 100))
+    assert 15000 < len(head) <= 16 * 1024
+    with socket.create_connection(("127.0.0.1", p.port), timeout=10) as s:
+        assert parse_raw_response(exchange_on(s, head)).status == 200
+    with socket.create_connection(("127.0.0.1", p.port), timeout=10) as s:
+        assert parse_raw_response(exchange_on(s, request_head("/first", key))).status == 200
+        assert parse_raw_response(exchange_on(s, head)).status == 200
+
+
 def test_idle_kept_alive_connections_hold_no_buffer_memory(catalog, proxies):
     """Room for a 64 KiB upstream head in every connection's buffer costs no memory while
     the connection sits idle: 500 kept-alive connections, each past one request, add well
