@@ -51,7 +51,9 @@ struct forwarder;
  * request, so its size is paid on every request: 96 KiB, enough for SPEC's 64 KiB upstream
  * heads, cost 8-11% more proxy CPU per request than 32 KiB (etc/bench.sh). 36 KiB is the
  * smallest size it maps with mmap (over 32 KiB, whole pages): page-aligned and untouched
- * pages free, so pool_trim.c can give an idle connection's pages back. */
+ * pages free, so pool_trim.c can give an idle connection's pages back. It also holds a head
+ * near MAX_HEAD_BYTES that is mostly a Cookie, which libmicrohttpd copies into the pool
+ * beside it (21 KiB could not). */
 #define FORWARD_CLIENT_POOL_BYTES (36 * 1024)
 
 /* One per worker; it logs TLS failures. NULL when curl cannot be set up. */
