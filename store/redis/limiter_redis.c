@@ -1,9 +1,9 @@
 /* The Redis limiter store: one asynchronous hiredis connection per event loop, one
  * EVALSHA of check.lua (with check_general.lua, one script) per check.
  *
- * Connection life: IDLE -> CONNECTING -> HANDSHAKE (AUTH, SELECT, SCRIPT LOAD pipelined)
- * -> READY. Only READY sends checks; in any other state limiter_check answers
- * LIMITER_UNAVAILABLE at once. A failed context is never reused: it is freed and a new one
+ * Connection life: IDLE -> CONNECTING -> HANDSHAKE (AUTH answered first, then SELECT and
+ * SCRIPT LOAD pipelined) -> READY. Only READY sends checks; in any other state
+ * limiter_check answers LIMITER_UNAVAILABLE at once. A failed context is never reused: it is freed and a new one
  * is made after a backoff (50 ms doubling to 250 ms, back to 50 ms once READY).
  *
  * Commands in flight are kept in send order (which is reply order). A watchdog timer fails

@@ -179,6 +179,8 @@ static int send_command(struct redis_limiter *rl, struct pending *p, redisCallba
     return 0;
 }
 
+static void send_after_login(struct redis_limiter *rl);
+
 static void on_setup_reply(redisAsyncContext *ac, void *r, void *privdata)
 {
     struct pending *p = privdata;
@@ -200,6 +202,8 @@ static void on_setup_reply(redisAsyncContext *ac, void *r, void *privdata)
         redis_conn_drop(rl);
         return;
     }
+    if (kind == P_AUTH)
+        send_after_login(rl);
     if (kind == P_LOAD) {   /* the last of the handshake */
         if (rl->was_ready)
             rl->lease_grace_until_ms = store_mono_ms() + LEASE_GRACE_MS;
@@ -245,18 +249,26 @@ static void on_connect(const redisAsyncContext *cac, int status)
         return;
     }
     rl->state = CONN_HANDSHAKE;
-    /* Pipelined; if one cannot be sent the watchdog's connect deadline drops the connection. */
-    if (rl->url.has_password) {
-        const char *argv[3] = {"AUTH", rl->url.username, rl->url.password};
-        if (rl->url.username[0] != '\0') {
-            if (send_setup(rl, P_AUTH, 3, argv) != 0)
-                return;
-        } else {
-            argv[1] = rl->url.password;
-            if (send_setup(rl, P_AUTH, 2, argv) != 0)
-                return;
-        }
+    if (!rl->url.has_password) {
+        send_after_login(rl);
+        return;
     }
+    /* Alone: the rest waits for its answer (send_after_login). */
+    const char *argv[3] = {"AUTH", rl->url.username, rl->url.password};
+    if (rl->url.username[0] != '\0') {
+        send_setup(rl, P_AUTH, 3, argv);
+    } else {
+        argv[1] = rl->url.password;
+        send_setup(rl, P_AUTH, 2, argv);
+    }
+}
+
+/* The handshake after the login, pipelined: SELECT, then both scripts. Redis drops a client
+ * that sends a command over 16 KiB before it has logged in (the check script is larger), and
+ * the drop would hide AUTH's answer, so these wait for it. If one cannot be sent, the
+ * watchdog's connect deadline drops the connection. */
+static void send_after_login(struct redis_limiter *rl)
+{
     if (rl->url.db != 0 && !rl->cluster_node) {
         char db[16];
         snprintf(db, sizeof(db), "%d", rl->url.db);

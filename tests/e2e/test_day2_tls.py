@@ -431,6 +431,26 @@ def test_acl_user_over_tls(catalog, proxies, pki, tls_redis_factory, upstream, t
     assert WRONG_PASSWORD not in p.stderr() and WRONG_PASSWORD not in p.admin("/health").body.decode()
 
 
+def test_a_wrong_password_is_all_redis_hears(catalog, proxies, redis_factory, tmp_path):
+    """Nothing goes to Redis before its AUTH is answered. Redis drops an unauthenticated
+    client that sends a command over 16 KiB (the check script's SCRIPT LOAD), and the
+    client's next write then meets a reset: over TLS, usage said "Broken pipe" instead of
+    WRONGPASS. Redis logs each such drop ("Protocol error") at verbose."""
+    r = redis_factory()
+    assert r.cmd("CONFIG", "SET", "loglevel", "verbose") == "OK"
+    prefix = "aclw%d:" % r.port
+    acl_setup(r, prefix)
+    wrong = "redis://tierproxy:%s@127.0.0.1:%d/0" % (WRONG_PASSWORD, r.port)
+    path = check_ini(proxies, catalog, tmp_path, "wrong.ini", wrong)
+    user, _ = catalog.user_key("free")
+    cp = usage(catalog, user, path, check=False)
+    assert cp.returncode == 1 and "WRONGPASS" in cp.stderr, cp.stderr
+    p = proxies.start(catalog, store="redis", redis=type("R", (), {"url": wrong})(), key_prefix=prefix)
+    assert wait_until(lambda: "WRONGPASS" in p.stderr(), 5 * SLOW), p.stderr()[-2000:]
+    log = (r.tmpdir / ("redis-%d.log" % r.port)).read_text(errors="replace")
+    assert "Protocol error" not in log, log[-3000:]
+
+
 def test_acl_user_over_plain_redis(catalog, proxies, redis_factory, upstream, tmp_path):
     """The same ACL login over redis:// (no TLS): checks, usage and publish."""
     r = redis_factory()
