@@ -30,6 +30,17 @@ int bytebuf_append(struct bytebuf *b, const void *src, size_t n)
     return 0;
 }
 
+int bytebuf_reserve(struct bytebuf *b, size_t n)
+{
+    if (b->cap != 0 || n == 0)
+        return 0;
+    b->data = malloc(n);
+    if (b->data == NULL)
+        return -ENOMEM;
+    b->cap = n;
+    return 0;
+}
+
 void bytebuf_consume(struct bytebuf *b, size_t n)
 {
     b->off += n;

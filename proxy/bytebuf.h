@@ -12,6 +12,9 @@ struct bytebuf {
     size_t cap;      /* allocated */
 };
 
+/* Gives an empty buffer (one never appended to) room for n bytes in one allocation of that
+ * size; later appends past it grow it as usual. Returns 0, or -ENOMEM. */
+int bytebuf_reserve(struct bytebuf *b, size_t n);
 /* Appends n bytes. Returns 0, or -ENOMEM. */
 int bytebuf_append(struct bytebuf *b, const void *src, size_t n);
 void bytebuf_consume(struct bytebuf *b, size_t n);

@@ -47,6 +47,8 @@ struct forwarder {
 
 /* Upstream bytes held per request before curl is paused until the client reads. */
 #define RESP_BUFFER_HIGH (256 * 1024)
+/* The most a response body's first block takes from its Content-Length alone. */
+#define BODY_RESERVE_MAX (16 * 1024)
 #define RESP_BUFFER_LOW (64 * 1024)
 
 /* Every upstream socket curl opens has one of these, found by its descriptor (unique in
@@ -388,7 +390,12 @@ static size_t on_upstream_body(char *data, size_t size, size_t nmemb, void *user
         u->curl_paused = true;
         return CURL_WRITEFUNC_PAUSE;
     }
-    if (bytebuf_append(&u->body, data, len) < 0)
+    /* A body whose length the upstream gave gets one block of that size: the first append
+       would take 4096 bytes, and malloc finds a block that size only after sweeping its
+       small free lists (malloc_consolidate), twice a request with libcurl's own buffer. */
+    size_t expected = u->content_length > 0 ? (size_t)u->content_length : 0;
+    if (bytebuf_reserve(&u->body, expected < BODY_RESERVE_MAX ? expected : BODY_RESERVE_MAX) < 0 ||
+        bytebuf_append(&u->body, data, len) < 0)
         return 0;
     arm_upstream_timer(u);
     if (u->reader_waiting) {

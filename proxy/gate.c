@@ -119,6 +119,18 @@ static enum gate_action refuse(struct gate_admission *out, unsigned status, cons
     return out->action;
 }
 
+/* prefix then text into subject (size > strlen(prefix)), text cut to fit as snprintf
+ * would cut it; without snprintf, which cost about 0.6k instructions a request. */
+static void subject_write(char *subject, size_t size, const char *prefix, const char *text)
+{
+    size_t prefix_len = strlen(prefix), text_len = strlen(text);
+    if (text_len > size - 1 - prefix_len)
+        text_len = size - 1 - prefix_len;
+    memcpy(subject, prefix, prefix_len);
+    memcpy(subject + prefix_len, text, text_len);
+    subject[prefix_len + text_len] = '\0';
+}
+
 enum gate_action gate_admit(const struct gate_request *req, const struct snapshot *snap, struct gate_admission *out)
 {
     const struct proxy_config *cfg = req->cfg;
@@ -143,7 +155,7 @@ enum gate_action gate_admit(const struct gate_request *req, const struct snapsho
             return refuse(out, 401, "invalid_api_key");
         c->plan = tier_user_plan(user);   /* the user's own limits in place of the plan's */
         c->user_id = user->id;
-        snprintf(c->subject, sizeof(c->subject), "u:%s", user->id);
+        subject_write(c->subject, sizeof(c->subject), "u:", user->id);
     } else if (cfg->anonymous_plan != NULL) {
         c->plan = snapshot_find_plan(snap, cfg->anonymous_plan);
         if (c->plan == NULL)
@@ -151,7 +163,7 @@ enum gate_action gate_admit(const struct gate_request *req, const struct snapsho
         char addr[64];
         gate_client_address(req, addr, sizeof(addr));
         c->user_id = "anonymous";
-        snprintf(c->subject, sizeof(c->subject), GATE_ANONYMOUS_PREFIX "%s", addr);
+        subject_write(c->subject, sizeof(c->subject), GATE_ANONYMOUS_PREFIX, addr);
     } else {
         return refuse(out, 401, "missing_api_key");
     }

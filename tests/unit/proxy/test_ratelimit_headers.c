@@ -273,6 +273,25 @@ static void test_ietf_names_are_sf_strings(void **state)
     assert_header(&c, 0, "RateLimit", "\"\";r=1;t=2");
 }
 
+static void test_ietf_item_without_window_or_with_a_name_too_long(void **state)
+{
+    struct captured c;
+    char long_name[3000];
+    memset(long_name, 'n', sizeof(long_name) - 1);
+    long_name[sizeof(long_name) - 1] = '\0';
+    const struct ratelimit_item items[] = {
+        {"daily", 7, 0, 999, 0, false, false},
+        {long_name, 5, 1, 2000, 10000, false, false},
+        {"conc", 2, 2, 0, 60000, true, false},
+    };
+    render(&c, HEADERS_IETF, items, 3, 0);
+    assert_int_equal(c.n, 2);
+    /* no window: no w parameter; a concurrency item never has one; a name an sf-string
+     * cannot hold whole leaves its item out of both headers */
+    assert_header(&c, 1, "RateLimit-Policy", "\"daily\";q=7, \"conc\";q=2;qu=\"concurrent-requests\"");
+    assert_header(&c, 0, "RateLimit", "\"daily\";r=0;t=1, \"conc\";r=2;t=0");
+}
+
 static void test_ietf_many_items_stay_bounded(void **state)
 {
     /* far more items than a header should carry: the value is cut at a whole item, and
@@ -409,6 +428,7 @@ int main(void)
         cmocka_unit_test(test_ietf),
         cmocka_unit_test(test_ietf_every_item),
         cmocka_unit_test(test_ietf_names_are_sf_strings),
+        cmocka_unit_test(test_ietf_item_without_window_or_with_a_name_too_long),
         cmocka_unit_test(test_ietf_many_items_stay_bounded),
         cmocka_unit_test(test_x),
         cmocka_unit_test(test_off_and_empty),
