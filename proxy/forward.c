@@ -390,9 +390,9 @@ static size_t on_upstream_body(char *data, size_t size, size_t nmemb, void *user
         u->curl_paused = true;
         return CURL_WRITEFUNC_PAUSE;
     }
-    /* A body whose length the upstream gave gets one block of that size: the first append
-       would take 4096 bytes, and malloc finds a block that size only after sweeping its
-       small free lists (malloc_consolidate), twice a request with libcurl's own buffer. */
+    /* A body whose length the upstream gave gets one block of that size: a first append
+       takes 4096 bytes, which malloc finds only after sweeping its small free lists
+       (malloc_consolidate), on every response. */
     size_t expected = u->content_length > 0 ? (size_t)u->content_length : 0;
     if (bytebuf_reserve(&u->body, expected < BODY_RESERVE_MAX ? expected : BODY_RESERVE_MAX) < 0 ||
         bytebuf_append(&u->body, data, len) < 0)

@@ -214,7 +214,7 @@ char *ratelimit_policy_name(const char *name)
     return copy;
 }
 
-/* Writes name as an sf-string ("...", with " and \\ escaped). Characters an sf-string
+/* Writes name as an sf-string ("...", with " and \ escaped). Characters an sf-string
  * cannot hold (controls, non-ASCII) become '?'. Returns its length without the NUL, or 0
  * when it does not fit. */
 static size_t sf_string(char *buf, size_t size, const char *name)
@@ -245,9 +245,8 @@ static size_t sf_string(char *buf, size_t size, const char *name)
 
 /* An item's parameters after its name: at most ";qu=" and its string, or two integers. */
 #define CONCURRENT_UNIT ";qu=\"concurrent-requests\""
-_Static_assert(ITEM_MAX >= NAME_MAX_SF + 2 * (3 + DECIMAL_MAX) && ITEM_MAX >= NAME_MAX_SF + 3 + DECIMAL_MAX +
-                                                                                 sizeof(CONCURRENT_UNIT),
-               "an item holds its longest name and its parameters");
+_Static_assert(ITEM_MAX >= NAME_MAX_SF + 2 * (3 + DECIMAL_MAX), "an item holds its name and two integers");
+_Static_assert(ITEM_MAX >= NAME_MAX_SF + 3 + DECIMAL_MAX + sizeof(CONCURRENT_UNIT), "and a concurrency unit");
 
 /* Writes key (";q=" and the like) and v (>= 0) at item + len; returns the new length.
  * Written by hand: snprintf cost about 1.5k instructions an item on every response. */
@@ -293,11 +292,10 @@ static void render_ietf(const struct ratelimit_item *items, size_t n, char *poli
             continue;
         memcpy(sitem, pitem, name_len);
         size_t p = item_param(pitem, name_len, ";q=", q);
-        if (it->concurrency) {
+        if (it->concurrency)
             memcpy(pitem + p, CONCURRENT_UNIT, sizeof(CONCURRENT_UNIT));
-        } else if (it->window_ms > 0) {
+        else if (it->window_ms > 0)
             item_param(pitem, p, ";w=", clamp_nonneg(ms_to_s_ceil(it->window_ms), SF_INT_MAX));
-        }
         item_param(sitem, item_param(sitem, name_len, ";r=", r), ";t=", t);
         /* Both headers carry the same items: add to both or to neither. */
         if (policy_len + strlen(pitem) + 3 > LIST_MAX || state_len + strlen(sitem) + 3 > sizeof(state))
