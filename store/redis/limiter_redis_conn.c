@@ -6,13 +6,13 @@
  * callback, and a connection ready again calls the limiter's connected(). */
 #include "store/redis/limiter_redis_private.h"
 
-#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "store/clock.h"
 #include "store/redis/redis_async.h"
+#include "store/redis/resp_format.h"
 
 /* After a reconnect, concurrency checks wait this long (answered as unavailable): a Redis
  * that restarted empty holds only the leases of the proxies that have renewed so far,
@@ -168,10 +168,27 @@ void redis_pending_free(struct pending *p)
 }
 
 /* Sends a command and puts it in flight. Returns 0, or -1 (p is then still the caller's). */
+/* Commands up to this size (every check but an EVAL after NOSCRIPT) are framed on the stack. */
+#define FRAME_STACK_BYTES 2048
+
 static int send_command(struct redis_limiter *rl, struct pending *p, redisCallbackFn *fn, int argc,
                         const char **argv, const size_t *lens)
 {
-    if (rl->ac == NULL || redisAsyncCommandArgv(rl->ac, fn, p, argc, argv, lens) != REDIS_OK)
+    if (rl->ac == NULL)
+        return -1;
+    size_t total = 0;
+    for (int i = 0; i < argc; i++)
+        total += lens[i];
+    size_t bound = resp_format_bound(argc, total);
+    char stack_frame[FRAME_STACK_BYTES];
+    char *frame = bound <= sizeof(stack_frame) ? stack_frame : malloc(bound);
+    if (frame == NULL)
+        return -1;
+    size_t len = resp_format(frame, argc, argv, lens);
+    int rc = redisAsyncFormattedCommand(rl->ac, fn, p, frame, len);
+    if (frame != stack_frame)
+        free(frame);
+    if (rc != REDIS_OK)
         return -1;
     p->sent_ms = store_mono_ms();
     inflight_append(rl, p);
@@ -395,9 +412,7 @@ void redis_put_arg_length(struct pending *p, size_t *off, size_t len)
 
 void redis_put_int(struct pending *p, size_t *off, int64_t v)
 {
-    char tmp[24];
-    int len = snprintf(tmp, sizeof(tmp), "%" PRId64, v);
-    redis_put_arg(p, off, tmp, (size_t)len);
+    redis_put_arg_length(p, off, resp_write_int(p->buf + *off, v));
 }
 
 /* Bytes a key takes at most: "<prefix>{<subject>}:<rule id>". */
@@ -409,8 +424,6 @@ size_t redis_key_max(const struct redis_limiter *rl, size_t subject_len)
 void redis_put_key(struct redis_limiter *rl, struct pending *p, size_t *off, const char *subject,
                     size_t subject_len, int64_t rule_id)
 {
-    char id[24];
-    int idlen = snprintf(id, sizeof(id), "%" PRId64, rule_id);
     char *k = p->buf + *off;
     memcpy(k, rl->prefix, rl->prefix_len);
     size_t kl = rl->prefix_len;
@@ -419,8 +432,7 @@ void redis_put_key(struct redis_limiter *rl, struct pending *p, size_t *off, con
     kl += subject_len;
     k[kl++] = '}';
     k[kl++] = ':';
-    memcpy(k + kl, id, (size_t)idlen);
-    kl += (size_t)idlen;
+    kl += resp_write_int(k + kl, rule_id);
     *off += kl;
     p->lens[p->argc++] = kl;
 }
