@@ -1,7 +1,7 @@
 /* IPv4/IPv6 addresses and CIDR ranges. No I/O, no allocation. */
 #include "proxy/netaddr.h"
 
-#include "proxy/decimal.h"
+#include "store/decimal.h"
 
 #include <arpa/inet.h>
 #include <errno.h>

@@ -2,7 +2,7 @@
  * ietf (draft-ietf-httpapi-ratelimit-headers-11 structured fields), x (X-RateLimit-*). */
 #include "proxy/ratelimit_headers.h"
 
-#include "proxy/decimal.h"
+#include "store/decimal.h"
 
 #include <errno.h>
 #include <stdarg.h>

@@ -3,32 +3,21 @@
 
 #include <string.h>
 
-static size_t write_unsigned(char *buf, uint64_t v)
-{
-    char digits[RESP_INT_MAX];
-    size_t n = 0;
-    do {
-        digits[n++] = (char)('0' + v % 10);
-        v /= 10;
-    } while (v != 0);
-    for (size_t i = 0; i < n; i++)
-        buf[i] = digits[n - 1 - i];
-    return n;
-}
+#include "store/decimal.h"
 
 size_t resp_write_int(char *buf, int64_t v)
 {
     if (v >= 0)
-        return write_unsigned(buf, (uint64_t)v);
+        return decimal_digits(buf, (uint64_t)v);
     buf[0] = '-';
-    return 1 + write_unsigned(buf + 1, (uint64_t)0 - (uint64_t)v);
+    return 1 + decimal_digits(buf + 1, (uint64_t)0 - (uint64_t)v);
 }
 
 /* A count or a length line: its marker ('*' or '$'), the number and CRLF. */
 static size_t write_line(char *out, char marker, uint64_t v)
 {
     out[0] = marker;
-    size_t n = 1 + write_unsigned(out + 1, v);
+    size_t n = 1 + decimal_digits(out + 1, v);
     memcpy(out + n, "\r\n", 2);
     return n + 2;
 }
