@@ -93,9 +93,11 @@ static void run_loop_until(struct event_base *base, const bool *flag, bool (*rea
     }
 }
 
+/* Connected, or answered with an error (a wrong password): no second login changes that. */
 static bool limiter_ready(const void *arg)
 {
-    return limiter_available(arg);
+    char reason[8];
+    return limiter_available(arg) || limiter_health(arg, reason, sizeof(reason)) == LIMITER_HEALTH_ERROR;
 }
 
 /* One row of the report: the limit, its store rule, and its standing. */

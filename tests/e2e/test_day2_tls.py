@@ -452,6 +452,34 @@ def test_a_wrong_password_is_all_redis_hears(catalog, proxies, redis_factory, tm
     assert "Protocol error" not in log, log[-3000:]
 
 
+def test_usage_with_a_wrong_password_logs_in_once(catalog, redis_factory, proxies, tmp_path):
+    """A wrong password is the store's own answer, which no retry changes: `tierctl usage`
+    says WRONGPASS after its one login instead of logging in again and again until its wait
+    for Redis runs out (it tried about a dozen times over 3 s)."""
+    r = redis_factory()
+    prefix = "aclo%d:" % r.port
+    acl_setup(r, prefix)
+
+    def as_admin(*args):
+        with socket.create_connection(("127.0.0.1", r.port), timeout=5) as s:
+            s.sendall(resp_encode("AUTH", "admin", "admin-pw") + resp_encode(*args))
+            f = s.makefile("rb")
+            resp_read(f)
+            return resp_read(f)
+    assert as_admin("ACL", "LOG", "RESET") == "OK"
+    wrong = "redis://tierproxy:%s@127.0.0.1:%d/0" % (WRONG_PASSWORD, r.port)
+    path = check_ini(proxies, catalog, tmp_path, "once.ini", wrong)
+    user, _ = catalog.user_key("free")
+    cp = usage(catalog, user, path, check=False)
+    assert cp.returncode == 1 and "WRONGPASS" in cp.stderr, cp.stderr
+    failed = []
+    for entry in as_admin("ACL", "LOG"):
+        fields = dict(zip(entry[0::2], entry[1::2]))
+        if fields.get(b"reason", fields.get("reason")) in (b"auth", "auth"):
+            failed.append(int(fields.get(b"count", fields.get("count"))))
+    assert sum(failed) == 1, failed
+
+
 def test_acl_user_over_plain_redis(catalog, proxies, redis_factory, upstream, tmp_path):
     """The same ACL login over redis:// (no TLS): checks, usage and publish."""
     r = redis_factory()
