@@ -167,10 +167,10 @@ void redis_pending_free(struct pending *p)
     free(p);
 }
 
-/* Sends a command and puts it in flight. Returns 0, or -1 (p is then still the caller's). */
 /* Commands up to this size (every check but an EVAL after NOSCRIPT) are framed on the stack. */
 #define FRAME_STACK_BYTES 2048
 
+/* Sends a command and puts it in flight. Returns 0, or -1 (p is then still the caller's). */
 static int send_command(struct redis_limiter *rl, struct pending *p, redisCallbackFn *fn, int argc,
                         const char **argv, const size_t *lens)
 {

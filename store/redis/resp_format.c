@@ -22,8 +22,8 @@ static size_t write_line(char *out, char marker, uint64_t v)
     return n + 2;
 }
 
-/* A line's bytes at most: the marker, 20 digits and CRLF. */
-#define LINE_MAX_BYTES (1 + 20 + 2)
+/* A line's bytes at most: the marker, the longest number and CRLF. */
+#define LINE_MAX_BYTES (1 + (DECIMAL_MAX - 1) + 2)
 
 size_t resp_format_bound(int argc, size_t total_len)
 {
