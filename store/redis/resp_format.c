@@ -27,7 +27,7 @@ static size_t write_line(char *out, char marker, uint64_t v)
 
 size_t resp_format_bound(int argc, size_t total_len)
 {
-    return LINE_MAX_BYTES + (size_t)argc * (LINE_MAX_BYTES + 2) + total_len;
+    return LINE_MAX_BYTES + (size_t)argc * (LINE_MAX_BYTES + 2) + total_len + 1;
 }
 
 size_t resp_format(char *out, int argc, const char **argv, const size_t *lens)
@@ -40,5 +40,6 @@ size_t resp_format(char *out, int argc, const char **argv, const size_t *lens)
         memcpy(out + o, "\r\n", 2);
         o += 2;
     }
+    out[o] = '\0';
     return o;
 }
