@@ -3,8 +3,9 @@
  *
  * Connection life: IDLE -> CONNECTING -> HANDSHAKE (AUTH answered first, then SELECT and
  * SCRIPT LOAD pipelined) -> READY. Only READY sends checks; in any other state
- * limiter_check answers LIMITER_UNAVAILABLE at once. A failed context is never reused: it is freed and a new one
- * is made after a backoff (50 ms doubling to 250 ms, back to 50 ms once READY).
+ * limiter_check answers LIMITER_UNAVAILABLE at once. A failed context is never reused: it
+ * is freed and a new one is made after a backoff (50 ms doubling to 250 ms, back to 50 ms
+ * once READY).
  *
  * Commands in flight are kept in send order (which is reply order). A watchdog timer fails
  * the connection when the oldest has waited longer than command_timeout_ms, or when
